@@ -1,0 +1,166 @@
+/**
+ * createApp(deps) wires the Elysia side together. It never listens: tests and the server
+ * (src/server.ts) both hand requests to it.
+ */
+import { Elysia } from "elysia";
+import { cors } from "@elysiajs/cors";
+import { openapi } from "@elysiajs/openapi";
+import type { Config } from "./config";
+import { KeyAuthenticator, type Clock } from "./core/accounts";
+import { BackgroundWork } from "./core/background";
+import { ModelCatalog } from "./core/models";
+import type { Logger } from "./logger";
+import type { Store } from "./store";
+import { BodyBudget } from "./http/body";
+import { docsRoutes } from "./http/docs";
+import { ApiError, badRequest, errorResponse, methodNotAllowed, notFound, paramFromPointer, serverError } from "./http/errors";
+import { opsRoutes } from "./http/ops";
+import { metaOf } from "./http/requestMeta";
+import { modelsRoutes } from "./http/v1/models";
+import type { ApiAuthDeps } from "./http/auth";
+
+export const API_VERSION = "1.0.0";
+
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  clock?: Clock;
+}
+
+/** Everything the routes share, built once from AppDeps. */
+export interface Services {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  clock: Clock;
+  catalog: ModelCatalog;
+  budget: BodyBudget;
+  auth: ApiAuthDeps;
+  background: BackgroundWork;
+}
+
+export function createServices(deps: AppDeps): Services {
+  const clock = deps.clock ?? Date.now;
+  return {
+    config: deps.config,
+    store: deps.store,
+    logger: deps.logger,
+    clock,
+    catalog: new ModelCatalog(deps.config),
+    budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
+    auth: { keys: new KeyAuthenticator(deps.store, clock) },
+    background: new BackgroundWork(),
+  };
+}
+
+const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";
+
+/** Turns Elysia's route table into matchers, to tell 405 (path exists) from 404. */
+function routeMatchers(app: Elysia): { method: string; test: (path: string) => boolean }[] {
+  return app.routes
+    .filter((r) => r.method !== "OPTIONS" && !r.path.includes("*"))
+    .map((r) => {
+      const pattern = new RegExp(`^${r.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")}/?$`);
+      return { method: r.method, test: (p: string) => pattern.test(p) };
+    });
+}
+
+/** Maps any thrown value to our error shape; logs the unexpected ones with the request id. */
+function toApiError(code: string | number, error: unknown, request: Request, logger: Logger, allowed: () => string[]): ApiError {
+  if (error instanceof ApiError) return error;
+  if (code === "VALIDATION") {
+    const v = error as { all?: { path: string; message: string; summary?: string }[]; type?: string };
+    const first = v.all?.[0];
+    const param = first ? paramFromPointer(first.path) : null;
+    const rule = first?.message ?? "invalid value";
+    const where = v.type === "body" || !v.type ? "" : ` in ${v.type}`;
+    return badRequest(param ? `Invalid '${param}'${where}: ${rule}.` : `Invalid request${where}: ${rule}.`, param, "invalid_value");
+  }
+  if (code === "PARSE") return badRequest("We could not parse the body of your request; send valid JSON with Content-Type: application/json.", null, "invalid_json");
+  if (code === "NOT_FOUND") {
+    const path = new URL(request.url).pathname;
+    const methods = allowed();
+    if (methods.length > 0) return methodNotAllowed(request.method, path, methods);
+    return notFound(`Unknown route ${request.method} ${path}. See /docs for the API.`, null, "unknown_route");
+  }
+  logger.error("unhandled error", {
+    request_id: metaOf(request).id,
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  });
+  return serverError();
+}
+
+export function createApp(services: Services) {
+  const { logger, config } = services;
+  let matchers: ReturnType<typeof routeMatchers> | undefined;
+
+  const app = new Elysia({ name: "atelier" })
+    .onError({ as: "global" }, ({ code, error, request }) => {
+      const allowed = () => {
+        const path = new URL(request.url).pathname;
+        matchers ??= routeMatchers(app as unknown as Elysia);
+        return [...new Set(matchers.filter((m) => m.test(path)).map((m) => m.method))];
+      };
+      const apiError = toApiError(code, error, request, logger, allowed);
+      const res = errorResponse(apiError, { "x-request-id": metaOf(request).id });
+      // CORS headers that the cors plugin set for this request would otherwise be lost.
+      if (new URL(request.url).pathname.startsWith("/v1/")) {
+        res.headers.set("access-control-allow-origin", request.headers.get("origin") ?? "*");
+        res.headers.set("access-control-expose-headers", EXPOSED_HEADERS);
+      }
+      return res;
+    })
+    .use(
+      cors({
+        // Only the API is cross-origin; the workbench stays same-origin.
+        origin: (request: Request) => new URL(request.url).pathname.startsWith("/v1/"),
+        methods: ["GET", "POST", "OPTIONS"],
+        allowedHeaders: true,
+        exposeHeaders: EXPOSED_HEADERS,
+        credentials: false,
+        maxAge: 600,
+      }),
+    )
+    .onRequest(({ request, set }) => {
+      set.headers["x-request-id"] = metaOf(request).id;
+    })
+    .use(
+      openapi({
+        provider: null,
+        specPath: "/openapi.json",
+        exclude: { paths: ["/openapi.json"] },
+        documentation: {
+          info: {
+            title: "Atelier API",
+            version: API_VERSION,
+            description:
+              "OpenAI-compatible image generation and chat. Authenticate with `Authorization: Bearer sk-atl-…`. " +
+              "Every accepted image request costs 1 credit and is refunded automatically if it fails; chat is free. " +
+              "Errors always have the shape `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}`.",
+          },
+          servers: [{ url: "/", description: "This server" }],
+          tags: [
+            { name: "Models", description: "The model catalog." },
+            { name: "Images", description: "Image generation and editing (1 credit per accepted request)." },
+            { name: "Chat", description: "Chat completions (free)." },
+            { name: "Operations", description: "Health and readiness." },
+          ],
+          components: {
+            securitySchemes: {
+              bearerAuth: { type: "http", scheme: "bearer", description: "An API key `sk-atl-…` from the workbench or `atelier key create`." },
+            },
+          },
+        },
+      }),
+    )
+    .use(docsRoutes())
+    .use(opsRoutes(services))
+    .use(modelsRoutes(services));
+
+  void config;
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;

@@ -1,0 +1,220 @@
+/**
+ * Configuration: an optional TOML file plus environment overrides, validated with TypeBox.
+ * One place owns every limit and default; other modules read the typed Config.
+ */
+import { Type as T, type Static } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import { resolve } from "node:path";
+
+const MiB = 1024 * 1024;
+
+const Server = T.Object(
+  {
+    host: T.String({ default: "0.0.0.0", description: "Address to listen on." }),
+    port: T.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+    data_dir: T.String({ default: "./data", description: "Directory holding atelier.db." }),
+    public_url: T.Optional(T.String({ description: "External base URL, e.g. https://atelier.example.com (used for image URLs and cookies)." })),
+    max_body_bytes: T.Integer({ minimum: 1024, default: 180 * MiB, description: "Largest accepted request body." }),
+    max_inflight_body_bytes: T.Integer({ minimum: 1024, default: 512 * MiB, description: "Total request-body bytes buffered at once across all requests." }),
+    idle_timeout_s: T.Integer({ minimum: 1, maximum: 255, default: 255 }),
+    shutdown_grace_ms: T.Integer({ minimum: 0, default: 30_000 }),
+    builtin_image: T.Boolean({ default: true, description: "Offer the built-in offline renderer as model builtin-image." }),
+    builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),
+    default_image_model: T.Optional(T.String({ description: "Image model used when a request names none." })),
+    log_requests: T.Boolean({ default: true }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
+const Limits = T.Object(
+  {
+    generation_concurrency: T.Integer({ minimum: 1, default: 4 }),
+    per_user_concurrency: T.Integer({ minimum: 1, default: 2 }),
+    queue_size: T.Integer({ minimum: 0, default: 32 }),
+    queue_timeout_ms: T.Integer({ minimum: 0, default: 60_000 }),
+    generation_timeout_ms: T.Integer({ minimum: 1, default: 300_000 }),
+    chat_concurrency: T.Integer({ minimum: 1, default: 16 }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
+const Account = T.Object(
+  {
+    id: T.String({ minLength: 1 }),
+    api_key: T.Optional(T.String()),
+    username: T.Optional(T.String()),
+    password: T.Optional(T.String()),
+    weight: T.Integer({ minimum: 1, default: 1 }),
+    max_concurrency: T.Integer({ minimum: 1, default: 2 }),
+  },
+  { additionalProperties: false },
+);
+
+const Upstream = T.Object(
+  {
+    id: T.String({ minLength: 1 }),
+    kind: T.Union([T.Literal("openai"), T.Literal("sdwebui")]),
+    base_url: T.String({ minLength: 1 }),
+    timeout_ms: T.Integer({ minimum: 1, default: 120_000 }),
+    max_attempts: T.Integer({ minimum: 1, default: 3 }),
+    accounts: T.Array(Account, { minItems: 1 }),
+  },
+  { additionalProperties: false },
+);
+
+const Model = T.Object(
+  {
+    id: T.String({ minLength: 1 }),
+    kind: T.Union([T.Literal("image"), T.Literal("chat")]),
+    owned_by: T.Optional(T.String()),
+    upstream: T.Optional(T.String()),
+    upstream_model: T.Optional(T.String()),
+    sizes: T.Optional(T.Array(T.String())),
+    qualities: T.Optional(T.Array(T.String())),
+    params: T.Optional(T.Record(T.String(), T.Unknown(), { description: "Extra engine parameters (sdwebui: sampler_name, cfg_scale, checkpoint…)." })),
+  },
+  { additionalProperties: false },
+);
+
+const Workbench = T.Object(
+  {
+    enabled: T.Boolean({ default: true }),
+    registration: T.Union([T.Literal("open"), T.Literal("closed")], { default: "open" }),
+    initial_credits: T.Integer({ minimum: 0, default: 10 }),
+    min_password_length: T.Integer({ minimum: 8, default: 10 }),
+    session_ttl_hours: T.Integer({ minimum: 1, default: 24 * 14 }),
+    secure_cookies: T.Union([T.Literal("auto"), T.Literal("always"), T.Literal("never")], { default: "auto" }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
+export const ConfigSchema = T.Object(
+  {
+    server: Server,
+    limits: Limits,
+    upstreams: T.Array(Upstream, { default: [] }),
+    models: T.Array(Model, { default: [] }),
+    workbench: Workbench,
+  },
+  { additionalProperties: false },
+);
+
+export type Config = Static<typeof ConfigSchema>;
+export type UpstreamConfig = Static<typeof Upstream>;
+export type AccountConfig = Static<typeof Account>;
+export type ModelConfig = Static<typeof Model>;
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+export interface ConfigSources {
+  /** Path of the TOML file; absent means embedded defaults only. */
+  file?: string;
+  env?: Record<string, string | undefined>;
+  /** Command-line overrides, applied last. */
+  overrides?: { port?: number; host?: string; data_dir?: string };
+}
+
+/** Replaces `${NAME}` in every string with the environment variable, failing on unset names. */
+function substituteEnv(value: unknown, env: Record<string, string | undefined>, path: string): unknown {
+  if (typeof value === "string") {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+      const found = env[name];
+      if (found === undefined) throw new ConfigError(`${path}: environment variable ${name} is not set`);
+      return found;
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => substituteEnv(v, env, `${path}[${i}]`));
+  if (value && typeof value === "object") {
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env, path ? `${path}.${k}` : k)]),
+    );
+  }
+  return value;
+}
+
+function parseIntEnv(name: string, raw: string | undefined): number | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n)) throw new ConfigError(`${name}: expected an integer, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+/** JSON-pointer-ish "/limits/queue_size" to "limits.queue_size", "/upstreams/0/id" to "upstreams[0].id". */
+function keyFromPointer(pointer: string): string {
+  return pointer
+    .split("/")
+    .filter(Boolean)
+    .map((part) => (/^\d+$/.test(part) ? `[${part}]` : `.${part}`))
+    .join("")
+    .replace(/^\./, "");
+}
+
+export function loadConfig(sources: ConfigSources = {}): Config {
+  const env = sources.env ?? process.env;
+  let raw: Record<string, unknown> = {};
+  const file = sources.file ?? env.ATELIER_CONFIG;
+  if (file) {
+    let text: string;
+    try {
+      text = require("node:fs").readFileSync(file, "utf8");
+    } catch (e) {
+      throw new ConfigError(`cannot read config file ${file}: ${(e as Error).message}`);
+    }
+    try {
+      raw = Bun.TOML.parse(text) as Record<string, unknown>;
+    } catch (e) {
+      throw new ConfigError(`${file}: invalid TOML: ${(e as Error).message}`);
+    }
+    raw = substituteEnv(raw, env, "") as Record<string, unknown>;
+  }
+
+  const server = { ...((raw.server as Record<string, unknown> | undefined) ?? {}) };
+  const envPort = parseIntEnv("ATELIER_PORT", env.ATELIER_PORT);
+  if (envPort !== undefined) server.port = envPort;
+  if (env.ATELIER_HOST) server.host = env.ATELIER_HOST;
+  if (env.ATELIER_DATA) server.data_dir = env.ATELIER_DATA;
+  const o = sources.overrides ?? {};
+  if (o.port !== undefined) server.port = o.port;
+  if (o.host !== undefined) server.host = o.host;
+  if (o.data_dir !== undefined) server.data_dir = o.data_dir;
+  raw.server = server;
+
+  const withDefaults = Value.Default(ConfigSchema, Value.Clone(raw));
+  const first = Value.Errors(ConfigSchema, withDefaults).First();
+  if (first) {
+    const key = keyFromPointer(first.path) || "(top level)";
+    const hint = first.schema && "additionalProperties" in first.schema && first.message.includes("additional") ? " (unknown key)" : "";
+    throw new ConfigError(`${file ?? "configuration"}: ${key}: ${first.message}${hint}`);
+  }
+  const config = withDefaults as Config;
+  config.server.data_dir = resolve(config.server.data_dir);
+  checkReferences(config);
+  return config;
+}
+
+/** Cross-field rules TypeBox cannot express: unique ids and models naming real upstreams. */
+function checkReferences(config: Config): void {
+  const upstreamIds = new Set<string>();
+  config.upstreams.forEach((u, i) => {
+    if (upstreamIds.has(u.id)) throw new ConfigError(`upstreams[${i}].id: duplicate upstream id ${JSON.stringify(u.id)}`);
+    upstreamIds.add(u.id);
+    const accountIds = new Set<string>();
+    u.accounts.forEach((a, j) => {
+      if (accountIds.has(a.id)) throw new ConfigError(`upstreams[${i}].accounts[${j}].id: duplicate account id ${JSON.stringify(a.id)}`);
+      accountIds.add(a.id);
+    });
+  });
+  const modelIds = new Set<string>();
+  config.models.forEach((m, i) => {
+    if (modelIds.has(m.id) || m.id === "builtin-image" || m.id === "builtin-chat") {
+      throw new ConfigError(`models[${i}].id: duplicate or reserved model id ${JSON.stringify(m.id)}`);
+    }
+    modelIds.add(m.id);
+    if (m.upstream !== undefined && !upstreamIds.has(m.upstream)) {
+      throw new ConfigError(`models[${i}].upstream: no upstream with id ${JSON.stringify(m.upstream)}`);
+    }
+    if (m.upstream === undefined) throw new ConfigError(`models[${i}].upstream: required (the id of an [[upstreams]] entry)`);
+  });
+}

@@ -1,0 +1,85 @@
+/**
+ * Users and keys as the CLI and the workbench see them: hashing, validation and the
+ * throttled last-used bookkeeping. SQL stays in the store.
+ */
+import type { Store } from "../store";
+import type { Role, UserRow } from "../store/users";
+import { generateApiKey, hashApiKey, type NewApiKey } from "./apiKeys";
+import type { ApiKeyRow, KeyOwner } from "../store/apiKeys";
+
+export type Clock = () => number;
+
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
+export class AccountError extends Error {
+  override name = "AccountError";
+}
+
+export function normalizeEmail(email: string): string {
+  return email.trim();
+}
+
+export function validateEmail(email: string): string | null {
+  if (email.length > 254 || !EMAIL.test(email)) return "must be a valid email address";
+  return null;
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  return Bun.password.hash(password, { algorithm: "argon2id" });
+}
+
+export async function verifyPassword(password: string, hash: string | null): Promise<boolean> {
+  if (!hash) return false;
+  try {
+    return await Bun.password.verify(password, hash);
+  } catch {
+    return false;
+  }
+}
+
+export async function addUser(
+  store: Store,
+  clock: Clock,
+  input: { email: string; password?: string | null; role?: Role; credits?: number; actor?: string },
+): Promise<UserRow> {
+  const email = normalizeEmail(input.email);
+  const problem = validateEmail(email);
+  if (problem) throw new AccountError(`email ${problem}`);
+  const credits = input.credits ?? 0;
+  if (!Number.isInteger(credits) || credits < 0) throw new AccountError("credits must be a non-negative integer");
+  const passwordHash = input.password ? await hashPassword(input.password) : null;
+  return store.users.create({ email, passwordHash, role: input.role ?? "user", credits, actor: input.actor }, clock());
+}
+
+export function createKey(store: Store, clock: Clock, userId: number, name: string): { key: NewApiKey; row: ApiKeyRow } {
+  const key = generateApiKey();
+  const row = store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash }, clock());
+  return { key, row };
+}
+
+/**
+ * Looks a presented key up by its hash on every request (a point query), so a revocation by
+ * the CLI is seen at once. last_used_at is written at most once a minute per key.
+ */
+export class KeyAuthenticator {
+  private readonly lastWrite = new Map<number, number>();
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+    private readonly touchEveryMs = 60_000,
+  ) {}
+
+  lookup(secret: string): KeyOwner | null {
+    const owner = this.store.keys.ownerByHash(hashApiKey(secret));
+    if (owner && owner.key_revoked_at === null && !owner.disabled) this.touch(owner.key_id);
+    return owner;
+  }
+
+  private touch(keyId: number): void {
+    const now = this.clock();
+    const last = this.lastWrite.get(keyId);
+    if (last !== undefined && now - last < this.touchEveryMs) return;
+    this.lastWrite.set(keyId, now);
+    this.store.keys.touch(keyId, now);
+  }
+}

@@ -1,0 +1,38 @@
+/** API key material: `sk-atl-` + 43 base62 characters (256 bits from the CSPRNG). */
+const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+export const KEY_PREFIX = "sk-atl-";
+const SECRET_CHARS = 43; // 43 * log2(62) ≈ 256 bits
+const DISPLAY_CHARS = 8;
+
+export interface NewApiKey {
+  /** The full key: shown once, never stored. */
+  secret: string;
+  /** Short, non-secret handle used in lists and `key revoke`. */
+  prefix: string;
+  hash: string;
+}
+
+/** Uniform base62 by rejection sampling (bytes >= 248 would bias the modulo). */
+export function randomBase62(length: number): string {
+  let out = "";
+  while (out.length < length) {
+    for (const byte of crypto.getRandomValues(new Uint8Array(length * 2))) {
+      if (byte < 248 && out.length < length) out += ALPHABET[byte % 62];
+    }
+  }
+  return out;
+}
+
+export function hashApiKey(secret: string): string {
+  return new Bun.CryptoHasher("sha256").update(secret).digest("hex");
+}
+
+export function generateApiKey(): NewApiKey {
+  const body = randomBase62(SECRET_CHARS);
+  const secret = KEY_PREFIX + body;
+  return { secret, prefix: KEY_PREFIX + body.slice(0, DISPLAY_CHARS), hash: hashApiKey(secret) };
+}
+
+export function looksLikeApiKey(value: string): boolean {
+  return value.startsWith(KEY_PREFIX) && value.length === KEY_PREFIX.length + SECRET_CHARS;
+}

@@ -1,0 +1,120 @@
+/**
+ * The one interface every engine implements (built-in, OpenAI-compatible, SD WebUI).
+ * Engines know nothing of credits or of our HTTP statuses: they return results or throw the
+ * typed errors below, and the http layer maps those.
+ */
+import type { CatalogModel } from "../core/models";
+
+export type ImageMime = "image/png" | "image/jpeg" | "image/webp";
+
+/** An image whose bytes were sniffed and whose dimensions were read from its header. */
+export interface ImageInput {
+  bytes: Uint8Array;
+  mime: ImageMime;
+  width: number;
+  height: number;
+}
+
+export interface RequestedSize {
+  width: number;
+  height: number;
+}
+
+/** Which upstream served a request; recorded in the history (never a key). */
+export interface UpstreamTrace {
+  upstreamId: string;
+  accountId: string;
+  attempts: number;
+  upstreamLatencyMs: number;
+}
+
+export interface ImageJob {
+  model: CatalogModel;
+  prompt: string;
+  /** null means "auto": the engine picks. */
+  size: RequestedSize | null;
+  quality: string;
+  /** Generations: reference images. Edits: the images to edit (first is the base). */
+  images: ImageInput[];
+  /** Edits only: PNG with alpha; transparent = repaint here. */
+  mask?: ImageInput;
+  /** OpenAI's pass-through fields (background, output_format, style, user, …). */
+  extra: Record<string, unknown>;
+  signal: AbortSignal;
+}
+
+export interface GeneratedImage {
+  bytes: Uint8Array;
+  mime: ImageMime;
+  width: number;
+  height: number;
+  revisedPrompt?: string;
+  trace?: UpstreamTrace;
+}
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+export interface ChatJob {
+  model: CatalogModel;
+  messages: ChatMessage[];
+  /** Validated OpenAI parameters (temperature, max_tokens, response_format, …). */
+  params: Record<string, unknown>;
+  signal: AbortSignal;
+}
+
+export interface ChatResult {
+  content: string;
+  finishReason: "stop" | "length" | "content_filter" | "tool_calls";
+  usage: { promptTokens: number; completionTokens: number };
+  trace?: UpstreamTrace;
+}
+
+export interface ImageEngine {
+  generate(job: ImageJob): Promise<GeneratedImage>;
+  edit(job: ImageJob): Promise<GeneratedImage>;
+}
+
+export interface ChatEngine {
+  chat(job: ChatJob): Promise<ChatResult>;
+}
+
+/** Base of every engine failure. Deliberately no `code` property (Elysia treats that specially). */
+export abstract class EngineError extends Error {
+  trace?: Partial<UpstreamTrace>;
+}
+
+/** Every usable account is cooling down; retry after the earliest recovery. */
+export class UpstreamRateLimited extends EngineError {
+  override name = "UpstreamRateLimited";
+  constructor(message: string, readonly retryAfterMs: number) {
+    super(message);
+  }
+}
+
+/** No account usable at all (all disabled, or none configured). */
+export class UpstreamUnavailable extends EngineError {
+  override name = "UpstreamUnavailable";
+}
+
+/** Attempts ran out on 5xx, resets, malformed answers. */
+export class UpstreamFailed extends EngineError {
+  override name = "UpstreamFailed";
+}
+
+/** The upstream refused the request itself (HTTP 400: policy, unsupported size): no retry. */
+export class UpstreamRejected extends EngineError {
+  override name = "UpstreamRejected";
+}
+
+/** The engine did not finish within its deadline. */
+export class EngineTimeout extends EngineError {
+  override name = "EngineTimeout";
+}
+
+/** The engine produced something unusable (e.g. bytes that are not a decodable image). */
+export class EngineOutputInvalid extends EngineError {
+  override name = "EngineOutputInvalid";
+}

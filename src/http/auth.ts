@@ -1,0 +1,59 @@
+/**
+ * Who is calling /v1: an API key in `Authorization: Bearer`, or (for the workbench
+ * playground) a signed-in session that the workbench resolves.
+ */
+import { Elysia } from "elysia";
+import type { KeyAuthenticator } from "../core/accounts";
+import type { Role } from "../store/users";
+import { forbidden, unauthorized } from "./errors";
+import { metaOf } from "./requestMeta";
+
+export interface Principal {
+  userId: number;
+  keyId: number | null;
+  email: string;
+  role: Role;
+  via: "key" | "session";
+}
+
+export interface ApiAuthDeps {
+  keys: KeyAuthenticator;
+  /**
+   * Resolves a browser session for same-origin playground calls (enforcing CSRF itself);
+   * returns null when the request carries no session. Throws an ApiError to refuse.
+   */
+  sessionPrincipal?: (request: Request) => Principal | null;
+}
+
+export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Principal {
+  const header = request.headers.get("authorization");
+  if (!header) {
+    const session = deps.sessionPrincipal?.(request);
+    if (session) return session;
+    throw unauthorized(
+      "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer sk-atl-…'; create one in the workbench (API) or with `atelier key create`.",
+      "missing_api_key",
+    );
+  }
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!match) {
+    throw unauthorized("Malformed Authorization header; use 'Authorization: Bearer sk-atl-…'.", "invalid_authorization_header");
+  }
+  const secret = match[1]!;
+  const owner = deps.keys.lookup(secret);
+  if (!owner || owner.key_revoked_at !== null) {
+    // Never echo any part of the presented secret.
+    throw unauthorized("Incorrect API key provided, or the key was revoked. Check the key or create a new one in the workbench.", "invalid_api_key");
+  }
+  if (owner.disabled) throw forbidden("This account has been disabled; contact the administrator.", "account_disabled");
+  return { userId: owner.user_id, keyId: owner.key_id, email: owner.email, role: owner.role, via: "key" };
+}
+
+/** Adds `principal` to every route of the instance that uses it. */
+export function apiAuth(deps: ApiAuthDeps) {
+  return new Elysia({ name: "auth.api" }).resolve({ as: "scoped" }, ({ request }) => {
+    const principal = authenticateApiRequest(request, deps);
+    metaOf(request).userId = principal.userId;
+    return { principal };
+  });
+}

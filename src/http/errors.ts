@@ -1,0 +1,119 @@
+/**
+ * The one owner of the error shape: every non-2xx answer of the service is
+ * {"error":{"message","type","param","code"}}, as OpenAI's clients expect.
+ */
+import { t } from "elysia";
+
+export type ErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "not_found_error"
+  | "insufficient_credits"
+  | "rate_limit_error"
+  | "server_error"
+  | "upstream_error";
+
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+/**
+ * An error that becomes an HTTP answer. It must not carry a property named `code`:
+ * Elysia would then not recognise it as our class (the OpenAI code lives in `errorCode`).
+ */
+export class ApiError extends Error {
+  override name = "ApiError";
+  constructor(
+    readonly status: number,
+    readonly type: ErrorType,
+    message: string,
+    readonly param: string | null = null,
+    readonly errorCode: string | null = null,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+
+  body(): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.errorCode } };
+  }
+}
+
+export const badRequest = (message: string, param: string | null = null, code: string | null = null) =>
+  new ApiError(400, "invalid_request_error", message, param, code);
+
+export const unauthorized = (message: string, code: string | null = null) =>
+  new ApiError(401, "authentication_error", message, null, code);
+
+export const forbidden = (message: string, code: string | null = null) =>
+  new ApiError(403, "permission_error", message, null, code);
+
+export const notFound = (message: string, param: string | null = null, code: string | null = null) =>
+  new ApiError(404, "not_found_error", message, param, code);
+
+export const modelNotFound = (model: string, param = "model") =>
+  new ApiError(404, "invalid_request_error", `The model '${model}' does not exist or you do not have access to it.`, param, "model_not_found");
+
+export const methodNotAllowed = (method: string, path: string, allowed: string[]) =>
+  new ApiError(405, "invalid_request_error", `Method ${method} is not allowed on ${path}; use ${allowed.join(", ")}.`, null, "method_not_allowed", {
+    allow: allowed.join(", "),
+  });
+
+export const unsupportedMediaType = (got: string | null, expected: string[]) =>
+  new ApiError(
+    415,
+    "invalid_request_error",
+    `Unsupported Content-Type ${got ? `'${got}'` : "(none)"}; send ${expected.join(" or ")}.`,
+    null,
+    "unsupported_media_type",
+  );
+
+export const payloadTooLarge = (limit: number) =>
+  new ApiError(413, "invalid_request_error", `The request body exceeds the limit of ${limit} bytes.`, null, "request_too_large");
+
+export const insufficientCredits = () =>
+  new ApiError(402, "insufficient_credits", "Insufficient credits to generate an image: each image costs 1 credit and your balance is 0.", null, "insufficient_credits", {
+    "x-should-retry": "false",
+  });
+
+/** 429 with both retry headers the openai clients honour. */
+export const tooManyRequests = (message: string, code: string, retryAfterMs: number, type: ErrorType = "rate_limit_error") => {
+  const ms = Math.max(1, Math.ceil(retryAfterMs));
+  return new ApiError(429, type, message, null, code, {
+    "retry-after": String(Math.max(1, Math.ceil(ms / 1000))),
+    "retry-after-ms": String(ms),
+  });
+};
+
+export const serverError = () =>
+  new ApiError(500, "server_error", "The server had an error while processing your request. The request id in x-request-id identifies it in the log.", null, "internal_error");
+
+/** "/messages/3/role" → "messages[3].role" */
+export function paramFromPointer(pointer: string): string | null {
+  const parts = pointer.split("/").filter(Boolean).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+  if (parts.length === 0) return null;
+  return parts.map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : i === 0 ? p : `.${p}`)).join("");
+}
+
+export function errorResponse(err: ApiError, extraHeaders: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(err.body()), {
+    status: err.status,
+    headers: { "content-type": "application/json", ...err.headers, ...extraHeaders },
+  });
+}
+
+/** TypeBox model of the error body, used in every route's response map (and the OpenAPI document). */
+export const ErrorResponseSchema = t.Object(
+  {
+    error: t.Object({
+      message: t.String({ description: "What went wrong and how to fix it." }),
+      type: t.String({ description: "Error category, e.g. invalid_request_error." }),
+      param: t.Union([t.String(), t.Null()], { description: "The request field at fault, e.g. messages[3].role." }),
+      code: t.Union([t.String(), t.Null()], { description: "Machine-readable code, e.g. model_not_found." }),
+    }),
+  },
+  {
+    examples: [{ error: { message: "prompt: Expected string length greater or equal to 1", type: "invalid_request_error", param: "prompt", code: "invalid_value" } }],
+  },
+);

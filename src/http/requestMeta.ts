@@ -1,0 +1,26 @@
+/**
+ * Per-request facts that the outer server wrapper, the Elysia hooks and the logger share:
+ * the request id (also echoed as x-request-id), the start time and, once known, the user.
+ */
+import { newId } from "../core/ids";
+
+export interface RequestMeta {
+  id: string;
+  startedAt: number;
+  userId?: number;
+  /** Bytes reserved in the body budget for this request; released when the response is done. */
+  reservedBodyBytes: number;
+}
+
+const metas = new WeakMap<Request, RequestMeta>();
+
+export function attachMeta(request: Request, now = performance.now()): RequestMeta {
+  const meta: RequestMeta = { id: newId("req_"), startedAt: now, reservedBodyBytes: 0 };
+  metas.set(request, meta);
+  return meta;
+}
+
+/** The meta of a request; one is created on first use (e.g. app.handle() in unit tests). */
+export function metaOf(request: Request): RequestMeta {
+  return metas.get(request) ?? attachMeta(request);
+}

@@ -1,0 +1,32 @@
+/** Schemas and OpenAPI details that several route modules share, defined once. */
+import { Elysia } from "elysia";
+import { ErrorResponseSchema } from "./errors";
+
+/** Registers reference models so each appears once in components.schemas. */
+export const sharedModels = new Elysia({ name: "models.shared" }).model({ ErrorResponse: ErrorResponseSchema });
+
+const ERROR_DESCRIPTIONS: Record<number, string> = {
+  400: "Invalid request: the message names the field and the rule; `param` is the field's path.",
+  401: "Missing, unknown or revoked API key.",
+  402: "Not enough credits (`insufficient_credits`). Not retried by the openai clients (`x-should-retry: false`).",
+  403: "The account is disabled.",
+  404: "Unknown model (`model_not_found`) or resource.",
+  413: "The request body is larger than the server accepts.",
+  415: "Unsupported Content-Type.",
+  429: "A concurrency limit, the queue or the upstream rate limit was hit; see `retry-after` / `retry-after-ms`.",
+  500: "Internal error; the x-request-id header identifies it in the server log.",
+  502: "Every upstream attempt failed.",
+  503: "No upstream account is usable.",
+  504: "The engine did not finish in time.",
+};
+
+/** `response` entries for the given error statuses, all with the shared error body. */
+export function errorResponses(...statuses: number[]): Record<number, "ErrorResponse"> {
+  return Object.fromEntries(statuses.map((s) => [s, "ErrorResponse" as const]));
+}
+
+export function errorDescriptions(...statuses: number[]): Record<string, { description: string }> {
+  return Object.fromEntries(statuses.map((s) => [String(s), { description: ERROR_DESCRIPTIONS[s] ?? "Error" }]));
+}
+
+export const bearerSecurity = [{ bearerAuth: [] as string[] }];

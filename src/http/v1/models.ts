@@ -1,0 +1,58 @@
+/** GET /v1/models and GET /v1/models/{model}: the catalog in OpenAI's shape. */
+import { Elysia, t } from "elysia";
+import type { CatalogModel, ModelCatalog } from "../../core/models";
+import { apiAuth, type ApiAuthDeps } from "../auth";
+import { modelNotFound } from "../errors";
+import { bearerSecurity, errorResponses, sharedModels } from "../shared";
+
+const ModelObject = t.Object(
+  {
+    id: t.String({ description: "The model id to send as `model`.", examples: ["builtin-image"] }),
+    object: t.Literal("model"),
+    created: t.Integer({ description: "Unix seconds when the model was added." }),
+    owned_by: t.String({ description: "Who provides the model.", examples: ["atelier"] }),
+  },
+  { description: "A model that can be used with this service." },
+);
+
+const ModelList = t.Object({ object: t.Literal("list"), data: t.Array(t.Ref("Model")) });
+
+function toModelObject(m: CatalogModel) {
+  return { id: m.id, object: "model" as const, created: m.created, owned_by: m.ownedBy };
+}
+
+export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps }) {
+  return new Elysia({ name: "v1.models", prefix: "/v1" })
+    .use(sharedModels)
+    .model({ Model: ModelObject, ModelList })
+    .use(apiAuth(deps.auth))
+    .get("/models", () => ({ object: "list" as const, data: deps.catalog.list().map(toModelObject) }), {
+      response: { 200: "ModelList", ...errorResponses(401, 403) },
+      detail: {
+        tags: ["Models"],
+        summary: "List models",
+        description: "Lists the image and chat models this service offers, including the built-in ones unless disabled.",
+        security: bearerSecurity,
+        operationId: "listModels",
+      },
+    })
+    .get(
+      "/models/:model",
+      ({ params }) => {
+        const model = deps.catalog.get(params.model);
+        if (!model) throw modelNotFound(params.model);
+        return toModelObject(model);
+      },
+      {
+        params: t.Object({ model: t.String({ description: "The model id (percent-encoded in the path).", examples: ["builtin-image"] }) }),
+        response: { 200: "Model", ...errorResponses(401, 403, 404) },
+        detail: {
+          tags: ["Models"],
+          summary: "Retrieve a model",
+          description: "Returns one model by id; unknown ids answer 404 with code `model_not_found`.",
+          security: bearerSecurity,
+          operationId: "retrieveModel",
+        },
+      },
+    );
+}

@@ -1,0 +1,236 @@
+#!/usr/bin/env bun
+/**
+ * The one binary: `atelier serve | user | key | credits | openapi`. Every command takes
+ * --config and --data and works while a server runs on the same data directory.
+ */
+import { createApp, createServices } from "./app";
+import { parseCommand, positiveInteger, UsageError } from "./cli/args";
+import { ConfigError, loadConfig, type Config } from "./config";
+import { AccountError, addUser, createKey } from "./core/accounts";
+import { createLogger, silentLogger } from "./logger";
+import { startServer } from "./server";
+import { createStore, type Store } from "./store";
+import { DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
+import { EmailTakenError } from "./store/users";
+
+const COMMON_HELP = `Options on every command:
+  --config PATH   TOML configuration file (or ATELIER_CONFIG)
+  --data DIR      data directory holding atelier.db (or ATELIER_DATA; default ./data)
+  -h, --help      show help`;
+
+const USAGE = `atelier — OpenAI-compatible image generation and chat in one binary
+
+Usage: atelier <command> [options]
+
+Commands:
+  serve                                   run the HTTP server
+  user add <email> [--password P] [--admin] [--credits N]
+  user list
+  credits grant <email> <N> [--note TEXT]
+  key create <email> [--name NAME]        prints the full key alone on the last line
+  key list <email>
+  key revoke <prefix>
+  openapi                                 print the OpenAPI document
+
+${COMMON_HELP}`;
+
+interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+type Values = { config?: string; data?: string };
+
+function configFrom(values: Values, extra: { port?: number; host?: string } = {}): Config {
+  return loadConfig({ file: values.config, overrides: { data_dir: values.data, ...extra } });
+}
+
+function withStore<T>(values: Values, fn: (store: Store) => T): T {
+  const config = configFrom(values);
+  const store = createStore(openDatabase(config.server.data_dir), latestVersion());
+  try {
+    return fn(store);
+  } finally {
+    store.close();
+  }
+}
+
+function requireUser(store: Store, email: string) {
+  const user = store.users.byEmail(email);
+  if (!user) throw new UsageError(`no user with email ${email}`);
+  return user;
+}
+
+const fmtTime = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
+
+async function serve(argv: string[], io: Io): Promise<number> {
+  const usage = `Usage: atelier serve [--port N] [--host ADDR]\n\n  --port N      port (or ATELIER_PORT; default 8080)\n  --host ADDR   address (or ATELIER_HOST; default 0.0.0.0)\n\n${COMMON_HELP}`;
+  const { values } = parseCommand(argv, { port: { type: "string" }, host: { type: "string" } }, usage);
+  if (values.help) return io.out(usage), 0;
+  const port = values.port === undefined ? undefined : positiveInteger("--port", values.port, true);
+  const config = configFrom(values, { port, host: values.host });
+  const logger = createLogger();
+  const server = await startServer(config, logger);
+  let signalled = false;
+  const stop = (signal: string) => {
+    if (signalled) return;
+    signalled = true;
+    logger.info("signal received", { signal });
+    server.stop().then(() => process.exit(0));
+  };
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
+  return new Promise<number>(() => {}); // runs until a signal
+}
+
+async function user(argv: string[], io: Io): Promise<number> {
+  const usage = `Usage:\n  atelier user add <email> [--password P] [--admin] [--credits N]\n  atelier user list\n\n${COMMON_HELP}`;
+  const { values, positionals } = parseCommand(
+    argv,
+    { password: { type: "string" }, admin: { type: "boolean" }, credits: { type: "string" } },
+    usage,
+  );
+  const [sub, email] = positionals;
+  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (sub === "add") {
+    if (!email || positionals.length > 2) throw new UsageError(`user add takes one email\n\n${usage}`);
+    const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true);
+    const config = configFrom(values);
+    if (values.password !== undefined && values.password.length < config.workbench.min_password_length) {
+      throw new UsageError(`--password must be at least ${config.workbench.min_password_length} characters`);
+    }
+    const store = createStore(openDatabase(config.server.data_dir), latestVersion());
+    try {
+      const row = await addUser(store, Date.now, {
+        email,
+        password: values.password,
+        role: values.admin ? "admin" : "user",
+        credits,
+        actor: "cli",
+      });
+      io.out(`created ${row.role} ${row.email} (id ${row.id}) with ${row.credits} credits`);
+    } finally {
+      store.close();
+    }
+    return 0;
+  }
+  if (sub === "list") {
+    return withStore(values, (store) => {
+      io.out(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"].join("\t"));
+      for (const u of store.users.list()) {
+        io.out([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", fmtTime(u.created_at)].join("\t"));
+      }
+      return 0;
+    });
+  }
+  throw new UsageError(`unknown command: user ${sub}\n\n${usage}`);
+}
+
+function credits(argv: string[], io: Io): number {
+  const usage = `Usage: atelier credits grant <email> <N> [--note TEXT]\n\n${COMMON_HELP}`;
+  const { values, positionals } = parseCommand(argv, { note: { type: "string" } }, usage);
+  const [sub, email, amount] = positionals;
+  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${usage}`);
+  if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${usage}`);
+  const n = positiveInteger("N", amount);
+  return withStore(values, (store) => {
+    const u = requireUser(store, email);
+    const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
+    io.out(`granted ${n} credits to ${u.email}; balance ${balance}`);
+    return 0;
+  });
+}
+
+function key(argv: string[], io: Io): number {
+  const usage = `Usage:\n  atelier key create <email> [--name NAME]\n  atelier key list <email>\n  atelier key revoke <prefix>\n\n${COMMON_HELP}`;
+  const { values, positionals } = parseCommand(argv, { name: { type: "string" } }, usage);
+  const [sub, arg] = positionals;
+  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (!arg || positionals.length > 2) throw new UsageError(`key ${sub} takes one argument\n\n${usage}`);
+  return withStore(values, (store) => {
+    if (sub === "create") {
+      const u = requireUser(store, arg);
+      const name = values.name ?? "cli";
+      if (name.length === 0 || name.length > 100) throw new UsageError("--name must be 1 to 100 characters");
+      const { key: k } = createKey(store, Date.now, u.id, name);
+      io.out(`created key ${k.prefix} (${name}) for ${u.email}; it is shown only once:`);
+      io.out(k.secret);
+      return 0;
+    }
+    if (sub === "list") {
+      const u = requireUser(store, arg);
+      io.out(["PREFIX", "NAME", "CREATED", "LAST USED", "STATUS"].join("\t"));
+      for (const k of store.keys.listForUser(u.id)) {
+        io.out([k.prefix, k.name, fmtTime(k.created_at), fmtTime(k.last_used_at), k.revoked_at ? "revoked" : "active"].join("\t"));
+      }
+      return 0;
+    }
+    if (sub === "revoke") {
+      const k = store.keys.byPrefix(arg);
+      if (!k) throw new UsageError(`no key with prefix ${arg}`);
+      if (!store.keys.revoke(k.id, Date.now())) throw new UsageError(`key ${arg} is already revoked`);
+      io.out(`revoked ${k.prefix}`);
+      return 0;
+    }
+    throw new UsageError(`unknown command: key ${sub}\n\n${usage}`);
+  });
+}
+
+/** The document the server serves at /openapi.json, rendered without listening. */
+export async function renderOpenApi(config: Config): Promise<string> {
+  const store = createStore(openDatabase(":memory:"), latestVersion());
+  try {
+    const app = createApp(createServices({ config, store, logger: silentLogger }));
+    const res = await app.handle(new Request("http://localhost/openapi.json"));
+    return JSON.stringify(await res.json(), null, 2);
+  } finally {
+    store.close();
+  }
+}
+
+async function openapiCommand(argv: string[], io: Io): Promise<number> {
+  const usage = `Usage: atelier openapi\n\nPrints the OpenAPI document (the same one served at /openapi.json).\n\n${COMMON_HELP}`;
+  const { values } = parseCommand(argv, {}, usage);
+  if (values.help) return io.out(usage), 0;
+  io.out(await renderOpenApi(configFrom(values)));
+  return 0;
+}
+
+const COMMANDS: Record<string, (argv: string[], io: Io) => number | Promise<number>> = {
+  serve,
+  user,
+  credits,
+  key,
+  openapi: openapiCommand,
+};
+
+export async function runCli(argv: string[], io: Io = { out: (s) => console.log(s), err: (s) => console.error(s) }): Promise<number> {
+  const [command, ...rest] = argv;
+  if (!command || command === "--help" || command === "-h" || command === "help") {
+    io.out(USAGE);
+    return command ? 0 : 2;
+  }
+  const run = COMMANDS[command];
+  if (!run) {
+    io.err(`atelier: unknown command '${command}'\n\n${USAGE}`);
+    return 2;
+  }
+  try {
+    return await run(rest, io);
+  } catch (e) {
+    if (e instanceof UsageError || e instanceof ConfigError || e instanceof AccountError || e instanceof EmailTakenError || e instanceof DatabaseTooNewError) {
+      io.err(`atelier ${command}: ${e.message}`);
+      return e instanceof UsageError ? 2 : 1;
+    }
+    io.err(`atelier ${command}: ${e instanceof Error ? e.message : String(e)}`);
+    return 1;
+  }
+}
+
+if (import.meta.main) {
+  const code = await runCli(process.argv.slice(2));
+  if (code !== 0) process.exit(code);
+  // serve never resolves; other commands fall through and exit 0.
+}
+

@@ -1,0 +1,108 @@
+/**
+ * Runs the app on a real socket: request ids and logging around every request, the body
+ * pre-check that keeps Bun from answering over-size bodies itself, crash recovery at start,
+ * and a graceful stop on SIGTERM/SIGINT.
+ */
+import type { Server } from "bun";
+import { createApp, createServices, type Services } from "./app";
+import type { Config } from "./config";
+import type { Logger } from "./logger";
+import { openDatabase, latestVersion } from "./store/database";
+import { createStore } from "./store";
+import { admitDeclaredBody } from "./http/body";
+import { ApiError, errorResponse, serverError } from "./http/errors";
+import { attachMeta } from "./http/requestMeta";
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  services: Services;
+  /** Stops accepting, waits for in-flight work up to the grace period, closes the database. */
+  stop(): Promise<void>;
+}
+
+/** Paths whose handlers may run longer than Bun's idle timeout (capped at 255 s). */
+const LONG_RUNNING = /^\/v1\/(images|chat)\//;
+
+export interface StartOptions {
+  /** Lets tests swap parts (e.g. a slow or failing engine) before the app is built. */
+  customize?: (services: Services) => void;
+}
+
+export async function startServer(config: Config, logger: Logger, options: StartOptions = {}): Promise<RunningServer> {
+  const db = openDatabase(config.server.data_dir);
+  const store = createStore(db, latestVersion());
+  const services = createServices({ config, store, logger });
+  options.customize?.(services);
+  const recovered = store.credits.recoverInterrupted(services.clock());
+  if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
+
+  const app = createApp(services);
+  const inflight = new Set<Promise<unknown>>();
+
+  const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
+    const meta = attachMeta(request);
+    const path = new URL(request.url).pathname;
+    if (LONG_RUNNING.test(path)) server.timeout(request, 0);
+    let response: Response;
+    try {
+      admitDeclaredBody(request, services.budget);
+      response = await app.handle(request);
+    } catch (e) {
+      const err = e instanceof ApiError ? e : serverError();
+      if (!(e instanceof ApiError)) logger.error("unhandled error", { request_id: meta.id, error: String(e) });
+      response = errorResponse(err);
+    } finally {
+      services.budget.release(request);
+    }
+    response.headers.set("x-request-id", meta.id);
+    if (config.server.log_requests) {
+      logger.info("request", {
+        request_id: meta.id,
+        method: request.method,
+        path,
+        status: response.status,
+        duration_ms: Math.round((performance.now() - meta.startedAt) * 10) / 10,
+        user_id: meta.userId ?? null,
+      });
+    }
+    return response;
+  };
+
+  const server = Bun.serve({
+    hostname: config.server.host,
+    port: config.server.port,
+    // Above our own limit, so that we (not Bun) answer over-size bodies with a JSON 413.
+    maxRequestBodySize: config.server.max_body_bytes + 1024 * 1024,
+    idleTimeout: config.server.idle_timeout_s,
+    fetch(request, srv) {
+      const p = handle(request, srv);
+      inflight.add(p);
+      p.finally(() => inflight.delete(p));
+      return p;
+    },
+  });
+
+  const port = server.port ?? config.server.port;
+  const url = `http://${config.server.host === "0.0.0.0" ? "127.0.0.1" : config.server.host}:${port}`;
+  logger.info("listening", { url, data_dir: config.server.data_dir, models: services.catalog.list().map((m) => m.id) });
+
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    services,
+    stop() {
+      stopping ??= (async () => {
+        logger.info("shutting down", { inflight: inflight.size });
+        const graceful = server.stop(false);
+        const deadline = new Promise((r) => setTimeout(r, config.server.shutdown_grace_ms));
+        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle()]), deadline]);
+        await server.stop(true);
+        store.close();
+        logger.info("stopped");
+      })();
+      return stopping;
+    },
+  };
+}

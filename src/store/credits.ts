@@ -1,0 +1,148 @@
+/**
+ * Every balance change lives here, each inside one IMMEDIATE transaction together with its
+ * ledger row (and, for images, the request record). The schema backs this up: credits >= 0,
+ * refunded <= charged, and at most one charge and one refund row per request.
+ */
+import type { Db } from "./database";
+
+export class InsufficientCreditsError extends Error {
+  override name = "InsufficientCreditsError";
+}
+
+export interface LedgerRow {
+  id: number;
+  user_id: number;
+  kind: "grant" | "deduct" | "charge" | "refund";
+  amount: number;
+  request_id: string | null;
+  note: string | null;
+  actor: string | null;
+  created_at: number;
+}
+
+export interface ImageCharge {
+  requestId: string;
+  userId: number;
+  keyId: number | null;
+  endpoint: string;
+  model: string;
+  prompt: string;
+}
+
+export interface FailureRecord {
+  status: "failed" | "interrupted";
+  errorCode: string;
+  errorMessage: string;
+  queueMs?: number | null;
+  generationMs?: number | null;
+}
+
+export class CreditStore {
+  constructor(private readonly db: Db) {}
+
+  balance(userId: number): number | null {
+    return this.db.query<{ credits: number }, [number]>("SELECT credits FROM users WHERE id = ?").get(userId)?.credits ?? null;
+  }
+
+  /** Adds credits (admin grant). */
+  grant(userId: number, amount: number, now: number, note?: string, actor?: string): number {
+    if (!Number.isInteger(amount) || amount <= 0) throw new RangeError("grant amount must be a positive integer");
+    return this.db.transaction(() => {
+      const row = this.db
+        .query<{ credits: number }, [number, number]>("UPDATE users SET credits = credits + ? WHERE id = ? RETURNING credits")
+        .get(amount, userId);
+      if (!row) throw new RangeError(`no user with id ${userId}`);
+      this.db
+        .query("INSERT INTO ledger (user_id, kind, amount, note, actor, created_at) VALUES (?, 'grant', ?, ?, ?, ?)")
+        .run(userId, amount, note ?? null, actor ?? null, now);
+      return row.credits;
+    }).immediate();
+  }
+
+  /** Removes credits (admin deduction); never below zero. */
+  deduct(userId: number, amount: number, now: number, note?: string, actor?: string): number {
+    if (!Number.isInteger(amount) || amount <= 0) throw new RangeError("deduct amount must be a positive integer");
+    return this.db.transaction(() => {
+      const row = this.db
+        .query<{ credits: number }, [number, number, number]>(
+          "UPDATE users SET credits = credits - ? WHERE id = ? AND credits >= ? RETURNING credits",
+        )
+        .get(amount, userId, amount);
+      if (!row) throw new InsufficientCreditsError(`cannot deduct ${amount}: the balance is lower`);
+      this.db
+        .query("INSERT INTO ledger (user_id, kind, amount, note, actor, created_at) VALUES (?, 'deduct', ?, ?, ?, ?)")
+        .run(userId, -amount, note ?? null, actor ?? null, now);
+      return row.credits;
+    }).immediate();
+  }
+
+  /**
+   * Charges 1 credit for an accepted image request: the request record, the balance and the
+   * ledger row commit together or not at all. Throws InsufficientCreditsError at zero.
+   */
+  chargeForImage(c: ImageCharge, now: number): number {
+    return this.db.transaction(() => {
+      const row = this.db
+        .query<{ credits: number }, [number]>("UPDATE users SET credits = credits - 1 WHERE id = ? AND credits >= 1 RETURNING credits")
+        .get(c.userId);
+      if (!row) throw new InsufficientCreditsError("insufficient credits to generate an image");
+      this.db
+        .query(
+          `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, prompt, created_at)
+           VALUES (?, ?, ?, 'image', ?, ?, 'pending', 1, ?, ?)`,
+        )
+        .run(c.requestId, c.userId, c.keyId, c.endpoint, c.model, c.prompt, now);
+      this.db
+        .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', -1, ?, ?)")
+        .run(c.userId, c.requestId, now);
+      return row.credits;
+    }).immediate();
+  }
+
+  /**
+   * Marks a pending charged request failed and returns its credit, exactly once: the status
+   * transition guards the refund, so a second call (or a racing recovery) changes nothing.
+   * Returns true when this call refunded.
+   */
+  refundOnce(requestId: string, failure: FailureRecord, now: number): boolean {
+    return this.db.transaction(() => {
+      const req = this.db
+        .query<{ user_id: number; credits_charged: number }, [string, string, string, number | null, number | null, number, string]>(
+          `UPDATE requests SET status = ?, error_code = ?, error_message = ?, queue_ms = COALESCE(?, queue_ms),
+                  generation_ms = COALESCE(?, generation_ms), credits_refunded = credits_charged, finished_at = ?
+            WHERE id = ? AND status = 'pending' RETURNING user_id, credits_charged`,
+        )
+        .get(failure.status, failure.errorCode, failure.errorMessage, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId);
+      if (!req) return false;
+      if (req.credits_charged > 0) {
+        this.db.query("UPDATE users SET credits = credits + ? WHERE id = ?").run(req.credits_charged, req.user_id);
+        this.db
+          .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'refund', ?, ?, ?)")
+          .run(req.user_id, req.credits_charged, requestId, now);
+      }
+      return true;
+    }).immediate();
+  }
+
+  /** Requests a crash left pending: each is marked interrupted and refunded once. */
+  recoverInterrupted(now: number): string[] {
+    const pending = this.db.query<{ id: string }, []>("SELECT id FROM requests WHERE status = 'pending'").all();
+    const refunded: string[] = [];
+    for (const { id } of pending) {
+      if (this.refundOnce(id, { status: "interrupted", errorCode: "interrupted", errorMessage: "the server stopped before the request finished" }, now)) {
+        refunded.push(id);
+      }
+    }
+    return refunded;
+  }
+
+  ledger(userId: number, limit = 50, offset = 0): LedgerRow[] {
+    return this.db
+      .query<LedgerRow, [number, number, number]>("SELECT * FROM ledger WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?")
+      .all(userId, limit, offset);
+  }
+
+  ledgerSum(userId: number): number {
+    return this.db.query<{ s: number | null }, [number]>("SELECT SUM(amount) AS s FROM ledger WHERE user_id = ?").get(userId)?.s ?? 0;
+  }
+}

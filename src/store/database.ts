@@ -1,0 +1,62 @@
+/**
+ * Opens the SQLite database in WAL mode and brings its schema up to date.
+ * CLI commands and the server may hold the same file open at once; WAL plus busy_timeout
+ * lets them interleave writes, and every read goes to the file, so changes are seen at once.
+ */
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { migrations, type Migration } from "./migrations";
+
+export type Db = Database;
+
+export class DatabaseTooNewError extends Error {
+  override name = "DatabaseTooNewError";
+}
+
+export function databasePath(dataDir: string): string {
+  return join(dataDir, "atelier.db");
+}
+
+/** ":memory:" gives a private in-memory database (used to print the OpenAPI document). */
+export function openDatabase(dataDir: string, list: Migration[] = migrations): Db {
+  const memory = dataDir === ":memory:";
+  if (!memory) mkdirSync(dataDir, { recursive: true });
+  const db = new Database(memory ? ":memory:" : databasePath(dataDir), { create: true, strict: true });
+  if (!memory) db.exec("PRAGMA journal_mode = WAL");
+  db.exec("PRAGMA busy_timeout = 5000");
+  db.exec("PRAGMA foreign_keys = ON");
+  db.exec("PRAGMA synchronous = NORMAL");
+  migrate(db, list);
+  return db;
+}
+
+export function schemaVersion(db: Db): number {
+  const row = db.query<{ v: number | null }, []>("SELECT MAX(version) AS v FROM schema_migrations").get();
+  return row?.v ?? 0;
+}
+
+export function latestVersion(list: Migration[] = migrations): number {
+  return list.reduce((max, m) => Math.max(max, m.version), 0);
+}
+
+function migrate(db: Db, list: Migration[]): void {
+  db.exec(
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
+  );
+  // IMMEDIATE takes the write lock first, so two processes starting together migrate once.
+  db.transaction(() => {
+    const current = schemaVersion(db);
+    const latest = latestVersion(list);
+    if (current > latest) {
+      throw new DatabaseTooNewError(
+        `the database is at schema version ${current}, but this binary knows only up to ${latest}; run a newer atelier (or restore a backup)`,
+      );
+    }
+    for (const m of [...list].sort((a, b) => a.version - b.version)) {
+      if (m.version <= current) continue;
+      db.exec(m.sql);
+      db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(m.version, m.name, Date.now());
+    }
+  }).immediate();
+}

@@ -1,0 +1,38 @@
+/** The store: every SQL statement of the service lives under src/store. */
+import type { Db } from "./database";
+import { ApiKeyStore } from "./apiKeys";
+import { CreditStore } from "./credits";
+import { RequestStore } from "./requests";
+import { UserStore } from "./users";
+
+export interface Store {
+  db: Db;
+  users: UserStore;
+  keys: ApiKeyStore;
+  credits: CreditStore;
+  requests: RequestStore;
+  /** True when the database answers and the schema is current. */
+  ready(): boolean;
+  close(): void;
+}
+
+export function createStore(db: Db, latest: number): Store {
+  return {
+    db,
+    users: new UserStore(db),
+    keys: new ApiKeyStore(db),
+    credits: new CreditStore(db),
+    requests: new RequestStore(db),
+    ready() {
+      try {
+        const v = db.query<{ v: number | null }, []>("SELECT MAX(version) AS v FROM schema_migrations").get()?.v ?? 0;
+        return v === latest;
+      } catch {
+        return false;
+      }
+    },
+    close() {
+      db.close();
+    },
+  };
+}

@@ -1,0 +1,93 @@
+/**
+ * Numbered, forward-only schema migrations. Append new entries; never edit a released one.
+ * The database records each applied version in schema_migrations.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const migrations: Migration[] = [
+  {
+    version: 1,
+    name: "users, api keys, requests, credit ledger, sessions",
+    sql: `
+      CREATE TABLE users (
+        id            INTEGER PRIMARY KEY,
+        email         TEXT NOT NULL UNIQUE COLLATE NOCASE,
+        password_hash TEXT,
+        role          TEXT NOT NULL DEFAULT 'user' CHECK (role IN ('user', 'admin')),
+        credits       INTEGER NOT NULL DEFAULT 0 CHECK (credits >= 0),
+        disabled      INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
+        created_at    INTEGER NOT NULL
+      ) STRICT;
+
+      CREATE TABLE api_keys (
+        id           INTEGER PRIMARY KEY,
+        user_id      INTEGER NOT NULL REFERENCES users(id),
+        name         TEXT NOT NULL,
+        prefix       TEXT NOT NULL UNIQUE,
+        secret_hash  TEXT NOT NULL UNIQUE,
+        created_at   INTEGER NOT NULL,
+        last_used_at INTEGER,
+        revoked_at   INTEGER
+      ) STRICT;
+      CREATE INDEX api_keys_user ON api_keys(user_id);
+
+      -- One row per API request that the history shows (image and chat).
+      CREATE TABLE requests (
+        id                  TEXT PRIMARY KEY,
+        user_id             INTEGER NOT NULL REFERENCES users(id),
+        key_id              INTEGER REFERENCES api_keys(id),
+        kind                TEXT NOT NULL CHECK (kind IN ('image', 'chat')),
+        endpoint            TEXT NOT NULL,
+        model               TEXT NOT NULL,
+        status              TEXT NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed', 'interrupted')),
+        credits_charged     INTEGER NOT NULL DEFAULT 0,
+        credits_refunded    INTEGER NOT NULL DEFAULT 0,
+        queue_ms            INTEGER,
+        generation_ms       INTEGER,
+        error_code          TEXT,
+        error_message       TEXT,
+        prompt              TEXT,
+        prompt_tokens       INTEGER,
+        completion_tokens   INTEGER,
+        upstream_id         TEXT,
+        account_id          TEXT,
+        attempts            INTEGER,
+        upstream_latency_ms INTEGER,
+        created_at          INTEGER NOT NULL,
+        finished_at         INTEGER,
+        CHECK (credits_refunded <= credits_charged)
+      ) STRICT;
+      CREATE INDEX requests_user_time ON requests(user_id, created_at DESC);
+      CREATE INDEX requests_status ON requests(status);
+
+      -- Every change to a balance, signed: grant (+), deduct (-), charge (-), refund (+).
+      CREATE TABLE ledger (
+        id         INTEGER PRIMARY KEY,
+        user_id    INTEGER NOT NULL REFERENCES users(id),
+        kind       TEXT NOT NULL CHECK (kind IN ('grant', 'deduct', 'charge', 'refund')),
+        amount     INTEGER NOT NULL,
+        request_id TEXT REFERENCES requests(id),
+        note       TEXT,
+        actor      TEXT,
+        created_at INTEGER NOT NULL,
+        CHECK ((kind IN ('grant', 'refund') AND amount > 0) OR (kind IN ('deduct', 'charge') AND amount < 0))
+      ) STRICT;
+      CREATE INDEX ledger_user_time ON ledger(user_id, created_at DESC);
+      -- The last line of defence for "charged once, refunded at most once".
+      CREATE UNIQUE INDEX ledger_once_per_request ON ledger(request_id, kind) WHERE request_id IS NOT NULL;
+
+      CREATE TABLE sessions (
+        id_hash    TEXT PRIMARY KEY,
+        user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        csrf_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX sessions_user ON sessions(user_id);
+    `,
+  },
+];

@@ -1,0 +1,66 @@
+/**
+ * A real listening server on a loopback port with its own temporary data directory, plus
+ * helpers to make users and keys the way the CLI does. Logs are captured for assertions.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadConfig, type Config } from "../../src/config";
+import { addUser, createKey } from "../../src/core/accounts";
+import { createLogger } from "../../src/logger";
+import { startServer, type RunningServer, type StartOptions } from "../../src/server";
+
+export interface TestServer extends RunningServer {
+  dataDir: string;
+  logs: string[];
+  /** Creates a user with credits and an API key; returns the full key. */
+  userWithKey(opts?: { email?: string; credits?: number; role?: "user" | "admin"; password?: string }): Promise<{ userId: number; email: string; key: string }>;
+  balance(userId: number): number;
+  close(): Promise<void>;
+}
+
+let counter = 0;
+
+export function tempDir(prefix = "atelier-test-"): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+/** Writes a TOML config into a temp dir and loads it like the binary would. */
+export function configFromToml(toml: string, env: Record<string, string> = {}): Config {
+  const dir = tempDir("atelier-config-");
+  const file = join(dir, "atelier.toml");
+  require("node:fs").writeFileSync(file, toml);
+  return loadConfig({ file, env: { ...env } });
+}
+
+export async function startTestServer(
+  opts: { toml?: string; env?: Record<string, string>; config?: (c: Config) => void } & StartOptions = {},
+): Promise<TestServer> {
+  const dataDir = tempDir();
+  const base = opts.toml !== undefined ? configFromToml(opts.toml, opts.env) : loadConfig({ env: {} });
+  base.server.data_dir = dataDir;
+  base.server.port = 0;
+  base.server.host = "127.0.0.1";
+  opts.config?.(base);
+  const logs: string[] = [];
+  const running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize });
+  const { store } = running.services;
+  return {
+    ...running,
+    dataDir,
+    logs,
+    async userWithKey(o = {}) {
+      const email = o.email ?? `user${++counter}-${Date.now()}@example.com`;
+      const user = await addUser(store, Date.now, { email, credits: o.credits ?? 0, role: o.role, password: o.password });
+      const { key } = createKey(store, Date.now, user.id, "test");
+      return { userId: user.id, email, key: key.secret };
+    },
+    balance(userId: number) {
+      return store.credits.balance(userId) ?? Number.NaN;
+    },
+    async close() {
+      await running.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
