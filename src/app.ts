@@ -8,6 +8,7 @@ import { openapi } from "@elysiajs/openapi";
 import type { Config } from "./config";
 import { KeyAuthenticator, type Clock } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
+import { EngineRegistry } from "./engines/registry";
 import { ModelCatalog } from "./core/models";
 import type { Logger } from "./logger";
 import type { Store } from "./store";
@@ -38,6 +39,7 @@ export interface Services {
   budget: BodyBudget;
   auth: ApiAuthDeps;
   background: BackgroundWork;
+  engines: EngineRegistry;
 }
 
 export function createServices(deps: AppDeps): Services {
@@ -51,6 +53,7 @@ export function createServices(deps: AppDeps): Services {
     budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
     auth: { keys: new KeyAuthenticator(deps.store, clock) },
     background: new BackgroundWork(),
+    engines: new EngineRegistry(),
   };
 }
 
