@@ -4,6 +4,7 @@ import { ApiKeyStore } from "./apiKeys";
 import { CreditStore } from "./credits";
 import { RequestStore } from "./requests";
 import { UserStore } from "./users";
+import { UpstreamStateStore } from "./upstreams";
 
 export interface Store {
   db: Db;
@@ -11,6 +12,7 @@ export interface Store {
   keys: ApiKeyStore;
   credits: CreditStore;
   requests: RequestStore;
+  upstreams: UpstreamStateStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
   close(): void;
@@ -23,6 +25,7 @@ export function createStore(db: Db, latest: number): Store {
     keys: new ApiKeyStore(db),
     credits: new CreditStore(db),
     requests: new RequestStore(db),
+    upstreams: new UpstreamStateStore(db),
     ready() {
       try {
         const v = db.query<{ v: number | null }, []>("SELECT MAX(version) AS v FROM schema_migrations").get()?.v ?? 0;

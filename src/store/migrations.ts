@@ -90,4 +90,27 @@ export const migrations: Migration[] = [
       CREATE INDEX sessions_user ON sessions(user_id);
     `,
   },
+  {
+    version: 2,
+    name: "upstream account state: disabled flags and pool snapshot",
+    sql: `
+      -- An account that answered 401/403 stays disabled until an admin re-enables it.
+      CREATE TABLE upstream_disabled_accounts (
+        upstream_id TEXT NOT NULL,
+        account_id  TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        disabled_at INTEGER NOT NULL,
+        PRIMARY KEY (upstream_id, account_id)
+      ) STRICT;
+
+      -- The running server's pool state, written throttled, so the CLI can show it.
+      CREATE TABLE upstream_pool_snapshot (
+        upstream_id TEXT NOT NULL,
+        account_id  TEXT NOT NULL,
+        state_json  TEXT NOT NULL,
+        updated_at  INTEGER NOT NULL,
+        PRIMARY KEY (upstream_id, account_id)
+      ) STRICT;
+    `,
+  },
 ];

@@ -1,0 +1,428 @@
+/**
+ * The account pool of one upstream: which account serves the next request, how long a
+ * misbehaving account rests, and when a request gives up.
+ *
+ * - Choice: among healthy accounts with free capacity, the one whose load after taking the
+ *   request, in_flight+1 over weight, is lowest; ties go by smooth weighted round robin so
+ *   sequential traffic also spreads by weight.
+ * - No free capacity: wait (within the queue deadline) for a release.
+ * - 429: the account cools down for retry-after / retry-after-ms, else 1 s doubling per
+ *   consecutive 429 up to a cap; the request retries on another account.
+ * - 5xx, resets, timeouts, malformed answers: retry elsewhere (max_attempts in all, within the
+ *   overall deadline); `failure_threshold` consecutive failures cool the account down
+ *   exponentially, after which a single probe request decides whether it is healthy again.
+ * - 401/403: the account is disabled in the store until an admin enables it; the flag is
+ *   re-read on every pick (one indexed query) so the CLI in another process takes effect.
+ * - 400-class refusals: no retry, no effect on the account.
+ *
+ * No HTTP and no SQLite here: attempts are callbacks, persistence is a small interface.
+ */
+import type { UpstreamTrace } from "./types";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "./types";
+
+export type Clock = () => number;
+
+export interface PoolAccountConfig {
+  id: string;
+  weight: number;
+  maxConcurrency: number;
+}
+
+export interface PoolSettings {
+  /** One attempt's time limit. */
+  attemptTimeoutMs: number;
+  /** Attempts per request, across accounts. */
+  maxAttempts: number;
+  /** The whole request's limit (waiting + every attempt). */
+  deadlineMs: number;
+  /** Longest wait for an account with free capacity. */
+  queueTimeoutMs: number;
+  /** 429 without a retry hint: 1 s, doubling per consecutive 429, capped here. */
+  rateLimitCooldownMaxMs: number;
+  /** Consecutive failures that cool an account down. */
+  failureThreshold: number;
+  /** First failure cooldown; doubles per further failure, capped. */
+  failureCooldownMs: number;
+  failureCooldownMaxMs: number;
+}
+
+export interface DisabledInfo {
+  reason: string;
+  at: number;
+}
+
+export interface FailureRecord {
+  at: number;
+  kind: AttemptFailureKind;
+  message: string;
+}
+
+export type AccountHealth = "healthy" | "cooling" | "probing" | "disabled";
+
+/** What `atelier upstreams` and the admin route show for one account. */
+export interface AccountSnapshot {
+  upstreamId: string;
+  accountId: string;
+  weight: number;
+  capacity: number;
+  inFlight: number;
+  state: AccountHealth;
+  coolingUntil: number | null;
+  disabledReason: string | null;
+  disabledAt: number | null;
+  consecutiveFailures: number;
+  recentFailures: FailureRecord[];
+}
+
+/** Persistence the pool needs; implemented over SQLite in src/store/upstreams.ts. */
+export interface PoolStateStore {
+  disabledAccounts(upstreamId: string): Map<string, DisabledInfo>;
+  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void;
+  /** Latest in-memory state, for the CLI in another process (written throttled). */
+  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void;
+}
+
+export interface PoolLogger {
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+}
+
+export type AttemptFailureKind = "rate_limited" | "auth" | "rejected" | "failed" | "timeout";
+
+/**
+ * How one attempt against one account went wrong; engines throw it from their attempt
+ * callback. `message` must already be free of secrets.
+ */
+export class AttemptFailure extends Error {
+  override name = "AttemptFailure";
+  constructor(
+    readonly kind: AttemptFailureKind,
+    message: string,
+    readonly retryAfterMs?: number,
+    readonly status?: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface AttemptContext {
+  account: PoolAccountConfig;
+  /** Aborts at the attempt timeout, the overall deadline or when the request is cancelled. */
+  signal: AbortSignal;
+  /** Absolute time (clock) when this attempt must be finished. */
+  deadline: number;
+}
+
+export interface PoolResult<T> {
+  value: T;
+  trace: UpstreamTrace;
+}
+
+const RECENT_FAILURES = 5;
+const RATE_LIMIT_BASE_MS = 1000;
+const SNAPSHOT_THROTTLE_MS = 500;
+
+interface AccountRuntime {
+  cfg: PoolAccountConfig;
+  inFlight: number;
+  coolingUntil: number;
+  consecutiveFailures: number;
+  rateLimitStreak: number;
+  /** After a failure cooldown: admit one request, whose outcome decides. */
+  probeNeeded: boolean;
+  recentFailures: FailureRecord[];
+  disabled: DisabledInfo | null;
+  /** Smooth weighted round robin counter, for ties. */
+  wrr: number;
+}
+
+export class AccountPool {
+  private readonly accounts: AccountRuntime[];
+  private readonly waiters = new Set<() => void>();
+  private snapshotTimer: ReturnType<typeof setTimeout> | null = null;
+  private closed = false;
+
+  constructor(
+    readonly upstreamId: string,
+    accounts: PoolAccountConfig[],
+    private readonly settings: PoolSettings,
+    private readonly store: PoolStateStore,
+    private readonly clock: Clock,
+    private readonly logger?: PoolLogger,
+  ) {
+    this.accounts = accounts.map((cfg) => ({
+      cfg,
+      inFlight: 0,
+      coolingUntil: 0,
+      consecutiveFailures: 0,
+      rateLimitStreak: 0,
+      probeNeeded: false,
+      recentFailures: [],
+      disabled: null,
+      wrr: 0,
+    }));
+    this.refreshDisabled();
+  }
+
+  /**
+   * Runs `attempt` on accounts until one succeeds, the attempts run out or the deadline
+   * passes. Throws the typed engine errors (with a trace) otherwise.
+   */
+  async run<T>(attempt: (ctx: AttemptContext) => Promise<T>, signal?: AbortSignal): Promise<PoolResult<T>> {
+    const started = this.clock();
+    const deadline = started + this.settings.deadlineMs;
+    const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
+    const tried = new Set<string>();
+    let attempts = 0;
+    let last: { account: string; failure: AttemptFailure } | null = null;
+    let latencyMs = 0;
+    const trace = (accountId?: string): Partial<UpstreamTrace> => ({
+      upstreamId: this.upstreamId,
+      ...(accountId ? { accountId } : {}),
+      attempts,
+      upstreamLatencyMs: Math.round(latencyMs),
+    });
+    const fail = (e: EngineError, accountId?: string): never => {
+      e.trace = trace(accountId ?? last?.account);
+      throw e;
+    };
+
+    while (attempts < this.settings.maxAttempts) {
+      if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+      let account: AccountRuntime | null = null;
+      // Wait for capacity; each pass re-reads the disabled flags and cooldowns.
+      for (;;) {
+        this.refreshDisabled();
+        const now = this.clock();
+        const usable = this.accounts.filter((a) => !a.disabled);
+        if (usable.length === 0) {
+          fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
+        }
+        account = this.pick(now, tried);
+        if (account) break;
+        const waitable = usable.filter((a) => a.coolingUntil <= now);
+        if (waitable.length === 0) {
+          // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
+          if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
+          const earliest = Math.min(...usable.map((a) => a.coolingUntil));
+          fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
+        }
+        const until = Math.min(queueDeadline, deadline);
+        if (now >= until) {
+          if (last) fail(this.finalError(last.failure));
+          fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
+        }
+        await this.waitForChange(until - now, signal);
+        if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+      }
+      if (!account) break;
+
+      attempts++;
+      tried.add(account.cfg.id);
+      account.inFlight++;
+      this.changed();
+      const attemptStart = this.clock();
+      const attemptDeadline = Math.min(deadline, attemptStart + this.settings.attemptTimeoutMs);
+      const timeout = AbortSignal.timeout(Math.max(1, attemptDeadline - attemptStart));
+      const attemptSignal = signal ? AbortSignal.any([signal, timeout]) : timeout;
+      try {
+        const value = await attempt({ account: account.cfg, signal: attemptSignal, deadline: attemptDeadline });
+        latencyMs = this.clock() - attemptStart;
+        this.recordSuccess(account);
+        return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
+      } catch (e) {
+        latencyMs = this.clock() - attemptStart;
+        if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"), account.cfg.id);
+        const failure =
+          e instanceof AttemptFailure
+            ? e
+            : timeout.aborted
+              ? new AttemptFailure("timeout", `no answer within ${attemptDeadline - attemptStart} ms`)
+              : new AttemptFailure("failed", e instanceof Error ? e.message : String(e));
+        last = { account: account.cfg.id, failure };
+        this.recordFailure(account, failure);
+        if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
+        if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
+      } finally {
+        account.inFlight--;
+        this.changed();
+      }
+    }
+    return fail(last ? this.finalError(last.failure) : new UpstreamFailed("no attempt was made"));
+  }
+
+  /** The typed error a request ends with when its last attempt failed this way. */
+  private finalError(f: AttemptFailure): EngineError {
+    if (f.kind === "timeout") return new EngineTimeout(`upstream '${this.upstreamId}': ${f.message}`);
+    if (f.kind === "rate_limited") {
+      const now = this.clock();
+      const usable = this.accounts.filter((a) => !a.disabled);
+      const earliest = usable.length ? Math.min(...usable.map((a) => a.coolingUntil)) : now + RATE_LIMIT_BASE_MS;
+      return new UpstreamRateLimited(`upstream '${this.upstreamId}': ${f.message}`, Math.max(1, earliest - now));
+    }
+    if (f.kind === "auth" && this.accounts.every((a) => a.disabled)) {
+      return new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled after refusing its credentials`);
+    }
+    return new UpstreamFailed(`upstream '${this.upstreamId}': ${f.message}`);
+  }
+
+  private capacity(a: AccountRuntime, now: number): number {
+    if (a.disabled || a.coolingUntil > now) return 0;
+    return a.probeNeeded ? 1 : a.cfg.maxConcurrency;
+  }
+
+  /** Least loaded by weight, untried accounts first, weighted round robin between equals. */
+  private pick(now: number, tried: Set<string>): AccountRuntime | null {
+    const free = this.accounts.filter((a) => a.inFlight < this.capacity(a, now));
+    if (free.length === 0) return null;
+    const untried = free.filter((a) => !tried.has(a.cfg.id));
+    const pool = untried.length > 0 ? untried : free;
+    const load = (a: AccountRuntime) => (a.inFlight + 1) / a.cfg.weight;
+    const best = Math.min(...pool.map(load));
+    const ties = pool.filter((a) => load(a) === best);
+    const total = ties.reduce((s, a) => s + a.cfg.weight, 0);
+    let chosen = ties[0]!;
+    for (const a of ties) {
+      a.wrr += a.cfg.weight;
+      if (a.wrr > chosen.wrr) chosen = a;
+    }
+    chosen.wrr -= total;
+    return chosen;
+  }
+
+  private recordSuccess(a: AccountRuntime): void {
+    if (a.probeNeeded) this.logger?.info("upstream account healthy again", { upstream: this.upstreamId, account: a.cfg.id });
+    a.consecutiveFailures = 0;
+    a.rateLimitStreak = 0;
+    a.probeNeeded = false;
+  }
+
+  private recordFailure(a: AccountRuntime, f: AttemptFailure): void {
+    const now = this.clock();
+    if (f.kind === "rejected") return; // the request was at fault, not the account
+    a.recentFailures.push({ at: now, kind: f.kind, message: f.message.slice(0, 300) });
+    if (a.recentFailures.length > RECENT_FAILURES) a.recentFailures.shift();
+    const fields = { upstream: this.upstreamId, account: a.cfg.id, kind: f.kind, status: f.status ?? null, message: f.message.slice(0, 300) };
+    if (f.kind === "auth") {
+      const reason = `upstream answered ${f.status ?? "401/403"}: ${f.message}`.slice(0, 300);
+      a.disabled = { reason, at: now };
+      this.store.disableAccount(this.upstreamId, a.cfg.id, reason, now);
+      this.logger?.warn("upstream account disabled until an admin re-enables it", fields);
+      return;
+    }
+    if (f.kind === "rate_limited") {
+      a.rateLimitStreak++;
+      const backoff = Math.min(RATE_LIMIT_BASE_MS * 2 ** (a.rateLimitStreak - 1), this.settings.rateLimitCooldownMaxMs);
+      const ms = f.retryAfterMs !== undefined ? f.retryAfterMs : backoff;
+      a.coolingUntil = Math.max(a.coolingUntil, now + ms);
+      this.logger?.warn("upstream account rate limited; cooling down", { ...fields, cooling_ms: ms });
+      return;
+    }
+    a.consecutiveFailures++;
+    if (a.probeNeeded || a.consecutiveFailures >= this.settings.failureThreshold) {
+      const over = Math.max(0, a.consecutiveFailures - this.settings.failureThreshold);
+      const ms = Math.min(this.settings.failureCooldownMs * 2 ** over, this.settings.failureCooldownMaxMs);
+      a.coolingUntil = Math.max(a.coolingUntil, now + ms);
+      a.probeNeeded = true;
+      this.logger?.warn("upstream account failing; cooling down before a probe", { ...fields, consecutive_failures: a.consecutiveFailures, cooling_ms: ms });
+    } else {
+      this.logger?.warn("upstream attempt failed", fields);
+    }
+  }
+
+  /** Disabled flags live in the store so an admin in another process can clear them. */
+  private refreshDisabled(): void {
+    let rows: Map<string, DisabledInfo>;
+    try {
+      rows = this.store.disabledAccounts(this.upstreamId);
+    } catch {
+      return; // keep the last known flags if the store is momentarily unavailable
+    }
+    for (const a of this.accounts) {
+      const row = rows.get(a.cfg.id) ?? null;
+      if (a.disabled && !row) {
+        // Re-enabled by an admin: start fresh.
+        a.consecutiveFailures = 0;
+        a.rateLimitStreak = 0;
+        a.probeNeeded = false;
+        a.coolingUntil = 0;
+        this.logger?.info("upstream account re-enabled", { upstream: this.upstreamId, account: a.cfg.id });
+      }
+      a.disabled = row;
+    }
+  }
+
+  private waitForChange(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      // Also wake when a cooldown ends, since that frees capacity without a release.
+      const now = this.clock();
+      const nextRecovery = Math.min(...this.accounts.filter((a) => a.coolingUntil > now).map((a) => a.coolingUntil - now));
+      const timer = setTimeout(done, Math.max(1, Math.min(ms, nextRecovery)));
+      this.waiters.add(done);
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  private changed(): void {
+    for (const w of [...this.waiters]) w();
+    this.scheduleSnapshot();
+  }
+
+  private scheduleSnapshot(): void {
+    if (this.snapshotTimer || this.closed) return;
+    this.snapshotTimer = setTimeout(() => {
+      this.snapshotTimer = null;
+      this.persistSnapshot();
+    }, SNAPSHOT_THROTTLE_MS);
+    (this.snapshotTimer as { unref?: () => void }).unref?.();
+  }
+
+  /** Writes the current state now (also called at start and by tests). */
+  persistSnapshot(): void {
+    if (this.closed) return;
+    try {
+      this.store.saveSnapshot(this.upstreamId, this.snapshot(), this.clock());
+    } catch {
+      // The snapshot is informational; a closed or busy database must not break requests.
+    }
+  }
+
+  /** Re-reads the disabled flags from the store (an admin may have changed them). */
+  refresh(): void {
+    this.refreshDisabled();
+  }
+
+  snapshot(): AccountSnapshot[] {
+    const now = this.clock();
+    return this.accounts.map((a) => {
+      const cooling = a.coolingUntil > now;
+      const state: AccountHealth = a.disabled ? "disabled" : cooling ? "cooling" : a.probeNeeded ? "probing" : "healthy";
+      return {
+        upstreamId: this.upstreamId,
+        accountId: a.cfg.id,
+        weight: a.cfg.weight,
+        capacity: a.cfg.maxConcurrency,
+        inFlight: a.inFlight,
+        state,
+        coolingUntil: cooling ? a.coolingUntil : null,
+        disabledReason: a.disabled?.reason ?? null,
+        disabledAt: a.disabled?.at ?? null,
+        consecutiveFailures: a.consecutiveFailures,
+        recentFailures: [...a.recentFailures],
+      };
+    });
+  }
+
+  /** Stops background snapshot writes (the store is about to close). */
+  close(): void {
+    this.closed = true;
+    if (this.snapshotTimer) clearTimeout(this.snapshotTimer);
+    this.snapshotTimer = null;
+  }
+}
