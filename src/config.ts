@@ -3,7 +3,7 @@
  * One place owns every limit and default; other modules read the typed Config.
  */
 import { Type as T, type Static } from "@sinclair/typebox";
-import { Value } from "@sinclair/typebox/value";
+import { Value, ValueErrorType, type ValueError } from "@sinclair/typebox/value";
 import { resolve } from "node:path";
 
 const MiB = 1024 * 1024;
@@ -158,6 +158,25 @@ function keyFromPointer(pointer: string): string {
     .replace(/^\./, "");
 }
 
+/** TypeBox's message, made specific where it is vague: unknown keys and the allowed values of a choice. */
+function describeProblem(error: ValueError): string {
+  if (error.type === ValueErrorType.ObjectAdditionalProperties) return "unknown key";
+  const choices = (error.schema as { anyOf?: { const?: unknown }[] }).anyOf;
+  const got = shownValue(error);
+  if (error.type === ValueErrorType.Union && choices?.every((c) => c.const !== undefined)) {
+    return `must be one of ${choices.map((c) => JSON.stringify(c.const)).join(", ")}${got}`;
+  }
+  return `${error.message}${got}`;
+}
+
+/** ", got <value>" for the error message; never for secrets, and short. */
+function shownValue(error: ValueError): string {
+  if (error.value === undefined) return " (missing)";
+  if (/(api_key|password|secret|token)$/i.test(error.path)) return "";
+  const text = JSON.stringify(error.value) ?? String(error.value);
+  return `, got ${text.length > 60 ? `${text.slice(0, 57)}...` : text}`;
+}
+
 export function loadConfig(sources: ConfigSources = {}): Config {
   const env = sources.env ?? process.env;
   let raw: Record<string, unknown> = {};
@@ -174,7 +193,11 @@ export function loadConfig(sources: ConfigSources = {}): Config {
     } catch (e) {
       throw new ConfigError(`${file}: invalid TOML: ${(e as Error).message}`);
     }
-    raw = substituteEnv(raw, env, "") as Record<string, unknown>;
+    try {
+      raw = substituteEnv(raw, env, "") as Record<string, unknown>;
+    } catch (e) {
+      throw new ConfigError(`${file}: ${(e as Error).message}`);
+    }
   }
 
   const server = { ...((raw.server as Record<string, unknown> | undefined) ?? {}) };
@@ -192,8 +215,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   const first = Value.Errors(ConfigSchema, withDefaults).First();
   if (first) {
     const key = keyFromPointer(first.path) || "(top level)";
-    const hint = first.schema && "additionalProperties" in first.schema && first.message.includes("additional") ? " (unknown key)" : "";
-    throw new ConfigError(`${file ?? "configuration"}: ${key}: ${first.message}${hint}`);
+    throw new ConfigError(`${file ?? "configuration"}: ${key}: ${describeProblem(first)}`);
   }
   const config = withDefaults as Config;
   config.server.data_dir = resolve(config.server.data_dir);

@@ -1,0 +1,92 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { ConfigError, loadConfig } from "../src/config";
+
+const dir = mkdtempSync(join(tmpdir(), "atelier-config-test-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let n = 0;
+function file(toml: string): string {
+  const path = join(dir, `c${++n}.toml`);
+  writeFileSync(path, toml);
+  return path;
+}
+
+function errorOf(toml: string, env: Record<string, string> = {}): string {
+  try {
+    loadConfig({ file: file(toml), env });
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as Error).message;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("loadConfig", () => {
+  test("no file at all gives the embedded defaults", () => {
+    const c = loadConfig({ env: {} });
+    expect(c.server.port).toBe(8080);
+    expect(c.server.host).toBe("0.0.0.0");
+    expect(c.server.data_dir).toBe(resolve("./data"));
+    expect(c.server.builtin_image).toBe(true);
+    expect(c.server.builtin_chat).toBe(true);
+    expect(c.upstreams).toEqual([]);
+    expect(c.models).toEqual([]);
+  });
+
+  test("environment overrides the file, command-line overrides the environment", () => {
+    const path = file(`[server]\nport = 9000\nhost = "127.0.0.1"\ndata_dir = "/tmp/from-file"\n`);
+    const fromFile = loadConfig({ file: path, env: {} });
+    expect(fromFile.server.port).toBe(9000);
+    expect(fromFile.server.data_dir).toBe("/tmp/from-file");
+    const fromEnv = loadConfig({ env: { ATELIER_CONFIG: path, ATELIER_PORT: "9100", ATELIER_DATA: "/tmp/from-env", ATELIER_HOST: "::1" } });
+    expect([fromEnv.server.port, fromEnv.server.data_dir, fromEnv.server.host]).toEqual([9100, "/tmp/from-env", "::1"]);
+    const fromFlags = loadConfig({ file: path, env: { ATELIER_PORT: "9100" }, overrides: { port: 0, data_dir: "/tmp/from-flag" } });
+    expect([fromFlags.server.port, fromFlags.server.data_dir]).toEqual([0, "/tmp/from-flag"]);
+  });
+
+  test("${ENV} in strings is substituted", () => {
+    const c = loadConfig({
+      file: file(`[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "\${BASE}/v1"\n[[upstreams.accounts]]\nid = "a"\napi_key = "\${SECRET_KEY}"\n`),
+      env: { BASE: "http://127.0.0.1:1", SECRET_KEY: "sk-upstream" },
+    });
+    expect(c.upstreams[0]!.base_url).toBe("http://127.0.0.1:1/v1");
+    expect(c.upstreams[0]!.accounts[0]!.api_key).toBe("sk-upstream");
+  });
+
+  test("an unknown key is named", () => {
+    expect(errorOf(`[server]\nprot = 8080\n`)).toMatch(/: server\.prot: unknown key$/);
+    expect(errorOf(`[sever]\nport = 1\n`)).toMatch(/: sever: unknown key$/);
+  });
+
+  test("a wrong type names the key, the rule and the value", () => {
+    const message = errorOf(`[server]\nport = "eighty"\n`);
+    expect(message).toContain("server.port: Expected integer");
+    expect(message).toContain('"eighty"');
+    expect(errorOf(`[limits]\nqueue_size = -1\n`)).toContain("limits.queue_size: Expected integer to be greater or equal to 0");
+  });
+
+  test("a choice lists the allowed values", () => {
+    expect(errorOf(`[workbench]\nregistration = "maybe"\n`)).toContain('workbench.registration: must be one of "open", "closed", got "maybe"');
+  });
+
+  test("an unset ${ENV} names the key and the variable, and the file", () => {
+    const message = errorOf(`[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "http://x"\n[[upstreams.accounts]]\nid = "a"\napi_key = "\${NOT_SET_ANYWHERE}"\n`);
+    expect(message).toContain("upstreams[0].accounts[0].api_key: environment variable NOT_SET_ANYWHERE is not set");
+    expect(message).toContain(".toml");
+  });
+
+  test("a secret of the wrong type is not echoed", () => {
+    const message = errorOf(`[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "http://x"\n[[upstreams.accounts]]\nid = "a"\napi_key = 98765432123\n`);
+    expect(message).toContain("upstreams[0].accounts[0].api_key");
+    expect(message).not.toContain("98765432123");
+  });
+
+  test("invalid TOML, a missing file and a bad ATELIER_PORT are reported", () => {
+    expect(errorOf(`[server\n`)).toContain("invalid TOML");
+    expect(() => loadConfig({ file: join(dir, "absent.toml"), env: {} })).toThrow(/cannot read config file/);
+    expect(() => loadConfig({ env: { ATELIER_PORT: "eighty" } })).toThrow(/ATELIER_PORT: expected an integer/);
+  });
+});
