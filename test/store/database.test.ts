@@ -1,0 +1,72 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createStore } from "../../src/store";
+import { DatabaseTooNewError, databasePath, latestVersion, openDatabase, schemaVersion } from "../../src/store/database";
+import { migrations } from "../../src/store/migrations";
+
+const dirs: string[] = [];
+function dataDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "atelier-db-test-"));
+  dirs.push(d);
+  return d;
+}
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+describe("openDatabase", () => {
+  test("creates the data directory, applies every migration once and records it", () => {
+    const dir = join(dataDir(), "nested", "data");
+    const db = openDatabase(dir);
+    expect(schemaVersion(db)).toBe(latestVersion());
+    const recorded = db.query<{ version: number }, []>("SELECT version FROM schema_migrations ORDER BY version").all();
+    expect(recorded.map((r) => r.version)).toEqual(migrations.map((m) => m.version).sort((a, b) => a - b));
+    db.close();
+    // Opening again applies nothing new.
+    const again = openDatabase(dir);
+    expect(again.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM schema_migrations").get()!.n).toBe(migrations.length);
+    again.close();
+  });
+
+  test("uses WAL, a busy timeout, foreign keys and STRICT tables", () => {
+    const db = openDatabase(dataDir());
+    expect(db.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode).toBe("wal");
+    expect(db.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()!.timeout).toBeGreaterThan(0);
+    expect(db.query<{ foreign_keys: number }, []>("PRAGMA foreign_keys").get()!.foreign_keys).toBe(1);
+    const sql = db.query<{ sql: string }, []>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'users'").get()!.sql;
+    expect(sql).toMatch(/STRICT\s*$/);
+    db.close();
+  });
+
+  test("the schema itself refuses negative credits and duplicate emails regardless of case", () => {
+    const store = createStore(openDatabase(dataDir()), latestVersion());
+    store.users.create({ email: "Ada@Example.com", passwordHash: null, role: "user", credits: 0 }, Date.now());
+    expect(() => store.users.create({ email: "ada@example.COM", passwordHash: null, role: "user", credits: 0 }, Date.now())).toThrow(/already exists/);
+    expect(() => store.db.exec("UPDATE users SET credits = -1")).toThrow(/CHECK/);
+    expect(store.users.byEmail("ADA@example.com")?.email).toBe("Ada@Example.com");
+    store.close();
+  });
+
+  test("refuses a database written by a newer binary, and leaves it untouched", () => {
+    const dir = dataDir();
+    openDatabase(dir).close();
+    const raw = new Database(databasePath(dir));
+    const future = latestVersion() + 1;
+    raw.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from the future', 0)").run(future);
+    raw.close();
+
+    expect(() => openDatabase(dir)).toThrow(DatabaseTooNewError);
+    expect(() => openDatabase(dir)).toThrow(`schema version ${future}, but this binary knows only up to ${latestVersion()}`);
+    const check = new Database(databasePath(dir));
+    expect(schemaVersion(check)).toBe(future);
+    check.close();
+  });
+
+  test("a store reports not ready when the schema is behind the binary", () => {
+    const db = openDatabase(dataDir());
+    expect(createStore(db, latestVersion()).ready()).toBe(true);
+    expect(createStore(db, latestVersion() + 1).ready()).toBe(false);
+    db.close();
+  });
+});
