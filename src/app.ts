@@ -16,6 +16,7 @@ import { BodyBudget } from "./http/body";
 import { docsRoutes } from "./http/docs";
 import { ApiError, badRequest, errorResponse, methodNotAllowed, notFound, paramFromPointer, serverError } from "./http/errors";
 import { opsRoutes } from "./http/ops";
+import { polishOpenApiDocument } from "./http/openapiDocument";
 import { metaOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
 import type { ApiAuthDeps } from "./http/auth";
@@ -128,6 +129,10 @@ export function createApp(services: Services) {
     )
     .onRequest(({ request, set }) => {
       set.headers["x-request-id"] = metaOf(request).id;
+    })
+    // Registered before the openapi plugin so that it covers the plugin's /openapi.json route.
+    .onAfterHandle({ as: "global" }, ({ request, responseValue }) => {
+      if (new URL(request.url).pathname === "/openapi.json") return polishOpenApiDocument(responseValue);
     })
     .use(
       openapi({

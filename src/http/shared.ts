@@ -5,7 +5,7 @@ import { ErrorResponseSchema } from "./errors";
 /** Registers reference models so each appears once in components.schemas. */
 export const sharedModels = new Elysia({ name: "models.shared" }).model({ ErrorResponse: ErrorResponseSchema });
 
-const ERROR_DESCRIPTIONS: Record<number, string> = {
+export const ERROR_DESCRIPTIONS: Record<number, string> = {
   400: "Invalid request: the message names the field and the rule; `param` is the field's path.",
   401: "Missing, unknown or revoked API key.",
   402: "Not enough credits (`insufficient_credits`). Not retried by the openai clients (`x-should-retry: false`).",
