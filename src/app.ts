@@ -9,6 +9,7 @@ import type { Config } from "./config";
 import { KeyAuthenticator, type Clock } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
 import { EngineRegistry } from "./engines/registry";
+import { LocalGate, type Gate } from "./core/gate";
 import { ModelCatalog } from "./core/models";
 import type { Logger } from "./logger";
 import type { Store } from "./store";
@@ -19,6 +20,9 @@ import { opsRoutes } from "./http/ops";
 import { polishOpenApiDocument } from "./http/openapiDocument";
 import { metaOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
+import { chatRoutes } from "./http/v1/chat";
+import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
+import { imagesRoutes } from "./http/v1/images";
 import type { ApiAuthDeps } from "./http/auth";
 
 export const API_VERSION = "1.0.0";
@@ -41,6 +45,14 @@ export interface Services {
   auth: ApiAuthDeps;
   background: BackgroundWork;
   engines: EngineRegistry;
+  /** The image concurrency gate, built from [limits]. */
+  gate: Gate;
+}
+
+/** builtin-chat answers for models whose upstream is "builtin"; upstream chat engines register by upstream id. */
+function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
+  engines.registerChat("builtin", new BuiltinChatEngine());
+  return engines;
 }
 
 export function createServices(deps: AppDeps): Services {
@@ -54,7 +66,13 @@ export function createServices(deps: AppDeps): Services {
     budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
     auth: { keys: new KeyAuthenticator(deps.store, clock) },
     background: new BackgroundWork(),
-    engines: new EngineRegistry(),
+    engines: withBuiltinChat(new EngineRegistry()),
+    gate: new LocalGate({
+      global: deps.config.limits.generation_concurrency,
+      perUser: deps.config.limits.per_user_concurrency,
+      queueSize: deps.config.limits.queue_size,
+      queueTimeoutMs: deps.config.limits.queue_timeout_ms,
+    }),
   };
 }
 
@@ -77,7 +95,9 @@ function toApiError(code: string | number, error: unknown, request: Request, log
     const v = error as { all?: { path: string; message: string; summary?: string }[]; type?: string };
     const first = v.all?.[0];
     const param = first ? paramFromPointer(first.path) : null;
-    const rule = first?.message ?? "invalid value";
+    // A schema may state its rule in words (`error: "must be a number from 0 to 2"`); prefer that.
+    const stated = (first as { schema?: { error?: unknown } } | undefined)?.schema?.error;
+    const rule = (typeof stated === "string" ? stated : undefined) ?? first?.message ?? "invalid value";
     const where = v.type === "body" || !v.type ? "" : ` in ${v.type}`;
     return badRequest(param ? `Invalid '${param}'${where}: ${rule}.` : `Invalid request${where}: ${rule}.`, param, "invalid_value");
   }
@@ -165,7 +185,9 @@ export function createApp(services: Services) {
     )
     .use(docsRoutes())
     .use(opsRoutes(services))
-    .use(modelsRoutes(services));
+    .use(modelsRoutes(services))
+    .use(chatRoutes(services))
+    .use(imagesRoutes(services));
 
   void config;
   return app;

@@ -1,0 +1,171 @@
+/**
+ * One image request from a validated job to a verified image:
+ *   balance check → gate admission → charge (1 credit, one txn) → engine (timeout, AbortSignal)
+ *   → verify the bytes → markSucceeded, or refundOnce on any failure → release the permit.
+ * The part after the charge runs detached from the HTTP request (tracked as background work),
+ * so a client that disconnects does not stop it and the request record shows the outcome.
+ * No HTTP here: failures are thrown as they are (GateRejected, InsufficientCreditsError,
+ * EngineError…) and the http layer maps them.
+ */
+import type { Logger } from "../logger";
+import type { Store } from "../store";
+import { InsufficientCreditsError } from "../store/credits";
+import type { EngineRegistry } from "../engines/registry";
+import { EngineError, EngineOutputInvalid, EngineTimeout, type GeneratedImage, type ImageJob } from "../engines/types";
+import type { BackgroundWork } from "./background";
+import type { Gate } from "./gate";
+import { decodeImage } from "./image/codec";
+import { readImageDimensions, sniffImageMime } from "./imageInput";
+
+export type ImageEndpoint = "/v1/images/generations" | "/v1/images/edits";
+
+export interface ImageRequest {
+  requestId: string;
+  userId: number;
+  keyId: number | null;
+  endpoint: ImageEndpoint;
+  job: Omit<ImageJob, "signal">;
+}
+
+export interface ImageOutcome {
+  image: GeneratedImage;
+  /** Time spent waiting in the gate's queue. */
+  queueMs: number;
+  /** The engine's own time (queue wait and verification excluded). */
+  generationMs: number;
+}
+
+/** How a failure is recorded in the request history (the http layer owns the mapping). */
+export interface FailureDescription {
+  code: string;
+  message: string;
+}
+
+export interface ImageFlowDeps {
+  store: Store;
+  gate: Gate;
+  engines: EngineRegistry;
+  background: BackgroundWork;
+  logger: Logger;
+  clock: () => number;
+  generationTimeoutMs: number;
+  describeFailure: (e: unknown) => FailureDescription;
+}
+
+/** The engine has no implementation registered for this model's upstream. */
+export class NoEngineError extends EngineError {
+  override name = "NoEngineError";
+}
+
+/**
+ * Runs the whole flow. Throws before the charge (nothing to refund) or after it (refunded
+ * exactly once before the error reaches the caller).
+ */
+export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, clientSignal?: AbortSignal): Promise<ImageOutcome> {
+  const { store } = deps;
+  // Checked before queueing so a broke user never takes a queue slot; the charge re-checks atomically.
+  if ((store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
+
+  const permit = await deps.gate.admit(req.userId, clientSignal);
+  try {
+    store.credits.chargeForImage(
+      { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
+      deps.clock(),
+    );
+  } catch (e) {
+    permit.release();
+    throw e;
+  }
+  // From here on the credit is spent: the generation finishes (or is refunded) on its own,
+  // whatever the client does. The graceful stop waits for it.
+  const work = generateCharged(deps, req, permit.waitedMs).finally(() => permit.release());
+  return deps.background.track(work);
+}
+
+async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, queueMs: number): Promise<ImageOutcome> {
+  const { store } = deps;
+  let generationMs: number | null = null;
+  try {
+    const engine = deps.engines.imageEngine(req.job.model);
+    if (!engine) throw new NoEngineError(`no engine is registered for upstream '${req.job.model.upstream}' (model ${req.job.model.id})`);
+    const started = performance.now();
+    let image: GeneratedImage;
+    try {
+      image = await withTimeout(deps.generationTimeoutMs, (signal) => {
+        const job: ImageJob = { ...req.job, signal };
+        return req.endpoint === "/v1/images/edits" ? engine.edit(job) : engine.generate(job);
+      });
+    } finally {
+      generationMs = Math.round(performance.now() - started);
+    }
+    verifyOutput(image);
+    const t = image.trace;
+    const ok = store.requests.markSucceeded(
+      req.requestId,
+      { queueMs: Math.round(queueMs), generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs },
+      deps.clock(),
+    );
+    if (!ok) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
+    return { image, queueMs, generationMs };
+  } catch (e) {
+    recordFailure(deps, req, e, queueMs, generationMs);
+    throw e;
+  }
+}
+
+function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): void {
+  const { store, logger } = deps;
+  try {
+    if (e instanceof EngineError && e.trace) store.requests.recordTrace(req.requestId, e.trace);
+    const failure = deps.describeFailure(e);
+    const refunded = store.credits.refundOnce(
+      req.requestId,
+      { status: "failed", errorCode: failure.code, errorMessage: failure.message, queueMs: Math.round(queueMs), generationMs },
+      deps.clock(),
+    );
+    logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded });
+  } catch (refundError) {
+    // The row stays pending; recoverInterrupted refunds it at the next start.
+    logger.error("could not record an image failure", { request_id: req.requestId, error: String(refundError) });
+  }
+}
+
+/** Runs fn with an AbortSignal that fires at the deadline, and rejects with EngineTimeout then. */
+async function withTimeout<T>(ms: number, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const controller = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new EngineTimeout(`no result after ${ms} ms`);
+      controller.abort(err);
+      reject(err);
+    }, ms);
+  });
+  try {
+    return await Promise.race([fn(controller.signal), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The engine's bytes must be a PNG/JPEG/WebP of the size it reports. */
+function verifyOutput(image: GeneratedImage): void {
+  if (!(image.bytes instanceof Uint8Array) || image.bytes.byteLength === 0) throw new EngineOutputInvalid("the engine returned no image bytes");
+  const mime = sniffImageMime(image.bytes);
+  if (!mime) throw new EngineOutputInvalid("the engine's bytes are not a PNG, JPEG or WebP image");
+  if (mime !== image.mime) throw new EngineOutputInvalid(`the engine reported ${image.mime} but returned ${mime}`);
+  const dims = readImageDimensions(image.bytes, mime);
+  if (!dims || dims.width !== image.width || dims.height !== image.height) {
+    throw new EngineOutputInvalid(`the engine reported ${image.width}x${image.height} but the image header says ${dims ? `${dims.width}x${dims.height}` : "nothing readable"}`);
+  }
+  // A full decode: a valid header over truncated or corrupt data must not be charged for.
+  let decoded: { width: number; height: number };
+  try {
+    decoded = decodeImage(image.bytes, mime);
+  } catch (e) {
+    throw new EngineOutputInvalid(`the engine's ${mime} does not decode: ${(e as Error).message}`);
+  }
+  if (decoded.width !== image.width || decoded.height !== image.height) {
+    throw new EngineOutputInvalid(`the engine reported ${image.width}x${image.height} but the image decodes to ${decoded.width}x${decoded.height}`);
+  }
+}

@@ -1,0 +1,388 @@
+/**
+ * POST /v1/images/generations (JSON) and POST /v1/images/edits (multipart or JSON): field rules,
+ * turning the body into an ImageJob, and mapping the flow's failures to the error shape. The
+ * flow itself (credits, gate, engine, refunds) is src/core/imageRequests.ts.
+ */
+import { Elysia, t, type TSchema } from "elysia";
+import { Value } from "@sinclair/typebox/value";
+import type { Services } from "../../app";
+import { GateRejected } from "../../core/gate";
+import { newId } from "../../core/ids";
+import {
+  checkMask,
+  checkQuality,
+  ImageInputError,
+  imageFromBytes,
+  imageFromDataUrl,
+  MAX_IMAGE_BYTES,
+  parseSize,
+  QUALITIES,
+} from "../../core/imageInput";
+import { runImageRequest, type FailureDescription, type ImageEndpoint, type ImageFlowDeps } from "../../core/imageRequests";
+import type { CatalogModel } from "../../core/models";
+import type { ImageInput } from "../../engines/types";
+import { InsufficientCreditsError } from "../../store/credits";
+import { apiAuth, type Principal } from "../auth";
+import { acceptBody } from "../body";
+import { apiErrorFromEngine } from "../engineErrors";
+import { ApiError, badRequest, insufficientCredits, modelNotFound, paramFromPointer, tooManyRequests } from "../errors";
+import { bearerSecurity, errorResponses, sharedModels } from "../shared";
+
+export const MAX_REFERENCE_IMAGES = 10;
+export const MAX_EDIT_IMAGES = 16;
+
+const TINY_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+// ---- request fields shared by both endpoints -------------------------------------------------
+
+const literals = <const V extends string[]>(values: V, description: string, example: V[number]) =>
+  t.Union(
+    values.map((v) => t.Literal(v)),
+    { description, examples: [example] },
+  );
+
+const commonFields = {
+  prompt: t.String({ minLength: 1, maxLength: 32000, description: "What to draw (1 to 32000 characters).", examples: ["A lighthouse at dusk, watercolor"] }),
+  model: t.Optional(t.String({ description: "Image model id; the server's default image model when absent.", examples: ["builtin-image"] })),
+  size: t.Optional(
+    t.Union([t.String(), t.Null()], {
+      description: "`auto` or `<width>x<height>`. Each model declares what it accepts; builtin-image: any width and height from 64 to 2048.",
+      examples: ["1024x1024"],
+    }),
+  ),
+  quality: t.Optional(
+    t.Union([literals([...QUALITIES], "Rendering quality; a model may accept only some of these.", "auto"), t.Null()], {
+      description: "`auto | low | medium | high | standard | hd`; a model may narrow it.",
+      examples: ["auto"],
+    }),
+  ),
+  response_format: t.Optional(
+    t.Union([t.Literal("b64_json"), t.Literal("url"), t.Null()], {
+      description: "`b64_json` (the default and the only supported value): the image comes back inline as base64. `url` is answered with 400.",
+      examples: ["b64_json"],
+    }),
+  ),
+  n: t.Optional(t.Union([t.Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
+  // OpenAI's other fields: accepted and handed to the engines that use them.
+  background: t.Optional(t.String({ description: "Passed to the engine: `transparent | opaque | auto`.", examples: ["auto"] })),
+  output_format: t.Optional(t.String({ description: "Passed to the engine: `png | jpeg | webp`.", examples: ["png"] })),
+  output_compression: t.Optional(t.Integer({ minimum: 0, maximum: 100, description: "Passed to the engine: 0-100 for jpeg/webp output.", examples: [90] })),
+  moderation: t.Optional(t.String({ description: "Passed to the engine: `low | auto`.", examples: ["auto"] })),
+  style: t.Optional(t.String({ description: "Passed to the engine: `vivid | natural`.", examples: ["vivid"] })),
+  user: t.Optional(t.String({ description: "Your end-user id; passed to the engine.", examples: ["user-1234"] })),
+};
+
+const PASS_THROUGH = ["background", "output_format", "output_compression", "moderation", "style", "user"] as const;
+
+const DataUrl = (description: string) =>
+  t.String({ description: `${description} A data URL \`data:image/<png|jpeg|jpg|webp>;base64,<data>\`, at most 10 MiB decoded.`, examples: [TINY_PNG] });
+
+const ImageGenerationRequest = t.Object(
+  {
+    ...commonFields,
+    reference_image: t.Optional(DataUrl("One reference image (not together with `reference_images`).")),
+    reference_images: t.Optional(
+      t.Array(DataUrl("A reference image."), {
+        maxItems: MAX_REFERENCE_IMAGES,
+        description: `Up to ${MAX_REFERENCE_IMAGES} reference images (not together with \`reference_image\`).`,
+        examples: [[TINY_PNG]],
+      }),
+    ),
+  },
+  { description: "Generate one image from a prompt. Unknown fields are ignored.", examples: [{ prompt: "A lighthouse at dusk, watercolor", size: "512x512" }] },
+);
+
+const ImageUrlObject = (description: string) => t.Object({ image_url: DataUrl(description) }, { description });
+
+const ImageEditJsonRequest = t.Object(
+  {
+    ...commonFields,
+    images: t.Array(ImageUrlObject("An image to edit; the first is the base image."), {
+      minItems: 1,
+      maxItems: MAX_EDIT_IMAGES,
+      description: `1 to ${MAX_EDIT_IMAGES} images; the first is edited, the others guide it.`,
+      examples: [[{ image_url: TINY_PNG }]],
+    }),
+    mask: t.Optional(ImageUrlObject("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
+  },
+  { description: "Edit an image (JSON form). Unknown fields are ignored.", examples: [{ prompt: "Add a red balloon", images: [{ image_url: TINY_PNG }] }] },
+);
+
+const Binary = (description: string) => t.String({ format: "binary", description });
+
+/** For the OpenAPI document only: multipart parts are checked by hand (their types are sniffed). */
+const ImageEditMultipartRequest = t.Object(
+  {
+    image: t.Optional(t.Union([Binary("One image file (PNG, JPEG or WebP, at most 10 MiB)."), t.Array(Binary("An image file."))], { description: "The image to edit, or several." })),
+    "image[]": t.Optional(t.Array(Binary("An image file."), { maxItems: MAX_EDIT_IMAGES, description: `Several images (what the openai clients send for an array); at most ${MAX_EDIT_IMAGES} in all.` })),
+    mask: t.Optional(Binary("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
+    prompt: commonFields.prompt,
+    model: commonFields.model,
+    size: t.Optional(t.String({ description: commonFields.size.description, examples: ["1024x1024"] })),
+    quality: t.Optional(t.String({ description: commonFields.quality.description, examples: ["auto"] })),
+    response_format: t.Optional(t.String({ description: commonFields.response_format.description, examples: ["b64_json"] })),
+    n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
+  },
+  { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
+);
+
+/** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
+const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(t.Integer({ minimum: 0, maximum: 100 })) });
+
+const ImageResponse = t.Object(
+  {
+    created: t.Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
+    generation_time_ms: t.Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
+    data: t.Array(
+      t.Object({
+        b64_json: t.String({ description: "The image, base64 without a data-URL prefix.", examples: ["iVBORw0KGgo…"] }),
+        revised_prompt: t.String({ description: "The prompt the engine used.", examples: ["A lighthouse at dusk, watercolor"] }),
+      }),
+      { description: "Exactly one image." },
+    ),
+    size: t.String({ description: "Dimensions of the image produced.", examples: ["1024x1024"] }),
+    quality: t.String({ description: "Quality requested.", examples: ["auto"] }),
+    output_format: t.Union([t.Literal("png"), t.Literal("jpeg"), t.Literal("webp")], { description: "Encoding of `b64_json`.", examples: ["png"] }),
+  },
+  { description: "The generated image." },
+);
+
+// ---- validation helpers ----------------------------------------------------------------------
+
+function describeRule(schema: TSchema, message: string): string {
+  const options = (schema.anyOf as TSchema[] | undefined)?.flatMap((s) => ("const" in s ? [JSON.stringify(s.const)] : "anyOf" in s ? (s.anyOf as TSchema[]).filter((x) => "const" in x).map((x) => JSON.stringify(x.const)) : []));
+  return options && options.length > 0 ? `expected one of ${options.join(", ")}` : message;
+}
+
+/** TypeBox check with the same error shape Elysia's validation gets: param from the first failing path. */
+function validate(schema: TSchema, value: unknown): void {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
+  if (Value.Check(schema, value)) return;
+  const first = Value.Errors(schema, value).First();
+  if (!first) throw badRequest("Invalid request body.", null, "invalid_value");
+  const param = paramFromPointer(first.path);
+  const missing = first.value === undefined && first.path !== "";
+  const rule = missing ? "this field is required" : describeRule(first.schema, first.message);
+  throw badRequest(param ? `Invalid '${param}': ${rule}.` : `Invalid request: ${rule}.`, param, missing ? "missing_required_parameter" : "invalid_value");
+}
+
+type CommonFields = {
+  prompt: string;
+  model?: string;
+  size?: string | null;
+  quality?: string | null;
+  response_format?: string | null;
+  n?: number | null;
+} & Partial<Record<(typeof PASS_THROUGH)[number], unknown>>;
+
+function resolveImageModel(services: Services, id: string | undefined): CatalogModel {
+  const modelId = id ?? services.catalog.defaultImageModel;
+  if (!modelId) throw badRequest("No image model is configured on this server; name one in 'model'.", "model", "model_required");
+  const model = services.catalog.get(modelId);
+  if (!model) throw modelNotFound(modelId);
+  if (model.kind !== "image") throw badRequest(`The model '${modelId}' is a chat model; use an image model such as '${services.catalog.defaultImageModel ?? "builtin-image"}'.`, "model", "model_not_image");
+  return model;
+}
+
+/** The rules every image request shares, in the order a client would fix them. */
+function commonJobFields(services: Services, body: CommonFields) {
+  const model = resolveImageModel(services, body.model);
+  if (body.n !== undefined && body.n !== null && body.n !== 1) throw badRequest(`Invalid 'n' ${body.n}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
+  if (body.response_format === "url") {
+    throw badRequest(
+      "response_format 'url' is not supported: this server does not host generated images. Omit response_format or send 'b64_json' to get the image inline.",
+      "response_format",
+      "unsupported_response_format",
+    );
+  }
+  const size = parseSize(body.size, model);
+  const quality = checkQuality(body.quality, model);
+  const extra: Record<string, unknown> = {};
+  for (const k of PASS_THROUGH) if (body[k] !== undefined) extra[k] = body[k];
+  return { model, size, quality, prompt: body.prompt, extra };
+}
+
+async function fileToImage(value: unknown, param: string): Promise<ImageInput> {
+  if (!(value instanceof Blob)) throw new ImageInputError(`'${param}' must be an uploaded file (multipart part with a filename).`, param, "invalid_image");
+  // Refuse from the declared part size before reading it into an array.
+  if (value.size > MAX_IMAGE_BYTES) throw new ImageInputError(`'${param}' is larger than 10 MiB (${MAX_IMAGE_BYTES} bytes).`, param, "image_too_large");
+  return imageFromBytes(new Uint8Array(await value.arrayBuffer()), param);
+}
+
+const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+
+/** Multipart text parts arrive as strings (or repeated); `n` becomes a number so one schema fits. */
+function multipartText(form: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(form)) {
+    if (k === "image" || k === "image[]" || k === "mask") continue;
+    if (v instanceof Blob) throw badRequest(`'${k}' must be a text field, not a file.`, k, "invalid_value");
+    if (Array.isArray(v)) throw badRequest(`'${k}' was sent more than once.`, k, "invalid_value");
+    out[k] = v;
+  }
+  for (const k of ["n", "output_compression"]) {
+    if (typeof out[k] === "string" && /^-?\d+$/.test(out[k] as string)) out[k] = Number(out[k]);
+  }
+  return out;
+}
+
+// ---- error mapping ---------------------------------------------------------------------------
+
+function toApiError(e: unknown): unknown {
+  if (e instanceof ApiError) return e;
+  if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
+  if (e instanceof InsufficientCreditsError) return insufficientCredits();
+  if (e instanceof GateRejected) {
+    return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
+  }
+  return apiErrorFromEngine(e) ?? e;
+}
+
+export function describeImageFailure(e: unknown): FailureDescription {
+  const api = apiErrorFromEngine(e);
+  if (api) return { code: api.errorCode ?? "engine_error", message: api.message };
+  return { code: "internal_error", message: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
+}
+
+// ---- routes ----------------------------------------------------------------------------------
+
+const OUTPUT_FORMAT = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" } as const;
+
+const ERROR_STATUSES = [400, 401, 402, 403, 404, 413, 415, 429, 500, 502, 503, 504] as const;
+
+export function imagesRoutes(services: Services) {
+  const flow: ImageFlowDeps = {
+    store: services.store,
+    gate: services.gate,
+    engines: services.engines,
+    background: services.background,
+    logger: services.logger,
+    clock: services.clock,
+    generationTimeoutMs: services.config.limits.generation_timeout_ms,
+    describeFailure: describeImageFailure,
+  };
+
+  async function run(
+    endpoint: ImageEndpoint,
+    principal: Principal,
+    request: Request,
+    set: { headers: Record<string, string | number> },
+    job: ReturnType<typeof commonJobFields> & { images: ImageInput[]; mask?: ImageInput },
+  ) {
+    const requestId = newId("img_");
+    const outcome = await runImageRequest(flow, { requestId, userId: principal.userId, keyId: principal.keyId, endpoint, job }, request.signal);
+    set.headers["x-queue-time-ms"] = String(Math.round(outcome.queueMs));
+    const { image } = outcome;
+    return {
+      created: Math.floor(services.clock() / 1000),
+      generation_time_ms: outcome.generationMs,
+      data: [{ b64_json: Buffer.from(image.bytes).toString("base64"), revised_prompt: image.revisedPrompt ?? job.prompt }],
+      size: `${image.width}x${image.height}`,
+      quality: job.quality,
+      output_format: OUTPUT_FORMAT[image.mime],
+    };
+  }
+
+  const common = {
+    response: { 200: "ImageResponse" as const, ...errorResponses(...ERROR_STATUSES) },
+  };
+
+  return new Elysia({ name: "v1.images", prefix: "/v1" })
+    .use(sharedModels)
+    .model({ ImageResponse, ImageGenerationRequest, ImageEditJsonRequest, ImageEditMultipartRequest })
+    .use(apiAuth(services.auth))
+    .post(
+      "/images/generations",
+      async ({ body, principal, request, set }) => {
+        try {
+          validate(ImageGenerationRequest, body);
+          const b = body as CommonFields & { reference_image?: string; reference_images?: string[] };
+          const fields = commonJobFields(services, b);
+          if (b.reference_image !== undefined && b.reference_images !== undefined) {
+            throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
+          }
+          const images =
+            b.reference_image !== undefined
+              ? [imageFromDataUrl(b.reference_image, "reference_image")]
+              : (b.reference_images ?? []).map((u, i) => imageFromDataUrl(u, `reference_images[${i}]`));
+          return await run("/v1/images/generations", principal, request, set, { ...fields, images });
+        } catch (e) {
+          throw toApiError(e);
+        }
+      },
+      {
+        parse: acceptBody(services.budget, "json"),
+        ...common,
+        detail: {
+          tags: ["Images"],
+          summary: "Create an image",
+          description:
+            "Generates one image from a prompt, optionally guided by reference images. Costs 1 credit when accepted; refunded automatically if generation fails. " +
+            "The balance is checked before queueing (402 below 1 credit); over a concurrency limit the answer is 429 `concurrency_limit_exceeded` and nothing is charged. " +
+            "The `x-queue-time-ms` response header reports the time spent waiting for a slot.",
+          security: bearerSecurity,
+          operationId: "createImage",
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: { $ref: "#/components/schemas/ImageGenerationRequest" } } },
+          },
+        },
+      },
+    )
+    .post(
+      "/images/edits",
+      async ({ body, principal, request, set }) => {
+        try {
+          const isMultipart = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("multipart/");
+          const form = (body ?? {}) as Record<string, unknown>;
+          let fields: ReturnType<typeof commonJobFields>;
+          let images: ImageInput[];
+          let mask: ImageInput | undefined;
+          if (isMultipart) {
+            const text = multipartText(form);
+            validate(MultipartTextFields, text);
+            fields = commonJobFields(services, text as CommonFields);
+            const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined;
+            const files = [...asList(form.image), ...asList(form["image[]"])];
+            if (files.length === 0) throw badRequest("Send the image to edit as the multipart file 'image' (or several as 'image[]').", "image", "missing_required_parameter");
+            if (files.length > MAX_EDIT_IMAGES) throw badRequest(`At most ${MAX_EDIT_IMAGES} images can be edited together; got ${files.length}.`, "image", "too_many_images");
+            images = [];
+            for (const [i, f] of files.entries()) images.push(await fileToImage(f, single ? "image" : `image[${i}]`));
+            if (Array.isArray(form.mask)) throw badRequest("Send at most one 'mask'.", "mask", "invalid_mask");
+            if (form.mask !== undefined) mask = await fileToImage(form.mask, "mask");
+          } else {
+            validate(ImageEditJsonRequest, form);
+            const b = form as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
+            fields = commonJobFields(services, b);
+            images = b.images.map((img, i) => imageFromDataUrl(img.image_url, `images[${i}]`));
+            if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
+          }
+          if (mask) checkMask(mask, images[0]!);
+          return await run("/v1/images/edits", principal, request, set, { ...fields, images, mask });
+        } catch (e) {
+          throw toApiError(e);
+        }
+      },
+      {
+        parse: acceptBody(services.budget, "multipart", "json"),
+        ...common,
+        detail: {
+          tags: ["Images"],
+          summary: "Edit an image",
+          description:
+            "Edits an image (or combines several) following a prompt; with a mask, only the mask's transparent area is repainted. " +
+            "Send multipart/form-data as the openai clients do (`image`, repeated `image[]`, `mask`), or JSON with `images: [{image_url}]`. " +
+            "Costs 1 credit when accepted; refunded automatically if the edit fails.",
+          security: bearerSecurity,
+          operationId: "editImage",
+          requestBody: {
+            required: true,
+            content: {
+              "multipart/form-data": { schema: { $ref: "#/components/schemas/ImageEditMultipartRequest" } },
+              "application/json": { schema: { $ref: "#/components/schemas/ImageEditJsonRequest" } },
+            },
+          },
+        },
+      },
+    );
+}
