@@ -9,6 +9,7 @@ import type { Config } from "./config";
 import { KeyAuthenticator, type Clock } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
 import { EngineRegistry } from "./engines/registry";
+import { registerUpstreamEngines, type UpstreamPools } from "./engines/upstreams";
 import { LocalGate, type Gate } from "./core/gate";
 import { ModelCatalog } from "./core/models";
 import type { Logger } from "./logger";
@@ -45,6 +46,8 @@ export interface Services {
   auth: ApiAuthDeps;
   background: BackgroundWork;
   engines: EngineRegistry;
+  /** One account pool per [[upstreams]] entry (its engine is registered in `engines`). */
+  upstreams: UpstreamPools;
   /** The image concurrency gate, built from [limits]. */
   gate: Gate;
 }
@@ -57,7 +60,7 @@ function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
 
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
-  return {
+  const services: Omit<Services, "upstreams"> = {
     config: deps.config,
     store: deps.store,
     logger: deps.logger,
@@ -74,6 +77,8 @@ export function createServices(deps: AppDeps): Services {
       queueTimeoutMs: deps.config.limits.queue_timeout_ms,
     }),
   };
+  const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
+  return { ...services, upstreams };
 }
 
 const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";

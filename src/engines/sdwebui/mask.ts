@@ -1,0 +1,26 @@
+/**
+ * Mask conventions differ: OpenAI's mask marks the area to repaint with transparency, the
+ * Stable Diffusion WebUI's with white. This turns the one into the other.
+ */
+import { decodeImage, encodePng } from "../../core/image/codec";
+import type { ImageInput } from "../types";
+
+/** Alpha below this counts as transparent (to repaint); half-way keeps soft edges fair. */
+export const TRANSPARENT_BELOW = 128;
+
+/**
+ * An OpenAI mask (alpha < 128 = edit here) as a WebUI mask: an opaque PNG of the same size,
+ * white where the WebUI must repaint, black where it must keep the picture.
+ */
+export function webuiMaskFromOpenAI(mask: ImageInput): Uint8Array {
+  const rgba = decodeImage(mask.bytes, mask.mime);
+  const out = new Uint8Array(rgba.width * rgba.height * 4);
+  for (let i = 0; i < out.length; i += 4) {
+    const v = rgba.data[i + 3]! < TRANSPARENT_BELOW ? 255 : 0;
+    out[i] = v;
+    out[i + 1] = v;
+    out[i + 2] = v;
+    out[i + 3] = 255;
+  }
+  return encodePng({ width: rgba.width, height: rgba.height, data: out });
+}

@@ -1,0 +1,67 @@
+/**
+ * Builds one account pool and one engine per [[upstreams]] entry and registers the engine
+ * under the upstream id, which is what catalog models name in `upstream`.
+ */
+import type { Config, UpstreamConfig } from "../config";
+import { AccountPool, type Clock, type PoolLogger, type PoolStateStore } from "./pool";
+import { OpenAIEngine } from "./openai";
+import type { EngineRegistry } from "./registry";
+import { SdWebUiEngine } from "./sdwebui";
+
+/** The pools by upstream id, for the admin route and for a graceful stop. */
+export class UpstreamPools {
+  constructor(readonly byId: Map<string, AccountPool>) {}
+
+  get(upstreamId: string): AccountPool | undefined {
+    return this.byId.get(upstreamId);
+  }
+
+  list(): AccountPool[] {
+    return [...this.byId.values()];
+  }
+
+  close(): void {
+    for (const p of this.byId.values()) p.close();
+  }
+}
+
+export function poolFor(upstream: UpstreamConfig, config: Config, store: PoolStateStore, clock: Clock, logger?: PoolLogger): AccountPool {
+  return new AccountPool(
+    upstream.id,
+    upstream.accounts.map((a) => ({ id: a.id, weight: a.weight, maxConcurrency: a.max_concurrency })),
+    {
+      attemptTimeoutMs: upstream.timeout_ms,
+      maxAttempts: upstream.max_attempts,
+      deadlineMs: upstream.deadline_ms ?? config.limits.generation_timeout_ms,
+      queueTimeoutMs: config.limits.queue_timeout_ms,
+      rateLimitCooldownMaxMs: upstream.rate_limit_cooldown_max_ms,
+      failureThreshold: upstream.failure_threshold,
+      failureCooldownMs: upstream.failure_cooldown_ms,
+      failureCooldownMaxMs: upstream.failure_cooldown_max_ms,
+    },
+    store,
+    clock,
+    logger,
+  );
+}
+
+export function registerUpstreamEngines(
+  config: Config,
+  registry: EngineRegistry,
+  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger },
+): UpstreamPools {
+  const pools = new Map<string, AccountPool>();
+  for (const upstream of config.upstreams) {
+    const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger);
+    pools.set(upstream.id, pool);
+    if (upstream.kind === "openai") {
+      const engine = new OpenAIEngine(upstream, pool, deps.clock);
+      registry.registerImage(upstream.id, engine);
+      registry.registerChat(upstream.id, engine);
+    } else {
+      registry.registerImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock));
+    }
+    pool.persistSnapshot();
+  }
+  return new UpstreamPools(pools);
+}
