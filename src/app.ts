@@ -25,6 +25,9 @@ import { chatRoutes } from "./http/v1/chat";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
 import { imagesRoutes } from "./http/v1/images";
 import type { ApiAuthDeps } from "./http/auth";
+import { workbenchRoutes } from "./http/workbench";
+import { sessionPrincipalResolver } from "./http/workbench/sessionPrincipal";
+import { createWorkbench, type Workbench } from "./workbench/service";
 
 export const API_VERSION = "1.0.0";
 
@@ -46,6 +49,8 @@ export interface Services {
   auth: ApiAuthDeps;
   background: BackgroundWork;
   engines: EngineRegistry;
+  /** Workbench sessions, sign-in and the first-admin setup token. */
+  workbench: Workbench;
   /** One account pool per [[upstreams]] entry (its engine is registered in `engines`). */
   upstreams: UpstreamPools;
   /** The image concurrency gate, built from [limits]. */
@@ -60,6 +65,7 @@ function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
 
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
+  const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
   const services: Omit<Services, "upstreams"> = {
     config: deps.config,
     store: deps.store,
@@ -67,7 +73,8 @@ export function createServices(deps: AppDeps): Services {
     clock,
     catalog: new ModelCatalog(deps.config),
     budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
-    auth: { keys: new KeyAuthenticator(deps.store, clock) },
+    auth: { keys: new KeyAuthenticator(deps.store, clock), sessionPrincipal: sessionPrincipalResolver(workbench, deps.config) },
+    workbench,
     background: new BackgroundWork(),
     engines: withBuiltinChat(new EngineRegistry()),
     gate: new LocalGate({
@@ -189,6 +196,7 @@ export function createApp(services: Services) {
       }),
     )
     .use(docsRoutes())
+    .use(workbenchRoutes(services))
     .use(opsRoutes(services))
     .use(modelsRoutes(services))
     .use(chatRoutes(services))

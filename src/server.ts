@@ -42,6 +42,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
 
   const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
     const meta = attachMeta(request);
+    meta.clientAddress = server.requestIP(request)?.address;
     const path = new URL(request.url).pathname;
     if (LONG_RUNNING.test(path)) server.timeout(request, 0);
     let response: Response;

@@ -8,6 +8,8 @@ export interface RequestMeta {
   id: string;
   startedAt: number;
   userId?: number;
+  /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */
+  clientAddress?: string;
   /** Bytes reserved in the body budget for this request; released when the response is done. */
   reservedBodyBytes: number;
 }

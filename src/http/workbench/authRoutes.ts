@@ -1,0 +1,98 @@
+/** /, sign in, sign up, sign out and the one-time first-admin setup. */
+import { Elysia } from "elysia";
+import type { Services } from "../../app";
+import { AccountError, addUser } from "../../core/accounts";
+import { EmailTakenError } from "../../store/users";
+import { isSameOrigin } from "../../workbench/origin";
+import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
+import { clientAddress, csrfRejected, formFields, htmlResponse, redirect, requireCsrf, safeNext, viewerOf } from "./respond";
+
+const hide = { detail: { hide: true } };
+
+export function authRoutes(services: Services) {
+  const { config, workbench } = services;
+  const wb = config.workbench;
+  // A CLI-made admin also closes setup.
+  const setupOpen = () => workbench.setup.pending && services.store.users.countAdmins() === 0;
+  const signIn = (s: { email?: string; error?: string | null; notice?: string | null }, status = 200) =>
+    htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
+
+  return new Elysia({ name: "workbench.auth" })
+    .get("/", ({ request }) => redirect(viewerOf(services, request) ? "/playground" : "/signin"), hide)
+    .get("/signin", ({ request, query }) => {
+      if (viewerOf(services, request)) return redirect(safeNext(query.next));
+      return signIn({ notice: query.signed_out === "1" ? "You are signed out." : null });
+    }, hide)
+    .post("/signin", async ({ request, body, query }) => {
+      if (!isSameOrigin(request, config)) return csrfRejected();
+      const f = formFields(body);
+      const email = (f.email ?? "").slice(0, 254);
+      const result = await workbench.accounts.signIn(email, f.password ?? "", clientAddress(request));
+      if (!result.ok) {
+        if (result.reason === "throttled") {
+          const minutes = Math.ceil(result.retryAfterMs / 60_000);
+          return signIn({ email, error: `Too many sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.` }, 429);
+        }
+        return signIn({ email, error: "Incorrect email or password." }, 401);
+      }
+      const { cookie } = workbench.sessions.start(result.user.id, request);
+      return redirect(safeNext(query.next), { "set-cookie": cookie });
+    }, hide)
+    .get("/signup", ({ request }) => {
+      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
+      if (viewerOf(services, request)) return redirect("/playground");
+      return htmlResponse(signUpPage({ minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }));
+    }, hide)
+    .post("/signup", async ({ request, body }) => {
+      if (!isSameOrigin(request, config)) return csrfRejected();
+      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
+      const f = formFields(body);
+      const email = (f.email ?? "").slice(0, 254);
+      const form = (error: string, status: number) =>
+        htmlResponse(signUpPage({ email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
+      const address = clientAddress(request);
+      const wait = workbench.accounts.signUpRetryAfterMs(address);
+      if (wait > 0) return form(`Too many sign-ups from your address. Try again in ${Math.ceil(wait / 60_000)} minutes.`, 429);
+      const result = await workbench.accounts.signUp(email, f.password ?? "", address);
+      if (!result.ok) return form(result.message, 400);
+      const { cookie } = workbench.sessions.start(result.user.id, request);
+      return redirect("/playground", { "set-cookie": cookie });
+    }, hide)
+    .post("/signout", ({ request, body }) => {
+      const guarded = requireCsrf(services, request, body);
+      if (guarded.response) return guarded.response;
+      return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
+    }, hide)
+    .get("/setup", () =>
+      htmlResponse(setupPage({ pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
+    .post("/setup", async ({ request, body }) => {
+      if (!isSameOrigin(request, config)) return csrfRejected();
+      const f = formFields(body);
+      const email = (f.email ?? "").slice(0, 254);
+      const form = (error: string, status: number) =>
+        htmlResponse(setupPage({ pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
+      if (!setupOpen()) return form("Setup is already complete.", 410);
+      const address = clientAddress(request);
+      // Guessing the token is throttled like sign-in.
+      const wait = workbench.accounts.signUpRetryAfterMs(`setup:${address}`);
+      if (wait > 0) return form("Too many attempts. Try again later.", 429);
+      const password = f.password ?? "";
+      if (password.length < wb.min_password_length) return form(`Password must be at least ${wb.min_password_length} characters.`, 400);
+      const taken = workbench.setup.take(f.token ?? "");
+      if (taken === null) {
+        workbench.accounts.noteSetupAttempt(`setup:${address}`);
+        return form("That setup token is not valid. Copy it from the server log of this start.", 401);
+      }
+      try {
+        const user = await addUser(services.store, services.clock, { email, password, role: "admin", credits: wb.initial_credits, actor: "setup" });
+        services.logger.info("first admin created through /setup", { user_id: user.id });
+        const { cookie } = workbench.sessions.start(user.id, request);
+        return redirect("/admin", { "set-cookie": cookie });
+      } catch (e) {
+        workbench.setup.restore(taken);
+        if (e instanceof AccountError) return form(e.message.replace(/^email/, "Email") + ".", 400);
+        if (e instanceof EmailTakenError) return form("That email already has an account; choose another or make it admin with the CLI.", 400);
+        throw e;
+      }
+    }, hide);
+}

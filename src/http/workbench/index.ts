@@ -1,0 +1,14 @@
+/** The workbench web UI at `/`: pages, forms and assets, all same-origin and session-based. */
+import { Elysia } from "elysia";
+import type { Services } from "../../app";
+import { adminRoutes } from "./adminRoutes";
+import { assetsRoutes } from "./assetsRoutes";
+import { authRoutes } from "./authRoutes";
+import { keysRoutes } from "./keysRoutes";
+import { pagesRoutes } from "./pagesRoutes";
+
+export function workbenchRoutes(services: Services) {
+  const app = new Elysia({ name: "workbench" });
+  if (!services.config.workbench.enabled) return app;
+  return app.use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(adminRoutes(services));
+}

@@ -1,0 +1,87 @@
+/**
+ * Sign-up and sign-in for the workbench. Sign-in answers the same way for an unknown email and a
+ * wrong password (and spends the same hashing time), and is throttled per account and per
+ * client address.
+ */
+import type { Config } from "../config";
+import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword, type Clock } from "../core/accounts";
+import type { Store } from "../store";
+import { EmailTakenError, type UserRow } from "../store/users";
+import { AttemptLimiter } from "./rateLimit";
+
+export type SignInResult =
+  | { ok: true; user: UserRow }
+  | { ok: false; reason: "invalid" }
+  | { ok: false; reason: "throttled"; retryAfterMs: number };
+
+export type SignUpResult = { ok: true; user: UserRow } | { ok: false; message: string; field: "email" | "password" | null };
+
+const WINDOW_MS = 15 * 60_000;
+export const MAX_ATTEMPTS_PER_ACCOUNT = 5;
+export const MAX_ATTEMPTS_PER_ADDRESS = 30;
+export const MAX_SIGNUPS_PER_ADDRESS = 20;
+
+export class WorkbenchAccounts {
+  private readonly perAccount: AttemptLimiter;
+  private readonly perAddress: AttemptLimiter;
+  private readonly signUpsPerAddress: AttemptLimiter;
+  /** Verified against when the email is unknown, so both failures cost the same time. */
+  private dummyHash: Promise<string> | undefined;
+
+  constructor(
+    private readonly store: Store,
+    private readonly config: Config,
+    private readonly clock: Clock,
+  ) {
+    this.perAccount = new AttemptLimiter(MAX_ATTEMPTS_PER_ACCOUNT, WINDOW_MS, clock);
+    this.perAddress = new AttemptLimiter(MAX_ATTEMPTS_PER_ADDRESS, WINDOW_MS, clock);
+    this.signUpsPerAddress = new AttemptLimiter(MAX_SIGNUPS_PER_ADDRESS, WINDOW_MS, clock);
+  }
+
+  async signIn(emailInput: string, password: string, address: string): Promise<SignInResult> {
+    const account = normalizeEmail(emailInput).toLowerCase();
+    const wait = Math.max(this.perAccount.retryAfterMs(account), this.perAddress.retryAfterMs(address));
+    if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
+    this.perAccount.record(account);
+    this.perAddress.record(address);
+    const user = account.length <= 254 ? this.store.users.byEmail(account) : null;
+    this.dummyHash ??= hashPassword(crypto.randomUUID());
+    const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
+    if (!user || !valid || user.disabled) return { ok: false, reason: "invalid" };
+    this.perAccount.reset(account);
+    return { ok: true, user };
+  }
+
+  /** Counts a wrong setup token against the same per-address budget as sign-ups. */
+  noteSetupAttempt(key: string): void {
+    this.signUpsPerAddress.record(key);
+  }
+
+  signUpRetryAfterMs(address: string): number {
+    return this.signUpsPerAddress.retryAfterMs(address);
+  }
+
+  async signUp(emailInput: string, password: string, address: string): Promise<SignUpResult> {
+    const email = normalizeEmail(emailInput);
+    const problem = validateEmail(email);
+    if (problem) return { ok: false, message: `Email ${problem}.`, field: "email" };
+    const min = this.config.workbench.min_password_length;
+    if (password.length < min) return { ok: false, message: `Password must be at least ${min} characters.`, field: "password" };
+    if (password.length > 1024) return { ok: false, message: "Password must be at most 1024 characters.", field: "password" };
+    this.signUpsPerAddress.record(address);
+    try {
+      const user = await addUser(this.store, this.clock, {
+        email,
+        password,
+        credits: this.config.workbench.initial_credits,
+        actor: "signup",
+      });
+      return { ok: true, user };
+    } catch (e) {
+      // Said generically: this page must not confirm which emails have accounts.
+      if (e instanceof EmailTakenError) return { ok: false, message: "We could not create an account with these details. If you already have one, sign in instead.", field: null };
+      if (e instanceof AccountError) return { ok: false, message: e.message, field: null };
+      throw e;
+    }
+  }
+}

@@ -1,0 +1,150 @@
+/** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
+import type { CatalogModel } from "../../core/models";
+import type { RequestRow } from "../../store/requests";
+import type { UserRow } from "../../store/users";
+import { formatTime, html, type Html, type Interpolation } from "../html";
+import { csrfField, message, page, type Viewer } from "../layout";
+import { historyFilter, pagination, requestsTable, type HistoryQuery } from "./requests";
+
+type AdminTab = "users" | "requests" | "upstreams" | "models";
+
+const TABS: { tab: AdminTab; href: string; label: string }[] = [
+  { tab: "users", href: "/admin", label: "Users" },
+  { tab: "requests", href: "/admin/requests", label: "All requests" },
+  { tab: "upstreams", href: "/admin/upstreams", label: "Upstream pool" },
+  { tab: "models", href: "/admin/models", label: "Models" },
+];
+
+function adminPage(v: Viewer, tab: AdminTab, title: string, body: Interpolation): Html {
+  return page({
+    title: `Admin · ${title}`,
+    section: "admin",
+    viewer: v,
+    body: html`<h1>Admin</h1>
+<nav class="subnav" aria-label="Admin sections"><ul>${TABS.map(
+      (t) => html`<li><a href="${t.href}"${t.tab === tab ? html` aria-current="page"` : ""}>${t.label}</a></li>`,
+    )}</ul></nav>
+${body}`,
+  });
+}
+
+function userRow(v: Viewer, u: UserRow): Html {
+  const self = u.id === v.user.id;
+  return html`<tr data-user-email="${u.email}">
+  <td>${u.email}</td>
+  <td>${u.role === "admin" ? html`<span class="badge">admin</span>` : "user"}</td>
+  <td class="num" data-testid="credits">${u.credits}</td>
+  <td>${u.disabled ? html`<span class="status bad">disabled</span>` : html`<span class="status ok">active</span>`}</td>
+  <td class="nowrap">${formatTime(u.created_at)}</td>
+  <td>
+    <form method="post" action="/admin/users/${u.id}/credits" class="row compact">
+      ${csrfField(v)}
+      <label class="visually-hidden" for="amount-${u.id}">Credits for ${u.email}</label>
+      <input id="amount-${u.id}" name="amount" type="number" min="1" max="1000000" step="1" required class="amount" placeholder="N">
+      <label class="visually-hidden" for="note-${u.id}">Note for ${u.email}</label>
+      <input id="note-${u.id}" name="note" type="text" maxlength="200" placeholder="note" class="note">
+      <button type="submit" name="op" value="grant" class="small">Grant</button>
+      <button type="submit" name="op" value="deduct" class="small">Deduct</button>
+    </form>
+  </td>
+  <td class="actions">
+    ${
+      self
+        ? html`<span class="muted">you</span>`
+        : html`<form method="post" action="/admin/users/${u.id}/${u.disabled ? "enable" : "disable"}" class="inline"${u.disabled ? "" : html` data-confirm="Disable ${u.email}? Their keys and sessions stop working."`}>
+      ${csrfField(v)}<button type="submit" class="small${u.disabled ? "" : " danger"}">${u.disabled ? "Enable" : "Disable"}</button></form>
+    ${u.role === "admin" ? "" : html`<form method="post" action="/admin/users/${u.id}/admin" class="inline" data-confirm="Make ${u.email} an admin?">${csrfField(v)}<button type="submit" class="small">Make admin</button></form>`}`
+    }
+  </td>
+</tr>`;
+}
+
+export function adminUsersPage(v: Viewer, s: { users: UserRow[]; search: string; error?: string | null; notice?: string | null }): Html {
+  return adminPage(
+    v,
+    "users",
+    "Users",
+    html`${message("error", s.error)}${message("notice", s.notice)}
+<section class="card">
+  <form method="get" action="/admin" class="row" role="search">
+    <label for="user-search">Search by email</label>
+    <input id="user-search" name="q" type="search" value="${s.search}" maxlength="254">
+    <button type="submit">Search</button>
+  </form>
+  ${
+    s.users.length === 0
+      ? html`<p class="muted">No users match.</p>`
+      : html`<div class="table-wrap"><table class="users">
+    <thead><tr><th scope="col">Email</th><th scope="col">Role</th><th scope="col" class="num">Credits</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Credits (ledger)</th><th scope="col">Account</th></tr></thead>
+    <tbody>${s.users.map((u) => userRow(v, u))}</tbody>
+  </table></div>`
+  }
+</section>`,
+  );
+}
+
+export function adminRequestsPage(v: Viewer, s: { query: HistoryQuery; requests: RequestRow[]; total: number; models: string[]; emails: Map<number, string> }): Html {
+  return adminPage(
+    v,
+    "requests",
+    "All requests",
+    html`<section class="card">
+  ${historyFilter("/admin/requests", s.query, s.models)}
+  ${requestsTable(s.requests, { emails: s.emails })}
+  ${pagination("/admin/requests", s.query, s.total)}
+</section>`,
+  );
+}
+
+/** One upstream as the admin sees it: its configuration and, when the pool reports it, live state. */
+export interface UpstreamView {
+  id: string;
+  kind: string;
+  baseUrl: string;
+  models: string[];
+  accounts: { id: string; state: Record<string, unknown> | null }[];
+}
+
+function cell(value: unknown): string {
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+export function adminUpstreamsPage(v: Viewer, s: { upstreams: UpstreamView[]; live: boolean }): Html {
+  const body =
+    s.upstreams.length === 0
+      ? html`<section class="card"><p>No upstreams are configured: only the built-in models run. The pool appears here once <code>[[upstreams]]</code> are configured.</p></section>`
+      : s.upstreams.map(
+          (u) => html`<section class="card">
+  <h2>${u.id} <span class="muted">(${u.kind})</span></h2>
+  <p class="muted mono">${u.baseUrl}</p>
+  <p>Models: ${u.models.length ? u.models.join(", ") : "none"}</p>
+  <div class="table-wrap"><table>
+    <thead><tr><th scope="col">Account</th><th scope="col">State</th></tr></thead>
+    <tbody>${u.accounts.map(
+      (a) => html`<tr><td class="mono">${a.id}</td><td>${
+        a.state
+          ? html`<dl class="kv">${Object.entries(a.state).map(([k, val]) => html`<dt>${k}</dt><dd>${cell(val)}</dd>`)}</dl>`
+          : html`<span class="muted">${s.live ? "no state reported" : "live state unavailable"}</span>`
+      }</td></tr>`,
+    )}</tbody>
+  </table></div>
+</section>`,
+        );
+  return adminPage(v, "upstreams", "Upstream pool", body);
+}
+
+export function adminModelsPage(v: Viewer, models: CatalogModel[]): Html {
+  return adminPage(
+    v,
+    "models",
+    "Models",
+    html`<section class="card"><div class="table-wrap"><table>
+  <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th></tr></thead>
+  <tbody>${models.map(
+    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td>${m.upstream}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
+  )}</tbody>
+</table></div></section>`,
+  );
+}

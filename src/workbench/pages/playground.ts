@@ -1,0 +1,130 @@
+/**
+ * The playground: image generation (with reference images), image edit (image + painted or
+ * uploaded mask) and chat. The forms are plain HTML; /assets/playground.js sends them to the
+ * same /v1 endpoints with the session and the CSRF header.
+ */
+import type { CatalogModel } from "../../core/models";
+import { html, jsonForScript, type Html } from "../html";
+import { page, type Viewer } from "../layout";
+
+export const DEFAULT_SIZES = ["1024x1024", "1536x1024", "1024x1536", "512x512", "256x256", "auto"];
+export const DEFAULT_QUALITIES = ["auto", "low", "medium", "high"];
+export const MAX_REFERENCE_IMAGES = 10;
+export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
+
+export interface PlaygroundModel {
+  id: string;
+  sizes: string[];
+  qualities: string[];
+}
+
+export function playgroundModels(models: CatalogModel[]): { image: PlaygroundModel[]; chat: string[] } {
+  return {
+    image: models
+      .filter((m) => m.kind === "image")
+      .map((m) => ({ id: m.id, sizes: m.sizes ?? DEFAULT_SIZES, qualities: m.qualities ?? DEFAULT_QUALITIES })),
+    chat: models.filter((m) => m.kind === "chat").map((m) => m.id),
+  };
+}
+
+function options(values: string[], selected?: string): Html[] {
+  return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${v}</option>`);
+}
+
+function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined): Html {
+  const first = m.image.find((x) => x.id === defaultModel) ?? m.image[0];
+  return html`<div class="grid3">
+    <div><label for="${prefix}-model">Model</label>
+      <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id)}</select></div>
+    <div><label for="${prefix}-size">Size</label>
+      <select id="${prefix}-size" name="size" data-size-select>${options(first?.sizes ?? DEFAULT_SIZES, first?.sizes.includes("1024x1024") ? "1024x1024" : undefined)}</select></div>
+    <div><label for="${prefix}-quality">Quality</label>
+      <select id="${prefix}-quality" name="quality" data-quality-select>${options(first?.qualities ?? DEFAULT_QUALITIES)}</select></div>
+  </div>`;
+}
+
+function resultPanel(prefix: string): Html {
+  return html`<div class="result" id="${prefix}-result" aria-live="polite">
+  <p class="msg error" role="alert" hidden data-error></p>
+  <p class="muted" hidden data-busy>Generating… <span class="spinner" aria-hidden="true"></span></p>
+  <figure hidden data-figure>
+    <img alt="Generated image" data-image>
+    <figcaption>
+      <span data-meta></span>
+      <a class="button" data-download download="atelier.png" href="#">Download</a>
+    </figcaption>
+  </figure>
+</div>`;
+}
+
+export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined): Html {
+  const m = playgroundModels(models);
+  const noImage = m.image.length === 0;
+  return page({
+    title: "Playground",
+    section: "playground",
+    viewer: v,
+    scripts: ["playground.js"],
+    body: html`<h1>Playground</h1>
+<p class="muted">Runs on your account through the same <code>/v1</code> API: 1 credit per image (refunded if it fails), chat is free.</p>
+<script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES })}</script>
+<div class="tabs" role="tablist" aria-label="Playground modes">
+  <button type="button" role="tab" id="tab-generate" aria-controls="panel-generate" aria-selected="true">Generate</button>
+  <button type="button" role="tab" id="tab-edit" aria-controls="panel-edit" aria-selected="false" tabindex="-1">Edit</button>
+  <button type="button" role="tab" id="tab-chat" aria-controls="panel-chat" aria-selected="false" tabindex="-1">Chat</button>
+</div>
+
+<section class="card" role="tabpanel" id="panel-generate" aria-labelledby="tab-generate">
+  ${noImage ? html`<p class="msg error">No image model is configured.</p>` : ""}
+  <form id="generate-form" class="stack" novalidate>
+    <label for="gen-prompt">Prompt</label>
+    <textarea id="gen-prompt" name="prompt" rows="3" required maxlength="32000" placeholder="A lighthouse at dusk, watercolor"></textarea>
+    ${imageFields("gen", m, defaultImageModel)}
+    <fieldset class="dropzone" data-dropzone>
+      <legend>Reference images <span class="muted">(optional, up to ${MAX_REFERENCE_IMAGES}; PNG, JPEG or WebP, at most 10 MiB each)</span></legend>
+      <label for="gen-refs" class="drop-label">Drop images here or choose files</label>
+      <input id="gen-refs" type="file" accept="image/png,image/jpeg,image/webp" multiple data-ref-input>
+      <ul class="thumbs" data-ref-list aria-label="Selected reference images"></ul>
+    </fieldset>
+    <p class="msg error" role="alert" hidden data-form-error></p>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Generate (1 credit)</button>
+  </form>
+  ${resultPanel("gen")}
+</section>
+
+<section class="card" role="tabpanel" id="panel-edit" aria-labelledby="tab-edit" hidden>
+  <form id="edit-form" class="stack" novalidate>
+    <label for="edit-image">Image to edit <span class="muted">(PNG, JPEG or WebP, at most 10 MiB)</span></label>
+    <input id="edit-image" type="file" accept="image/png,image/jpeg,image/webp" data-edit-image>
+    <div class="mask-editor" data-mask-editor hidden>
+      <p class="muted">Paint over the area to change (it becomes transparent in the mask), or upload a mask PNG instead.</p>
+      <div class="canvas-wrap"><canvas data-preview aria-label="The image to edit"></canvas><canvas data-mask class="mask-layer" aria-label="Mask: paint where the image should change"></canvas></div>
+      <div class="row">
+        <label for="edit-brush">Brush</label><input id="edit-brush" type="range" min="4" max="120" value="40" data-brush>
+        <button type="button" data-clear-mask>Clear mask</button>
+      </div>
+    </div>
+    <label for="edit-mask">Mask file <span class="muted">(optional PNG with transparency; replaces the painted mask)</span></label>
+    <input id="edit-mask" type="file" accept="image/png" data-mask-file>
+    <label for="edit-prompt">Prompt</label>
+    <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="32000" placeholder="Replace the sky with a starry night"></textarea>
+    ${imageFields("edit", m, defaultImageModel)}
+    <p class="msg error" role="alert" hidden data-form-error></p>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Edit (1 credit)</button>
+  </form>
+  ${resultPanel("edit")}
+</section>
+
+<section class="card" role="tabpanel" id="panel-chat" aria-labelledby="tab-chat" hidden>
+  <form id="chat-form" class="stack" novalidate>
+    <label for="chat-model">Model</label>
+    <select id="chat-model" name="model">${options(m.chat)}</select>
+    <ol class="chat-log" data-chat-log aria-label="Conversation" aria-live="polite"></ol>
+    <label for="chat-input">Message</label>
+    <textarea id="chat-input" name="message" rows="3" required placeholder="Say hello (Ctrl+Enter sends)"></textarea>
+    <p class="msg error" role="alert" hidden data-form-error></p>
+    <div class="row"><button type="submit" class="primary"${m.chat.length === 0 ? html` disabled` : ""}>Send</button><button type="button" data-chat-reset>New conversation</button></div>
+  </form>
+</section>`,
+  });
+}

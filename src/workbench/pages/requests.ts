@@ -1,0 +1,95 @@
+/** The request history table with its filter form and pagination (used by Credits and Admin). */
+import type { RequestFilter, RequestRow } from "../../store/requests";
+import { formatTime, html, type Html } from "../html";
+
+export const PAGE_SIZE = 25;
+export const KINDS = ["image", "chat"] as const;
+export const STATUSES = ["pending", "succeeded", "failed", "interrupted"] as const;
+
+export interface HistoryQuery {
+  kind?: RequestRow["kind"];
+  status?: RequestRow["status"];
+  model?: string;
+  page: number;
+}
+
+/** Reads the filter from a query string; unknown values are ignored rather than trusted. */
+export function parseHistoryQuery(q: Record<string, string | undefined>): HistoryQuery {
+  const kind = KINDS.find((k) => k === q.kind);
+  const status = STATUSES.find((s) => s === q.status);
+  const model = q.model && q.model.length <= 200 ? q.model : undefined;
+  const n = Number(q.page);
+  const page = Number.isInteger(n) && n >= 1 && n <= 100_000 ? n : 1;
+  return { kind, status, model, page };
+}
+
+export function toFilter(q: HistoryQuery, userId?: number): RequestFilter {
+  return { userId, kind: q.kind, status: q.status, model: q.model, limit: PAGE_SIZE, offset: (q.page - 1) * PAGE_SIZE };
+}
+
+function queryString(q: HistoryQuery, page: number): string {
+  const p = new URLSearchParams();
+  if (q.kind) p.set("kind", q.kind);
+  if (q.status) p.set("status", q.status);
+  if (q.model) p.set("model", q.model);
+  p.set("page", String(page));
+  return `?${p}`;
+}
+
+function option(value: string, selected: string | undefined, label = value): Html {
+  return html`<option value="${value}"${value === (selected ?? "") ? html` selected` : ""}>${label}</option>`;
+}
+
+export function historyFilter(action: string, q: HistoryQuery, models: string[]): Html {
+  return html`<form method="get" action="${action}" class="row filters" aria-label="Filter requests">
+  <label for="f-kind">Kind</label>
+  <select id="f-kind" name="kind">${option("", q.kind, "any")}${KINDS.map((k) => option(k, q.kind))}</select>
+  <label for="f-status">Status</label>
+  <select id="f-status" name="status">${option("", q.status, "any")}${STATUSES.map((s) => option(s, q.status))}</select>
+  <label for="f-model">Model</label>
+  <select id="f-model" name="model">${option("", q.model, "any")}${models.map((m) => option(m, q.model))}</select>
+  <button type="submit">Filter</button>
+</form>`;
+}
+
+function credit(r: RequestRow): Html {
+  if (r.credits_charged === 0) return html`<span class="muted">free</span>`;
+  if (r.credits_refunded > 0) return html`−${r.credits_charged} <span class="status ok">refunded +${r.credits_refunded}</span>`;
+  return html`−${r.credits_charged}`;
+}
+
+const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", succeeded: "ok", failed: "bad", interrupted: "bad" };
+
+export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, string> } = {}): Html {
+  if (rows.length === 0) return html`<p class="muted">No requests match.</p>`;
+  return html`<div class="table-wrap"><table class="requests">
+  <thead><tr><th scope="col">Time</th>${opts.emails ? html`<th scope="col">User</th>` : ""}<th scope="col">Kind</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Credits</th><th scope="col">Generation</th><th scope="col">Prompt</th><th scope="col">Error</th></tr></thead>
+  <tbody>${rows.map(
+    (r) => html`<tr>
+    <td class="nowrap">${formatTime(r.created_at)}</td>
+    ${opts.emails ? html`<td>${opts.emails.get(r.user_id) ?? `#${r.user_id}`}</td>` : ""}
+    <td>${r.kind}</td>
+    <td class="mono">${r.model}</td>
+    <td><span class="status ${STATUS_CLASS[r.status]}">${r.status}</span></td>
+    <td class="nowrap">${credit(r)}</td>
+    <td class="nowrap">${r.generation_ms === null ? "—" : `${(r.generation_ms / 1000).toFixed(2)} s`}</td>
+    <td class="prompt" title="${r.prompt ?? ""}">${truncate(r.prompt)}</td>
+    <td class="error-cell">${r.error_message ?? ""}</td>
+  </tr>`,
+  )}</tbody>
+</table></div>`;
+}
+
+function truncate(text: string | null): string {
+  if (!text) return "";
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+export function pagination(action: string, q: HistoryQuery, total: number): Html {
+  const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
+  return html`<nav class="pager" aria-label="Pages">
+  ${q.page > 1 ? html`<a href="${action}${queryString(q, q.page - 1)}" rel="prev">← Newer</a>` : html`<span class="muted">← Newer</span>`}
+  <span>Page ${q.page} of ${pages} · ${total} request${total === 1 ? "" : "s"}</span>
+  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1)}" rel="next">Older →</a>` : html`<span class="muted">Older →</span>`}
+</nav>`;
+}
