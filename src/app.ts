@@ -10,6 +10,7 @@ import { KeyAuthenticator, type Clock } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
 import { EngineRegistry } from "./engines/registry";
 import { registerUpstreamEngines, type UpstreamPools } from "./engines/upstreams";
+import { adminUpstreamsRoutes } from "./http/admin/upstreams";
 import { LocalGate, type Gate } from "./core/gate";
 import { ModelCatalog } from "./core/models";
 import type { Logger } from "./logger";
@@ -198,6 +199,7 @@ export function createApp(services: Services) {
     .use(docsRoutes())
     .use(workbenchRoutes(services))
     .use(opsRoutes(services))
+    .use(adminUpstreamsRoutes(services))
     .use(modelsRoutes(services))
     .use(chatRoutes(services))
     .use(imagesRoutes(services));

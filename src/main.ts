@@ -9,6 +9,7 @@ import { ConfigError, loadConfig, type Config } from "./config";
 import { AccountError, addUser, createKey } from "./core/accounts";
 import { createLogger, silentLogger } from "./logger";
 import { startServer } from "./server";
+import { enableUpstreamAccount, showUpstreams } from "./cli/upstreams";
 import { createStore, type Store } from "./store";
 import { DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
 import { EmailTakenError } from "./store/users";
@@ -30,6 +31,8 @@ Commands:
   key create <email> [--name NAME]        prints the full key alone on the last line
   key list <email>
   key revoke <prefix>
+  upstreams [--json]                      upstream accounts: in-flight, capacity, state, recent failures
+  upstreams enable <upstream> <account>   re-enable an account disabled after a 401/403
   openapi                                 print the OpenAPI document
 
 ${COMMON_HELP}`;
@@ -177,6 +180,24 @@ function key(argv: string[], io: Io): number {
   });
 }
 
+function upstreams(argv: string[], io: Io): number {
+  const usage = `Usage:\n  atelier upstreams [--json]\n  atelier upstreams enable <upstream> <account>\n\nIn-flight counts and cooldowns are the running server's last snapshot (AS OF); disabled flags are current.\n\n${COMMON_HELP}`;
+  const { values, positionals } = parseCommand(argv, { json: { type: "boolean" } }, usage);
+  if (values.help) return io.out(usage), 0;
+  const [sub, upstreamId, accountId] = positionals;
+  const config = configFrom(values);
+  return withStore(values, (store) => {
+    if (sub === undefined) {
+      for (const line of showUpstreams(config, store, Date.now(), values.json === true)) io.out(line);
+      return 0;
+    }
+    if (sub !== "enable") throw new UsageError(`unknown command: upstreams ${sub}\n\n${usage}`);
+    if (!upstreamId || !accountId || positionals.length > 3) throw new UsageError(`upstreams enable takes an upstream id and an account id\n\n${usage}`);
+    io.out(enableUpstreamAccount(config, store, upstreamId, accountId));
+    return 0;
+  });
+}
+
 /** The document the server serves at /openapi.json, rendered without listening. */
 export async function renderOpenApi(config: Config): Promise<string> {
   const store = createStore(openDatabase(":memory:"), latestVersion());
@@ -202,6 +223,7 @@ const COMMANDS: Record<string, (argv: string[], io: Io) => number | Promise<numb
   user,
   credits,
   key,
+  upstreams,
   openapi: openapiCommand,
 };
 
