@@ -137,8 +137,9 @@ async function withTimeout<T>(ms: number, fn: (signal: AbortSignal) => Promise<T
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       const err = new EngineTimeout(`no result after ${ms} ms`);
-      controller.abort(err);
+      // Settle first, so an engine that resolves on abort cannot win the race.
       reject(err);
+      controller.abort(err);
     }, ms);
   });
   try {

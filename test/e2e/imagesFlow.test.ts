@@ -184,3 +184,87 @@ describe("a client that disconnects", () => {
     });
   }
 });
+
+describe("with a queue and a short engine deadline", () => {
+  let queued: TestServer;
+  const slow = new ControlledEngine();
+
+  beforeAll(async () => {
+    queued = await startTestServer({
+      config: (c) => {
+        c.limits.generation_concurrency = 3;
+        c.limits.per_user_concurrency = 2;
+        c.limits.queue_size = 100;
+        c.limits.queue_timeout_ms = 30_000;
+        c.limits.generation_timeout_ms = 400;
+        c.server.log_requests = false;
+      },
+      customize: (s) => s.engines.registerImage("builtin", slow),
+    });
+  });
+
+  afterAll(async () => {
+    slow.releaseAll();
+    await queued.close();
+  });
+
+  const send = (key: string, prompt: string) =>
+    fetch(`${queued.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ prompt, size: "64x64" }),
+    });
+
+  test("an engine that misses the deadline gets 504 and the credit back", async () => {
+    slow.behave = (job) => new Promise((resolve) => job.signal.addEventListener("abort", () => resolve(slow.png(job))));
+    const u = await queued.userWithKey({ credits: 1 });
+    const res = await send(u.key, "never finishes");
+    expect(res.status).toBe(504);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("timeout");
+    expect(queued.balance(u.userId)).toBe(1);
+    expect(queued.services.store.requests.list({ userId: u.userId })[0]).toMatchObject({ status: "failed", error_code: "timeout", credits_refunded: 1 });
+  });
+
+  test("after a concurrent burst of mixed successes and failures, every balance equals its ledger sum", async () => {
+    slow.behave = async (job) => {
+      await Bun.sleep(job.prompt.length % 7);
+      if (job.prompt.includes("fail")) throw new UpstreamFailed("injected failure");
+      if (job.prompt.includes("garbage")) return { bytes: new Uint8Array([1, 2, 3]), mime: "image/png", width: 64, height: 64 };
+      if (job.prompt.includes("throw")) throw new Error("engine bug");
+      return slow.png(job);
+    };
+    const users = await Promise.all([queued.userWithKey({ credits: 6 }), queued.userWithKey({ credits: 20 }), queued.userWithKey({ credits: 0 })]);
+    const kinds = ["ok", "fail", "ok", "garbage", "throw"];
+    const sent: { user: number; kind: string }[] = [];
+    const all: Promise<Response>[] = [];
+    for (let i = 0; i < 36; i++) {
+      const user = i % users.length;
+      const kind = kinds[i % kinds.length]!;
+      sent.push({ user, kind });
+      all.push(send(users[user]!.key, `${kind} request ${i}`));
+    }
+    const statuses = (await Promise.all(all)).map((r) => r.status);
+    await queued.services.background.idle();
+    const { store } = queued.services;
+    for (const [i, u] of users.entries()) {
+      expect(store.credits.balance(u.userId)).toBe(store.credits.ledgerSum(u.userId));
+      const rows = store.requests.list({ userId: u.userId, limit: 1000 });
+      const ledger = store.credits.ledger(u.userId, 10_000);
+      for (const r of rows) {
+        const charges = ledger.filter((l) => l.request_id === r.id && l.kind === "charge");
+        const refunds = ledger.filter((l) => l.request_id === r.id && l.kind === "refund");
+        expect(charges).toHaveLength(1);
+        expect(refunds).toHaveLength(r.status === "succeeded" ? 0 : 1);
+        expect(r.status === "succeeded" || r.credits_refunded === 1).toBe(true);
+      }
+      const successes = statuses.filter((s, j) => sent[j]!.user === i && s === 200).length;
+      expect(successes).toBe(rows.filter((r) => r.status === "succeeded").length);
+      expect(store.credits.balance(u.userId)).toBe([6, 20, 0][i]! - successes);
+    }
+    // The broke user got only 402s; something succeeded and something failed.
+    expect(statuses.filter((s, j) => sent[j]!.user === 2).every((s) => s === 402)).toBe(true);
+    expect(statuses).toContain(200);
+    expect(statuses).toContain(502);
+    expect(statuses).toContain(500);
+  });
+});
