@@ -1,0 +1,80 @@
+/**
+ * builtin-chat: a deterministic, offline chat engine for trying the service and checking the
+ * wiring end to end. It is not a language model: it restates the last user message, and when
+ * the request asks for JSON it returns JSON (matching a given json_schema). It honours
+ * max_tokens / max_completion_tokens and stop sequences like a real engine would.
+ *
+ * Token counts are an estimate, not a tokenizer: one token per 4 characters (rounded up) of
+ * each text, plus 4 per prompt message for its role and framing, plus 3 to prime the reply.
+ */
+import { completionTokenLimit, countChars, type ChatParams, type ResponseFormat } from "../../core/chatRequest";
+import type { ChatEngine, ChatJob, ChatMessage, ChatResult } from "../types";
+import { valueFromSchema } from "./jsonFromSchema";
+
+const CHARS_PER_TOKEN = 4;
+const TOKENS_PER_MESSAGE = 4;
+const TOKENS_TO_PRIME_REPLY = 3;
+export const REPLY_PREFIX = "You said: ";
+
+export function estimateTokens(text: string): number {
+  return Math.ceil(countChars(text) / CHARS_PER_TOKEN);
+}
+
+export function estimatePromptTokens(messages: ChatMessage[]): number {
+  return messages.reduce((sum, m) => sum + TOKENS_PER_MESSAGE + estimateTokens(m.content), TOKENS_TO_PRIME_REPLY);
+}
+
+/** ChatJob.params is engine-neutral (Record<string, unknown>); read back the fields this engine uses. */
+function readParams(params: Record<string, unknown>): Pick<ChatParams, "max_tokens" | "max_completion_tokens" | "stop" | "response_format"> {
+  const int = (v: unknown) => (typeof v === "number" && Number.isInteger(v) && v > 0 ? v : undefined);
+  const stop = Array.isArray(params.stop) ? params.stop.filter((s): s is string => typeof s === "string" && s.length > 0) : [];
+  const rf = params.response_format;
+  let response_format: ResponseFormat | undefined;
+  if (typeof rf === "object" && rf !== null && "type" in rf) {
+    if (rf.type === "json_object") response_format = { type: "json_object" };
+    if (rf.type === "json_schema" && "json_schema" in rf && typeof rf.json_schema === "object" && rf.json_schema !== null) {
+      const js = rf.json_schema as { name?: unknown; schema?: unknown };
+      if (typeof js.schema === "object" && js.schema !== null && !Array.isArray(js.schema)) {
+        response_format = { type: "json_schema", json_schema: { name: String(js.name ?? "reply"), schema: js.schema as Record<string, unknown> } };
+      }
+    }
+  }
+  return { max_tokens: int(params.max_tokens), max_completion_tokens: int(params.max_completion_tokens), stop, response_format };
+}
+
+function lastUserMessage(messages: ChatMessage[]): string {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === "user") return messages[i]!.content;
+  return "";
+}
+
+/** The untruncated reply for the requested format. */
+function composeReply(messages: ChatMessage[], format: ResponseFormat | undefined): string {
+  const said = lastUserMessage(messages);
+  if (format?.type === "json_object") return JSON.stringify({ reply: REPLY_PREFIX + said, message_count: messages.length });
+  if (format?.type === "json_schema") return JSON.stringify(valueFromSchema(format.json_schema.schema, { text: said }));
+  return REPLY_PREFIX + said;
+}
+
+export class BuiltinChatEngine implements ChatEngine {
+  async chat(job: ChatJob): Promise<ChatResult> {
+    const params = readParams(job.params);
+    let content = composeReply(job.messages, params.response_format);
+    let finishReason: ChatResult["finishReason"] = "stop";
+
+    // A stop sequence ends the reply before it, as with a real model.
+    const cut = Math.min(...(params.stop ?? []).map((s) => content.indexOf(s)).filter((i) => i >= 0));
+    if (Number.isFinite(cut)) content = content.slice(0, cut);
+
+    const limit = completionTokenLimit(params);
+    if (limit !== undefined && estimateTokens(content) > limit) {
+      // Truncated JSON is not valid JSON; OpenAI behaves the same, and finish_reason says why.
+      content = [...content].slice(0, limit * CHARS_PER_TOKEN).join("");
+      finishReason = "length";
+    }
+    return {
+      content,
+      finishReason,
+      usage: { promptTokens: estimatePromptTokens(job.messages), completionTokens: estimateTokens(content) },
+    };
+  }
+}

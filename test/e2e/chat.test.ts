@@ -1,0 +1,373 @@
+/**
+ * POST /v1/chat/completions against a real listening server, through the official openai
+ * client where it matters. One server for the file, with chat_concurrency = 1 and the
+ * registered builtin engine wrapped so a test can hold a request open ("hold:") or make the
+ * engine fail ("fail:"); everything else reaches the real BuiltinChatEngine.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { BuiltinChatEngine } from "../../src/engines/builtin/chatEngine";
+import { UpstreamFailed, type ChatEngine, type ChatJob, type ChatResult } from "../../src/engines/types";
+import { startTestServer, type TestServer } from "../support/server";
+
+class ControlledChatEngine implements ChatEngine {
+  lastJob: ChatJob | undefined;
+  private held: { started: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> } | undefined;
+  constructor(private readonly inner: ChatEngine) {}
+
+  /** Arms the next "hold:" request; resolves `started` when the engine has it. */
+  hold() {
+    this.held = { started: Promise.withResolvers<void>(), release: Promise.withResolvers<void>() };
+    return { started: this.held.started.promise, release: () => this.held?.release.resolve() };
+  }
+
+  async chat(job: ChatJob): Promise<ChatResult> {
+    this.lastJob = job;
+    const last = job.messages[job.messages.length - 1]!.content;
+    if (last.startsWith("hold:") && this.held) {
+      this.held.started.resolve();
+      await this.held.release.promise;
+    }
+    if (last.startsWith("fail:")) {
+      const e = new UpstreamFailed("every attempt answered 500");
+      e.trace = { upstreamId: "fake-upstream", accountId: "acct-1", attempts: 3, upstreamLatencyMs: 42 };
+      throw e;
+    }
+    return this.inner.chat(job);
+  }
+}
+
+let server: TestServer;
+let engine: ControlledChatEngine;
+let user: { userId: number; key: string };
+let client: OpenAI;
+
+beforeAll(async () => {
+  server = await startTestServer({
+    config: (c) => {
+      c.limits.chat_concurrency = 1;
+    },
+    customize: (services) => {
+      const model = services.catalog.get("builtin-chat")!;
+      const registered = services.engines.chatEngine(model);
+      // The wiring under test: createServices registered the builtin engine for "builtin".
+      if (!(registered instanceof BuiltinChatEngine)) throw new Error("builtin-chat engine is not registered");
+      engine = new ControlledChatEngine(registered);
+      services.engines.registerChat("builtin", engine);
+    },
+  });
+  user = await server.userWithKey({ credits: 0 });
+  client = new OpenAI({ apiKey: user.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+});
+
+afterAll(async () => {
+  await server?.close();
+});
+
+interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+async function post(body: unknown, init: { contentType?: string; key?: string } = {}) {
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${init.key ?? user.key}`, "content-type": init.contentType ?? "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  return { res, json: (await res.json()) as Record<string, unknown> };
+}
+
+async function expectError(body: unknown, status: number, param: string | null, code?: string) {
+  const { res, json } = await post(body);
+  const err = (json as unknown as ErrorBody).error;
+  expect({ status: res.status, param: err?.param }).toEqual({ status, param });
+  if (code) expect(err.code).toBe(code);
+  expect(err.type).toEqual(expect.any(String));
+  expect(err.message.length).toBeGreaterThan(10);
+  return err;
+}
+
+const ask = (content: string) => ({ model: "builtin-chat", messages: [{ role: "user", content }] });
+
+describe("the openai client", () => {
+  test("chat.completions.create returns a complete chat.completion and hands parameters to the engine", async () => {
+    const { data, response } = await client.chat.completions
+      .create({
+        model: "builtin-chat",
+        messages: [
+          { role: "system", content: "You write short product titles." },
+          { role: "user", content: "Red kettle 1.7L" },
+          { role: "assistant", content: "Which style?" },
+          { role: "user", content: "Rewrite: Red kettle 1.7L stainless" },
+        ],
+        temperature: 0.5,
+        top_p: 0.9,
+        max_completion_tokens: 200,
+        stop: ["\n\n"],
+        presence_penalty: -1,
+        frequency_penalty: 1.5,
+        seed: 7,
+        user: "shop-42",
+      })
+      .withResponse();
+
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-type")).toStartWith("application/json");
+    expect(data.id).toMatch(/^chatcmpl-[A-Za-z0-9]+$/);
+    expect(data.object).toBe("chat.completion");
+    expect(Number.isInteger(data.created)).toBe(true);
+    expect(Math.abs(data.created - Date.now() / 1000)).toBeLessThan(600);
+    expect(data.model).toBe("builtin-chat");
+    expect(data.choices).toHaveLength(1);
+    const [choice] = data.choices;
+    expect(choice!.index).toBe(0);
+    expect(choice!.message.role).toBe("assistant");
+    expect(choice!.message.content).toContain("Rewrite: Red kettle 1.7L stainless");
+    expect(choice!.message.refusal).toBeNull();
+    expect(choice!.logprobs).toBeNull();
+    expect(choice!.finish_reason).toBe("stop");
+    const usage = data.usage!;
+    expect(Number.isInteger(usage.prompt_tokens) && usage.prompt_tokens > 0).toBe(true);
+    expect(Number.isInteger(usage.completion_tokens) && usage.completion_tokens > 0).toBe(true);
+    expect(usage.total_tokens).toBe(usage.prompt_tokens + usage.completion_tokens);
+
+    expect(engine.lastJob!.model.id).toBe("builtin-chat");
+    expect(engine.lastJob!.messages).toHaveLength(4);
+    expect(engine.lastJob!.params).toEqual({
+      temperature: 0.5,
+      top_p: 0.9,
+      max_completion_tokens: 200,
+      stop: ["\n\n"],
+      presence_penalty: -1,
+      frequency_penalty: 1.5,
+      seed: 7,
+      user: "shop-42",
+    });
+  });
+
+  test("response_format json_object: the content parses as a JSON object", async () => {
+    const completion = await client.chat.completions.create({
+      model: "builtin-chat",
+      messages: [{ role: "user", content: "Give me JSON about a kettle" }],
+      response_format: { type: "json_object" },
+    });
+    const parsed: unknown = JSON.parse(completion.choices[0]!.message.content!);
+    expect(parsed).toBeObject();
+    expect(engine.lastJob!.params.response_format).toEqual({ type: "json_object" });
+  });
+
+  test("response_format json_schema: the content has every required property with its declared type", async () => {
+    const schema = {
+      type: "object",
+      properties: {
+        title: { type: "string", maxLength: 12 },
+        price: { type: "number", minimum: 5 },
+        stock: { type: "integer", exclusiveMinimum: 0 },
+        tone: { type: "string", enum: ["formal", "casual"] },
+        on_sale: { type: "boolean" },
+        tags: { type: "array", items: { type: "string" }, minItems: 2 },
+        seller: { $ref: "#/$defs/seller" },
+        note: { type: ["string", "null"] },
+      },
+      required: ["title", "price", "stock", "tone", "on_sale", "tags", "seller", "note"],
+      additionalProperties: false,
+      $defs: { seller: { type: "object", properties: { name: { type: "string" }, rating: { type: "integer", minimum: 1, maximum: 5 } }, required: ["name", "rating"] } },
+    };
+    const completion = await client.chat.completions.create({
+      model: "builtin-chat",
+      messages: [{ role: "user", content: "Describe the red kettle" }],
+      response_format: { type: "json_schema", json_schema: { name: "product", schema, strict: true } },
+    });
+    const out = JSON.parse(completion.choices[0]!.message.content!) as Record<string, unknown>;
+    expect(Object.keys(out).sort()).toEqual([...schema.required].sort());
+    expect(out.title).toBeString();
+    expect((out.title as string).length).toBeLessThanOrEqual(12);
+    expect(out.price as number).toBeGreaterThanOrEqual(5);
+    expect(Number.isInteger(out.stock) && (out.stock as number) > 0).toBe(true);
+    expect(out.tone).toBe("formal");
+    expect(out.on_sale).toBeBoolean();
+    expect(out.tags).toBeArray();
+    expect((out.tags as unknown[]).length).toBeGreaterThanOrEqual(2);
+    expect((out.tags as unknown[]).every((x) => typeof x === "string")).toBe(true);
+    expect(out.seller).toEqual({ name: expect.any(String), rating: expect.any(Number) });
+    expect((out.seller as { rating: number }).rating).toBeWithin(1, 6);
+    expect(out.note).toBeString();
+    // The schema reached the engine intact (not stripped by body cleaning).
+    expect(engine.lastJob!.params.response_format).toEqual({ type: "json_schema", json_schema: { name: "product", schema, strict: true } });
+  });
+});
+
+describe("validation", () => {
+  const conversation = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({ role: (n - 1 - i) % 2 === 0 ? "user" : "assistant", content: `message ${i}` }));
+
+  test("40 messages pass, 41 fail with param messages", async () => {
+    const ok = await post({ model: "builtin-chat", messages: conversation(40) });
+    expect(ok.res.status).toBe(200);
+    const err = await expectError({ model: "builtin-chat", messages: conversation(41) }, 400, "messages");
+    expect(err.message).toContain("40");
+    await expectError({ model: "builtin-chat", messages: [] }, 400, "messages");
+  });
+
+  test("60000 characters in total pass, 60001 fail with param messages", async () => {
+    const split = (total: number) => [
+      { role: "system", content: "s".repeat(10_000) },
+      { role: "user", content: "u".repeat(total - 10_000) },
+    ];
+    const ok = await post({ model: "builtin-chat", messages: split(60_000) });
+    expect(ok.res.status).toBe(200);
+    const err = await expectError({ model: "builtin-chat", messages: split(60_001) }, 400, "messages", "context_length_exceeded");
+    expect(err.message).toContain("60000");
+    expect(err.message).toContain("60001");
+  });
+
+  test("the last message must come from the user", async () => {
+    const err = await expectError(
+      { model: "builtin-chat", messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "hello" }] },
+      400,
+      "messages[1].role",
+    );
+    expect(err.message).toContain("'user'");
+  });
+
+  test("stream: true is refused with stream_unsupported", async () => {
+    await expectError({ ...ask("hi"), stream: true }, 400, "stream", "stream_unsupported");
+    const ok = await post({ ...ask("hi"), stream: false });
+    expect(ok.res.status).toBe(200);
+  });
+
+  test("content parts, a missing content and other roles are refused with the message's path", async () => {
+    const parts = await expectError(
+      { model: "builtin-chat", messages: [{ role: "system", content: "x" }, { role: "user", content: [{ type: "text", text: "hi" }] }] },
+      400,
+      "messages[1].content",
+    );
+    expect(parts.message).toContain("string");
+    await expectError({ model: "builtin-chat", messages: [{ role: "user" }] }, 400, "messages[0].content");
+    const role = await expectError(
+      { model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "tool", content: "b" }, { role: "user", content: "c" }] },
+      400,
+      "messages[1].role",
+    );
+    expect(role.message).toContain("'system', 'user' or 'assistant'");
+  });
+
+  test("parameters are checked for type and range", async () => {
+    await expectError({ ...ask("hi"), n: 2 }, 400, "n");
+    const temp = await expectError({ ...ask("hi"), temperature: 3 }, 400, "temperature");
+    expect(temp.message).toContain("0 to 2");
+    await expectError({ ...ask("hi"), top_p: "high" }, 400, "top_p");
+    await expectError({ ...ask("hi"), max_tokens: 0 }, 400, "max_tokens");
+    await expectError({ ...ask("hi"), stop: ["a", "b", "c", "d", "e"] }, 400, "stop");
+    await expectError({ ...ask("hi"), response_format: { type: "xml" } }, 400, "response_format.type");
+    await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "bad name!", schema: {} } } }, 400, "response_format.json_schema.name");
+    await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "x" } } }, 400, "response_format.json_schema.schema");
+    await expectError({ messages: [{ role: "user", content: "hi" }] }, 400, "model");
+  });
+
+  test("null parameters, n = 1 and unknown fields are accepted", async () => {
+    const { res } = await post({ ...ask("hi"), n: 1, temperature: null, stop: null, response_format: null, logit_bias: { "50256": -100 }, metadata: { a: "b" } });
+    expect(res.status).toBe(200);
+    expect(engine.lastJob!.params).toEqual({});
+  });
+
+  test("unknown model is 404 model_not_found, an image model is 400", async () => {
+    await expectError({ ...ask("hi"), model: "gpt-nope" }, 404, "model", "model_not_found");
+    await expectError({ ...ask("hi"), model: "builtin-image" }, 400, "model", "model_not_supported");
+  });
+
+  test("only JSON bodies are accepted", async () => {
+    const { res, json } = await post("model=builtin-chat", { contentType: "application/x-www-form-urlencoded" });
+    expect(res.status).toBe(415);
+    expect((json as unknown as ErrorBody).error.code).toBe("unsupported_media_type");
+  });
+});
+
+describe("engine behaviour", () => {
+  test("max_tokens cuts the reply short with finish_reason length", async () => {
+    const completion = await client.chat.completions.create({ ...ask("a fairly long sentence that surely needs more than two tokens"), max_tokens: 2 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(completion.choices[0]!.finish_reason).toBe("length");
+    expect(completion.usage!.completion_tokens).toBeLessThanOrEqual(2);
+    expect(completion.choices[0]!.message.content!.length).toBeLessThanOrEqual(8);
+  });
+});
+
+describe("cost and history", () => {
+  test("a user with zero credits can chat; balance and ledger are unchanged; the request is in the history", async () => {
+    const fresh = await server.userWithKey({ credits: 0 });
+    const { store } = server.services;
+    const { res, json } = await post(ask("free of charge?"), { key: fresh.key });
+    expect(res.status).toBe(200);
+    expect(server.balance(fresh.userId)).toBe(0);
+    expect(store.credits.ledger(fresh.userId)).toEqual([]);
+    const rows = store.requests.list({ userId: fresh.userId });
+    expect(rows).toHaveLength(1);
+    const usage = json.usage as { prompt_tokens: number; completion_tokens: number };
+    expect(rows[0]).toMatchObject({
+      id: json.id as string,
+      kind: "chat",
+      endpoint: "/v1/chat/completions",
+      model: "builtin-chat",
+      status: "succeeded",
+      credits_charged: 0,
+      prompt_tokens: usage.prompt_tokens,
+      completion_tokens: usage.completion_tokens,
+      error_code: null,
+    });
+    expect(rows[0]!.generation_ms).toBeNumber();
+    expect(rows[0]!.finished_at).toBeNumber();
+  });
+
+  test("an engine failure maps to 502 and is recorded with the upstream trace, still free", async () => {
+    const fresh = await server.userWithKey({ credits: 3 });
+    const { res, json } = await post(ask("fail: please"), { key: fresh.key });
+    expect(res.status).toBe(502);
+    expect((json as unknown as ErrorBody).error.code).toBe("upstream_error");
+    expect(server.balance(fresh.userId)).toBe(3);
+    const [row] = server.services.store.requests.list({ userId: fresh.userId });
+    expect(row).toMatchObject({
+      kind: "chat",
+      status: "failed",
+      error_code: "upstream_error",
+      upstream_id: "fake-upstream",
+      account_id: "acct-1",
+      attempts: 3,
+      upstream_latency_ms: 42,
+      credits_charged: 0,
+    });
+    expect(server.services.store.credits.ledger(fresh.userId).filter((l) => l.kind !== "grant")).toEqual([]);
+  });
+});
+
+describe("chat concurrency", () => {
+  test("beyond [limits] chat_concurrency a request gets 429 concurrency_limit_exceeded with retry headers", async () => {
+    const held = engine.hold();
+    const first = post(ask("hold: the only slot"));
+    await held.started;
+
+    const { res, json } = await post(ask("second"));
+    expect(res.status).toBe(429);
+    expect((json as unknown as ErrorBody).error.code).toBe("concurrency_limit_exceeded");
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(Number(res.headers.get("retry-after-ms"))).toBeGreaterThanOrEqual(1);
+
+    held.release();
+    expect((await first).res.status).toBe(200);
+    // The slot is free again once the first request finished.
+    expect((await post(ask("third"))).res.status).toBe(200);
+  });
+});
+
+test("the OpenAPI document describes the route with request, response and error schemas", async () => {
+  const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as {
+    paths: Record<string, Record<string, { tags: string[]; security: unknown[]; responses: Record<string, unknown>; requestBody?: unknown }>>;
+    components: { schemas: Record<string, unknown> };
+  };
+  const op = doc.paths["/v1/chat/completions"]!.post!;
+  expect(op.tags).toEqual(["Chat"]);
+  expect(op.security).toEqual([{ bearerAuth: [] }]);
+  expect(Object.keys(op.responses).sort()).toEqual(["200", "400", "401", "403", "404", "413", "415", "429", "500", "502", "503", "504"]);
+  expect(op.requestBody).toBeDefined();
+  expect(doc.components.schemas).toHaveProperty("ChatCompletion");
+  expect(doc.components.schemas).toHaveProperty("ChatCompletionRequest");
+});
