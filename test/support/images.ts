@@ -12,7 +12,7 @@ export interface Pixels {
 }
 
 /** A PNG whose pixel (x, y) is color(x, y) = [r, g, b, a]. colorType 6 (RGBA) unless alpha=false (2, RGB). */
-export function makePng(width: number, height: number, color: (x: number, y: number) => [number, number, number, number] = () => [200, 80, 40, 255], alpha = true): Uint8Array {
+export function makePng(width: number, height: number, color: (x: number, y: number) => [number, number, number, number] = () => [200, 80, 40, 255], alpha = true): Uint8Array<ArrayBuffer> {
   const png = new PNG({ width, height, colorType: alpha ? 6 : 2, inputHasAlpha: true });
   for (let y = 0; y < height; y++) {
     for (let x = 0; x < width; x++) {
