@@ -24,6 +24,7 @@ import { metaOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
 import { chatRoutes } from "./http/v1/chat";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
+import { BuiltinImageEngine } from "./engines/builtin/imageEngine";
 import { imagesRoutes } from "./http/v1/images";
 import type { ApiAuthDeps } from "./http/auth";
 import { workbenchRoutes } from "./http/workbench";
@@ -85,11 +86,13 @@ export function createServices(deps: AppDeps): Services {
       queueTimeoutMs: deps.config.limits.queue_timeout_ms,
     }),
   };
+  // builtin-image draws offline for models whose upstream is "builtin".
+  services.engines.registerImage("builtin", new BuiltinImageEngine());
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
   return { ...services, upstreams };
 }
 
-const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";
+export const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";
 
 /** Turns Elysia's route table into matchers, to tell 405 (path exists) from 404. */
 function routeMatchers(app: Elysia): { method: string; test: (path: string) => boolean }[] {
