@@ -2,8 +2,8 @@
  * The account pool of one upstream: which account serves the next request, how long a
  * misbehaving account rests, and when a request gives up.
  *
- * - Choice: among healthy accounts with free capacity, the one whose load after taking the
- *   request, in_flight+1 over weight, is lowest; ties go by smooth weighted round robin so
+ * - Choice: among healthy accounts with free capacity, the one with the lowest load
+ *   (in_flight / weight); ties (e.g. all idle) go by smooth weighted round robin, so
  *   sequential traffic also spreads by weight.
  * - No free capacity: wait (within the queue deadline) for a release.
  * - 429: the account cools down for retry-after / retry-after-ms, else 1 s doubling per
@@ -277,7 +277,7 @@ export class AccountPool {
     if (free.length === 0) return null;
     const untried = free.filter((a) => !tried.has(a.cfg.id));
     const pool = untried.length > 0 ? untried : free;
-    const load = (a: AccountRuntime) => (a.inFlight + 1) / a.cfg.weight;
+    const load = (a: AccountRuntime) => a.inFlight / a.cfg.weight;
     const best = Math.min(...pool.map(load));
     const ties = pool.filter((a) => load(a) === best);
     const total = ties.reduce((s, a) => s + a.cfg.weight, 0);
