@@ -244,6 +244,8 @@ describe("validation", () => {
     );
     expect(parts.message).toContain("string");
     await expectError({ model: "builtin-chat", messages: [{ role: "user" }] }, 400, "messages[0].content");
+    // A missing role is an error, not a default.
+    await expectError({ model: "builtin-chat", messages: [{ content: "a" }, { role: "user", content: "b" }] }, 400, "messages[0].role");
     const role = await expectError(
       { model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "tool", content: "b" }, { role: "user", content: "c" }] },
       400,
@@ -258,6 +260,8 @@ describe("validation", () => {
     expect(temp.message).toContain("0 to 2");
     await expectError({ ...ask("hi"), top_p: "high" }, 400, "top_p");
     await expectError({ ...ask("hi"), max_tokens: 0 }, 400, "max_tokens");
+    await expectError({ ...ask("hi"), max_completion_tokens: "5" }, 400, "max_completion_tokens");
+    await expectError({ ...ask("hi"), seed: 1.5 }, 400, "seed");
     await expectError({ ...ask("hi"), stop: ["a", "b", "c", "d", "e"] }, 400, "stop");
     await expectError({ ...ask("hi"), response_format: { type: "xml" } }, 400, "response_format.type");
     await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "bad name!", schema: {} } } }, 400, "response_format.json_schema.name");
@@ -367,7 +371,7 @@ test("the OpenAPI document describes the route with request, response and error 
   expect(op.tags).toEqual(["Chat"]);
   expect(op.security).toEqual([{ bearerAuth: [] }]);
   expect(Object.keys(op.responses).sort()).toEqual(["200", "400", "401", "403", "404", "413", "415", "429", "500", "502", "503", "504"]);
-  expect(op.requestBody).toBeDefined();
+  expect(op.requestBody).toMatchObject({ content: { "application/json": { schema: { $ref: "#/components/schemas/ChatCompletionRequest" } } } });
   expect(doc.components.schemas).toHaveProperty("ChatCompletion");
   expect(doc.components.schemas).toHaveProperty("ChatCompletionRequest");
 });

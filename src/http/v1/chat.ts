@@ -26,12 +26,22 @@ function nullable<T extends TSchema>(schema: T, description: string, error: stri
   return t.Optional(t.Union([schema, t.Null()], { description, error, ...(examples ? { examples } : {}) }));
 }
 
+/**
+ * A strict integer. Not t.Integer: Elysia's version also accepts numeric strings ("5"), which
+ * OpenAI's API (and so every client written for it) treats as a type error.
+ */
+function integer(options: { minimum?: number; description?: string } = {}) {
+  return t.Number({ ...options, multipleOf: 1 });
+}
+
+// Literal unions rather than t.UnionEnum: UnionEnum gives the schema a `default` (its first
+// value), so a message without a role would quietly become a system message instead of a 400.
 const ROLE_RULE = "each message's role must be 'system', 'user' or 'assistant' (tool and function messages are not supported)";
 const CONTENT_RULE = "each message needs a 'content' string; arrays of content parts (text, images, audio) are not supported";
 
 const ChatMessageSchema = t.Object(
   {
-    role: t.UnionEnum(["system", "user", "assistant"], { description: "Who wrote the message.", error: ROLE_RULE }),
+    role: t.Union([t.Literal("system"), t.Literal("user"), t.Literal("assistant")], { description: "Who wrote the message.", error: ROLE_RULE }),
     content: t.String({ description: "The message text. Content-part arrays are not supported.", error: CONTENT_RULE, examples: ["Rewrite this title: Red kettle 1.7L"] }),
   },
   { description: "One message of the conversation.", error: "each message must be an object {\"role\", \"content\"}" },
@@ -39,7 +49,7 @@ const ChatMessageSchema = t.Object(
 
 const ResponseFormatSchema = t.Object(
   {
-    type: t.UnionEnum(["text", "json_object", "json_schema"], {
+    type: t.Union([t.Literal("text"), t.Literal("json_object"), t.Literal("json_schema")], {
       description: "`text` (default), `json_object` (any JSON object) or `json_schema` (JSON matching `json_schema.schema`).",
       error: "must be 'text', 'json_object' or 'json_schema'",
     }),
@@ -87,8 +97,8 @@ const ChatCompletionRequest = t.Object(
     n: nullable(t.Literal(1), "Number of choices; only 1 is supported.", "must be 1: this service returns exactly one choice per request"),
     temperature: nullable(t.Number({ minimum: 0, maximum: 2 }), "Sampling temperature, 0 to 2.", "must be a number from 0 to 2", [0.7]),
     top_p: nullable(t.Number({ minimum: 0, maximum: 1 }), "Nucleus sampling mass, 0 to 1.", "must be a number from 0 to 1"),
-    max_tokens: nullable(t.Integer({ minimum: 1 }), "Most tokens to generate (legacy name of max_completion_tokens).", "must be an integer of at least 1"),
-    max_completion_tokens: nullable(t.Integer({ minimum: 1 }), "Most tokens to generate; the reply ends with finish_reason `length` when reached.", "must be an integer of at least 1", [256]),
+    max_tokens: nullable(integer({ minimum: 1 }), "Most tokens to generate (legacy name of max_completion_tokens).", "must be an integer of at least 1"),
+    max_completion_tokens: nullable(integer({ minimum: 1 }), "Most tokens to generate; the reply ends with finish_reason `length` when reached.", "must be an integer of at least 1", [256]),
     stop: nullable(
       t.Union([t.String(), t.Array(t.String(), { maxItems: CHAT_LIMITS.maxStopSequences })]),
       `Up to ${CHAT_LIMITS.maxStopSequences} sequences where the reply stops.`,
@@ -96,7 +106,7 @@ const ChatCompletionRequest = t.Object(
     ),
     presence_penalty: nullable(t.Number({ minimum: -2, maximum: 2 }), "-2 to 2.", "must be a number from -2 to 2"),
     frequency_penalty: nullable(t.Number({ minimum: -2, maximum: 2 }), "-2 to 2.", "must be a number from -2 to 2"),
-    seed: nullable(t.Integer(), "Seed for best-effort deterministic sampling.", "must be an integer"),
+    seed: nullable(integer(), "Seed for best-effort deterministic sampling.", "must be an integer"),
     // Not a union with null (that would report errors at `response_format`, not at the field
     // inside); a null is dropped before validation instead (dropNullFields).
     response_format: t.Optional(ResponseFormatSchema),
@@ -112,26 +122,26 @@ const ChatCompletion = t.Object(
   {
     id: t.String({ description: "Unique id of this completion; also the id in the request history.", examples: ["chatcmpl-4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
     object: t.Literal("chat.completion"),
-    created: t.Integer({ description: "Unix seconds when the request was received." }),
+    created: integer({ description: "Unix seconds when the request was received." }),
     model: t.String({ description: "The model id as sent (our public id).", examples: ["builtin-chat"] }),
     choices: t.Array(
       t.Object({
-        index: t.Integer({ description: "Always 0: one choice per request." }),
+        index: integer({ description: "Always 0: one choice per request." }),
         message: t.Object({
           role: t.Literal("assistant"),
           content: t.String({ description: "The reply text (a JSON document when response_format asked for JSON)." }),
           refusal: t.Null(),
         }),
         logprobs: t.Null(),
-        finish_reason: t.UnionEnum(["stop", "length", "content_filter", "tool_calls"], {
+        finish_reason: t.Union([t.Literal("stop"), t.Literal("length"), t.Literal("content_filter"), t.Literal("tool_calls")], {
           description: "`stop`: the reply is complete; `length`: max_tokens / max_completion_tokens cut it short.",
         }),
       }),
     ),
     usage: t.Object({
-      prompt_tokens: t.Integer({ minimum: 0 }),
-      completion_tokens: t.Integer({ minimum: 0 }),
-      total_tokens: t.Integer({ minimum: 0 }),
+      prompt_tokens: integer({ minimum: 0 }),
+      completion_tokens: integer({ minimum: 0 }),
+      total_tokens: integer({ minimum: 0 }),
     }, { description: "Token counts as reported by the engine (builtin-chat estimates them)." }),
   },
   { description: "A chat completion in OpenAI's shape." },
@@ -268,7 +278,9 @@ export function chatRoutes(deps: ChatDeps) {
         };
       },
       {
-        parse: acceptBody(deps.budget, "json"),
+        // acceptBody always answers (a body or an error), so the trailing "json" never runs: it is
+        // there because the OpenAPI plugin derives the request content type from named parsers.
+        parse: [acceptBody(deps.budget, "json"), "json"],
         transform: dropNullFields,
         body: "ChatCompletionRequest",
         response: { 200: "ChatCompletion", ...errorResponses(400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504) },
