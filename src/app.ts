@@ -107,6 +107,8 @@ function routeMatchers(app: Elysia): { method: string; test: (path: string) => b
 /** Maps any thrown value to our error shape; logs the unexpected ones with the request id. */
 function toApiError(code: string | number, error: unknown, request: Request, logger: Logger, allowed: () => string[]): ApiError {
   if (error instanceof ApiError) return error;
+  // Elysia wraps whatever a parse hook throws (our 413/415/400 from acceptBody) in a ParseError.
+  if (code === "PARSE" && error instanceof Error && error.cause instanceof ApiError) return error.cause;
   if (code === "VALIDATION") {
     const v = error as { all?: { path: string; message: string; summary?: string }[]; type?: string };
     const first = v.all?.[0];

@@ -4,12 +4,12 @@
  * and a graceful stop on SIGTERM/SIGINT.
  */
 import type { Server } from "bun";
-import { createApp, createServices, type Services } from "./app";
+import { createApp, createServices, EXPOSED_HEADERS, type Services } from "./app";
 import type { Config } from "./config";
 import type { Logger } from "./logger";
 import { openDatabase, latestVersion } from "./store/database";
 import { createStore } from "./store";
-import { admitDeclaredBody } from "./http/body";
+import { admitDeclaredBody, capChunkedBody } from "./http/body";
 import { ApiError, errorResponse, serverError } from "./http/errors";
 import { attachMeta } from "./http/requestMeta";
 
@@ -41,20 +41,24 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const inflight = new Set<Promise<unknown>>();
 
   const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
-    const meta = attachMeta(request);
+    // `request` is what the socket gave (requestIP/timeout need it); the app sees `capped`.
+    const capped = capChunkedBody(request, config.server.max_body_bytes);
+    const meta = attachMeta(capped);
     meta.clientAddress = server.requestIP(request)?.address;
     const path = new URL(request.url).pathname;
     if (LONG_RUNNING.test(path)) server.timeout(request, 0);
     let response: Response;
     try {
-      admitDeclaredBody(request, services.budget);
-      response = await app.handle(request);
+      admitDeclaredBody(capped, services.budget);
+      response = await app.handle(capped);
     } catch (e) {
       const err = e instanceof ApiError ? e : serverError();
       if (!(e instanceof ApiError)) logger.error("unhandled error", { request_id: meta.id, error: String(e) });
-      response = errorResponse(err);
+      // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
+      const cors: Record<string, string> = path.startsWith("/v1/") ? { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS } : {};
+      response = errorResponse(err, cors);
     } finally {
-      services.budget.release(request);
+      services.budget.release(capped);
     }
     response.headers.set("x-request-id", meta.id);
     if (config.server.log_requests) {
@@ -73,8 +77,10 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const server = Bun.serve({
     hostname: config.server.host,
     port: config.server.port,
-    // Above our own limit, so that we (not Bun) answer over-size bodies with a JSON 413.
-    maxRequestBodySize: config.server.max_body_bytes + 1024 * 1024,
+    // Bun answers a declared Content-Length above this with its own empty 413 before we see the
+    // request, so it is effectively unlimited: admitDeclaredBody and capChunkedBody enforce
+    // max_body_bytes and answer with our JSON 413.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: config.server.idle_timeout_s,
     fetch(request, srv) {
       const p = handle(request, srv);

@@ -52,6 +52,26 @@ export function admitDeclaredBody(request: Request, budget: BodyBudget): void {
   if (n > 0) budget.reserve(request, n);
 }
 
+/**
+ * A body without Content-Length (chunked) can be any size, and routes that do not read through
+ * acceptBody would buffer all of it: this returns the same request with a body stream that fails
+ * with our 413 once it passes the limit. Requests with a declared length come back unchanged.
+ */
+export function capChunkedBody(request: Request, maxBytes: number): Request {
+  if (request.body === null || request.headers.has("content-length")) return request;
+  let seen = 0;
+  const capped = request.body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        seen += chunk.byteLength;
+        if (seen > maxBytes) controller.error(payloadTooLarge(maxBytes));
+        else controller.enqueue(chunk);
+      },
+    }),
+  );
+  return new Request(request, { body: capped, duplex: "half" } as RequestInit);
+}
+
 async function readLimited(request: Request, budget: BodyBudget): Promise<Uint8Array<ArrayBuffer>> {
   const declared = request.headers.get("content-length");
   if (declared !== null) {

@@ -1,0 +1,265 @@
+/**
+ * The HTTP contract every route shares, over a real socket: the error shape and status for
+ * each kind of bad request, x-request-id everywhere, CORS, auth failures, and the log lines.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { startTestServer, type TestServer } from "../support/server";
+import { chunkedBody, rawRequest } from "../support/rawHttp";
+
+// A JSON POST route of the API, used for the body checks (they run before the handler).
+const POST_ROUTE = "/v1/chat/completions";
+const MAX_BODY = 64 * 1024;
+
+let server: TestServer;
+let key: string;
+let failCatalog = false;
+
+beforeAll(async () => {
+  server = await startTestServer({
+    toml: `
+[server]
+max_body_bytes = ${MAX_BODY}
+
+[[upstreams]]
+id = "acme"
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+[[upstreams.accounts]]
+id = "main"
+api_key = "sk-upstream-secret"
+
+[[models]]
+id = "acme/sd xl+1.0"
+kind = "image"
+upstream = "acme"
+`,
+    customize(services) {
+      // Lets one test make /v1/models throw an unexpected error.
+      const list = services.catalog.list.bind(services.catalog);
+      services.catalog.list = () => {
+        if (failCatalog) throw new Error("catalog exploded at /secret/path");
+        return list();
+      };
+    },
+  });
+  ({ key } = await server.userWithKey({ email: "http@example.com" }));
+});
+afterAll(() => server.close());
+
+const auth = () => ({ authorization: `Bearer ${key}` });
+
+interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+async function expectError(res: Response, status: number, code: string | null, type?: string): Promise<ErrorBody["error"]> {
+  expect(res.status).toBe(status);
+  expect(res.headers.get("content-type")).toStartWith("application/json");
+  expect(res.headers.get("x-request-id")).toMatch(/^req_/);
+  const body = (await res.json()) as ErrorBody;
+  expect(Object.keys(body)).toEqual(["error"]);
+  expect(Object.keys(body.error).sort()).toEqual(["code", "message", "param", "type"]);
+  expect(body.error.message.length).toBeGreaterThan(10);
+  expect(body.error.code).toBe(code);
+  if (type) expect(body.error.type).toBe(type);
+  return body.error;
+}
+
+describe("error shape and status", () => {
+  test("unknown route: 404 (before auth)", async () => {
+    await expectError(await fetch(`${server.url}/nowhere`), 404, "unknown_route", "not_found_error");
+    await expectError(await fetch(`${server.url}/v1/nowhere`), 404, "unknown_route", "not_found_error");
+  });
+
+  test("wrong method: 405 with Allow", async () => {
+    const res = await fetch(`${server.url}/v1/models`, { method: "DELETE", headers: auth() });
+    const error = await expectError(res, 405, "method_not_allowed");
+    expect(res.headers.get("allow")).toBe("GET");
+    expect(error.message).toContain("DELETE");
+    const post = await fetch(`${server.url}/v1/models`, { method: "POST", headers: auth(), body: "{}" });
+    await expectError(post, 405, "method_not_allowed");
+  });
+
+  test("unsupported content type: 415", async () => {
+    const res = await fetch(`${server.url}${POST_ROUTE}`, { method: "POST", headers: { ...auth(), "content-type": "text/plain" }, body: "hello" });
+    const error = await expectError(res, 415, "unsupported_media_type", "invalid_request_error");
+    expect(error.message).toContain("application/json");
+  });
+
+  test("malformed JSON: 400 invalid_json", async () => {
+    const res = await fetch(`${server.url}${POST_ROUTE}`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: '{"model": "builtin-chat",' });
+    await expectError(res, 400, "invalid_json", "invalid_request_error");
+  });
+
+  test("validation: 400 with param = path of the first bad field, message names field and rule", async () => {
+    const res = await fetch(`${server.url}${POST_ROUTE}`, {
+      method: "POST",
+      headers: { ...auth(), "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }, { role: "wizard", content: "x" }] }),
+    });
+    const error = await expectError(res, 400, "invalid_value", "invalid_request_error");
+    expect(error.param).toBe("messages[1].role");
+    expect(error.message).toContain("messages[1].role");
+  });
+
+  test("body over the limit with a declared Content-Length: our JSON 413, not Bun's empty one", async () => {
+    // Just over our limit, and far over Bun's own maxRequestBodySize: both must be ours.
+    for (const length of [MAX_BODY + 1, 512 * 1024 * 1024]) {
+      const res = await rawRequest(
+        server.url,
+        `POST ${POST_ROUTE} HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://elsewhere.example\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${length}`,
+        ['{"model":"builtin-chat","messages":['],
+      );
+      expect(res.status).toBe(413);
+      expect(res.headers["x-request-id"]).toMatch(/^req_/);
+      expect(res.headers["access-control-allow-origin"]).toBe("https://elsewhere.example");
+      const body = JSON.parse(res.body) as ErrorBody;
+      expect(body.error).toMatchObject({ type: "invalid_request_error", code: "request_too_large", param: null });
+      expect(body.error.message).toContain(String(MAX_BODY));
+    }
+  });
+
+  test("chunked body that grows over the limit: our JSON 413", async () => {
+    const res = await rawRequest(
+      server.url,
+      `POST ${POST_ROUTE} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked`,
+      chunkedBody(16 * 1024, (MAX_BODY / (16 * 1024)) * 8),
+    );
+    expect(res.status).toBe(413);
+    expect(res.headers["x-request-id"]).toMatch(/^req_/);
+    expect((JSON.parse(res.body) as ErrorBody).error.code).toBe("request_too_large");
+    // The budget was given back: a normal request still works.
+    expect(server.services.budget.inflightBytes).toBe(0);
+    expect((await fetch(`${server.url}/v1/models`, { headers: auth() })).status).toBe(200);
+  });
+
+  test("internal error: 500 server_error without internals, logged with the request id", async () => {
+    failCatalog = true;
+    try {
+      const res = await fetch(`${server.url}/v1/models`, { headers: auth() });
+      const error = await expectError(res, 500, "internal_error", "server_error");
+      expect(JSON.stringify(error)).not.toContain("exploded");
+      expect(JSON.stringify(error)).not.toContain("/secret/path");
+      const id = res.headers.get("x-request-id")!;
+      const logged = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.level === "error" && l.request_id === id);
+      expect(String(logged?.error)).toContain("catalog exploded");
+    } finally {
+      failCatalog = false;
+    }
+  });
+});
+
+describe("authentication", () => {
+  test("missing key: 401 telling how to send one", async () => {
+    const error = await expectError(await fetch(`${server.url}/v1/models`), 401, "missing_api_key", "authentication_error");
+    expect(error.message).toContain("Authorization: Bearer");
+  });
+
+  test("unknown and revoked keys: 401 invalid_api_key, never echoing the key", async () => {
+    const wrong = `sk-atl-${"x".repeat(43)}`;
+    const error = await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${wrong}` } }), 401, "invalid_api_key");
+    expect(error.message).not.toContain("xxxxxxxx");
+
+    const other = await server.userWithKey();
+    expect((await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } })).status).toBe(200);
+    const row = server.services.store.keys.listForUser(other.userId)[0]!;
+    server.services.store.keys.revoke(row.id, Date.now());
+    await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } }), 401, "invalid_api_key");
+  });
+
+  test("disabled user: 403 account_disabled; enabled again: 200", async () => {
+    const other = await server.userWithKey();
+    server.services.store.users.setDisabled(other.userId, true);
+    const error = await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } }), 403, "account_disabled", "permission_error");
+    expect(error.message).toContain("disabled");
+    server.services.store.users.setDisabled(other.userId, false);
+    expect((await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } })).status).toBe(200);
+  });
+
+  test("a malformed Authorization header: 401", async () => {
+    await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Basic ${btoa("a:b")}` } }), 401, "invalid_authorization_header");
+  });
+});
+
+describe("models", () => {
+  test("percent-encoded ids are decoded", async () => {
+    const res = await fetch(`${server.url}/v1/models/${encodeURIComponent("acme/sd xl+1.0")}`, { headers: auth() });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ id: "acme/sd xl+1.0", object: "model", created: expect.any(Number), owned_by: "acme" });
+    const builtin = await fetch(`${server.url}/v1/models/%62uiltin-image`, { headers: auth() });
+    expect(((await builtin.json()) as { id: string }).id).toBe("builtin-image");
+  });
+
+  test("unknown model: 404 model_not_found with param model", async () => {
+    const error = await expectError(await fetch(`${server.url}/v1/models/${encodeURIComponent("no/such model")}`, { headers: auth() }), 404, "model_not_found");
+    expect(error.param).toBe("model");
+    expect(error.message).toContain("no/such model");
+  });
+});
+
+describe("x-request-id and CORS", () => {
+  test("every response carries a distinct x-request-id", async () => {
+    const responses = await Promise.all([
+      fetch(`${server.url}/healthz`),
+      fetch(`${server.url}/readyz`),
+      fetch(`${server.url}/docs`),
+      fetch(`${server.url}/openapi.json`),
+      fetch(`${server.url}/v1/models`, { headers: auth() }),
+      fetch(`${server.url}/v1/models`),
+      fetch(`${server.url}/nowhere`),
+      fetch(`${server.url}/v1/models`, { method: "OPTIONS", headers: { origin: "https://elsewhere.example", "access-control-request-method": "GET" } }),
+    ]);
+    const ids = responses.map((r) => r.headers.get("x-request-id"));
+    for (const id of ids) expect(id).toMatch(/^req_[0-9A-Za-z]{10,}$/);
+    expect(new Set(ids).size).toBe(ids.length);
+    await Promise.all(responses.map((r) => r.arrayBuffer()));
+  });
+
+  test("a preflight from a foreign origin echoes the requested headers and allows GET, POST, OPTIONS", async () => {
+    const requested = "authorization, content-type, x-stainless-os, x-stainless-retry-count, openai-organization, openai-project";
+    const res = await fetch(`${server.url}${POST_ROUTE}`, {
+      method: "OPTIONS",
+      headers: { origin: "https://elsewhere.example", "access-control-request-method": "POST", "access-control-request-headers": requested },
+    });
+    expect(res.status).toBeLessThan(300);
+    expect(res.headers.get("access-control-allow-origin")).toBe("https://elsewhere.example");
+    const allowed = (res.headers.get("access-control-allow-headers") ?? "").toLowerCase().split(/\s*,\s*/);
+    for (const h of requested.split(", ")) expect(allowed).toContain(h);
+    const methods = (res.headers.get("access-control-allow-methods") ?? "").split(/\s*,\s*/);
+    expect(methods).toEqual(expect.arrayContaining(["GET", "POST", "OPTIONS"]));
+    expect(res.headers.get("access-control-allow-credentials")).not.toBe("true");
+    expect(res.headers.get("x-request-id")).toMatch(/^req_/);
+  });
+
+  test("responses, errors included, let a browser read the body and the retry headers", async () => {
+    for (const headers of [auth(), {}]) {
+      const res = await fetch(`${server.url}/v1/models`, { headers: { ...headers, origin: "https://elsewhere.example" } });
+      expect(res.headers.get("access-control-allow-origin")).toBe("https://elsewhere.example");
+      const exposed = (res.headers.get("access-control-expose-headers") ?? "").split(/\s*,\s*/);
+      expect(exposed).toEqual(expect.arrayContaining(["x-request-id", "retry-after", "retry-after-ms", "x-should-retry"]));
+      await res.arrayBuffer();
+    }
+  });
+});
+
+describe("operations", () => {
+  test("healthz and readyz", async () => {
+    expect(await (await fetch(`${server.url}/healthz`)).json()).toEqual({ status: "ok" });
+    expect(await (await fetch(`${server.url}/readyz`)).json()).toEqual({ status: "ready" });
+  });
+
+  test("one structured log line per request, never a key", async () => {
+    const res = await fetch(`${server.url}/v1/models?probe=log`, { headers: auth() });
+    const id = res.headers.get("x-request-id");
+    await res.arrayBuffer();
+    const lines = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    const line = lines.find((l) => l.msg === "request" && l.request_id === id);
+    expect(line).toMatchObject({ level: "info", method: "GET", path: "/v1/models", status: 200, user_id: expect.any(Number) });
+    expect(typeof line?.duration_ms).toBe("number");
+    const all = server.logs.join("\n");
+    expect(all).not.toContain(key);
+    expect(all).not.toContain(key.slice(15));
+    expect(all).not.toContain("sk-upstream-secret");
+    expect(all).not.toMatch(/sk-atl-[0-9A-Za-z]{20,}/);
+  });
+});
