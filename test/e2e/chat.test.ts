@@ -244,7 +244,7 @@ describe("validation", () => {
     );
     expect(parts.message).toContain("string");
     await expectError({ model: "builtin-chat", messages: [{ role: "user" }] }, 400, "messages[0].content");
-    // A missing role is an error, not a default.
+    // A missing role is an error (the schema has no default role).
     await expectError({ model: "builtin-chat", messages: [{ content: "a" }, { role: "user", content: "b" }] }, 400, "messages[0].role");
     const role = await expectError(
       { model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "tool", content: "b" }, { role: "user", content: "c" }] },

@@ -34,8 +34,8 @@ function integer(options: { minimum?: number; description?: string } = {}) {
   return t.Number({ ...options, multipleOf: 1 });
 }
 
-// Literal unions rather than t.UnionEnum: UnionEnum gives the schema a `default` (its first
-// value), so a message without a role would quietly become a system message instead of a 400.
+// Literal unions rather than t.UnionEnum: UnionEnum stamps `default: <first value>` on the
+// schema, and the OpenAPI document would then claim that a missing role means "system".
 const ROLE_RULE = "each message's role must be 'system', 'user' or 'assistant' (tool and function messages are not supported)";
 const CONTENT_RULE = "each message needs a 'content' string; arrays of content parts (text, images, audio) are not supported";
 
