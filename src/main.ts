@@ -211,10 +211,14 @@ export async function renderOpenApi(config: Config): Promise<string> {
 }
 
 async function openapiCommand(argv: string[], io: Io): Promise<number> {
-  const usage = `Usage: atelier openapi\n\nPrints the OpenAPI document (the same one served at /openapi.json).\n\n${COMMON_HELP}`;
-  const { values } = parseCommand(argv, {}, usage);
+  const usage = `Usage: atelier openapi [--output FILE]\n\nPrints the OpenAPI document (the same one served at /openapi.json).\n\n  --output FILE   write it to FILE instead of stdout (replaced only once complete)\n\n${COMMON_HELP}`;
+  const { values } = parseCommand(argv, { output: { type: "string" } }, usage);
   if (values.help) return io.out(usage), 0;
-  io.out(await renderOpenApi(configFrom(values)));
+  const document = await renderOpenApi(configFrom(values));
+  if (values.output === undefined) return io.out(document), 0;
+  const { renameSync, writeFileSync } = await import("node:fs");
+  writeFileSync(`${values.output}.tmp`, `${document}\n`);
+  renameSync(`${values.output}.tmp`, values.output);
   return 0;
 }
 
