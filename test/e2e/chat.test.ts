@@ -26,7 +26,9 @@ class ControlledChatEngine implements ChatEngine {
     const last = job.messages[job.messages.length - 1]!.content;
     if (last.startsWith("hold:") && this.held) {
       this.held.started.resolve();
-      await this.held.release.promise;
+      // Like a real upstream call, give up when the route aborts the job (client gone, deadline).
+      const aborted = new Promise<never>((_, reject) => job.signal.addEventListener("abort", () => reject(new Error("aborted")), { once: true }));
+      await Promise.race([this.held.release.promise, aborted]);
     }
     if (last.startsWith("fail:")) {
       const e = new UpstreamFailed("every attempt answered 500");
@@ -359,6 +361,29 @@ describe("chat concurrency", () => {
     expect((await first).res.status).toBe(200);
     // The slot is free again once the first request finished.
     expect((await post(ask("third"))).res.status).toBe(200);
+  });
+
+  test("a client that disconnects aborts the engine, frees the slot and is recorded as client_disconnected", async () => {
+    const fresh = await server.userWithKey();
+    const held = engine.hold();
+    const client = new AbortController();
+    const request = fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fresh.key}`, "content-type": "application/json" },
+      body: JSON.stringify(ask("hold: until I hang up")),
+      signal: client.signal,
+    }).catch(() => "aborted");
+    await held.started;
+    client.abort();
+    expect(await request).toBe("aborted");
+
+    let row: ReturnType<typeof server.services.store.requests.list>[number] | undefined;
+    for (let i = 0; i < 500 && !row; i++) {
+      row = server.services.store.requests.list({ userId: fresh.userId })[0];
+      if (!row) await Bun.sleep(10);
+    }
+    expect(row).toMatchObject({ status: "failed", error_code: "client_disconnected" });
+    expect((await post(ask("after the hang-up"))).res.status).toBe(200);
   });
 });
 

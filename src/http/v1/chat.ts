@@ -225,15 +225,18 @@ export function chatRoutes(deps: ChatDeps) {
         const fail = (e: unknown): never => {
           const mapped = apiErrorFromEngine(e);
           const trace = e instanceof EngineError ? e.trace : undefined;
+          // An engine stopped by the client's disconnect is not a server fault (nobody reads the answer).
+          const clientGone = !mapped && request.signal.aborted;
           record({
             ...base,
             ...trace,
             status: "failed",
             generationMs: Math.round(performance.now() - startedAt),
-            errorCode: mapped?.errorCode ?? "internal_error",
+            errorCode: mapped?.errorCode ?? (clientGone ? "client_disconnected" : "internal_error"),
             // Unexpected errors stay in the server log; the history shows users nothing internal.
-            errorMessage: mapped?.message ?? "internal error",
+            errorMessage: mapped?.message ?? (clientGone ? "the client closed the connection" : "internal error"),
           });
+          if (clientGone) throw new ApiError(499, "invalid_request_error", "The client closed the connection.", null, "client_disconnected");
           throw mapped ?? e;
         };
 
