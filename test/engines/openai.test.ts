@@ -1,0 +1,260 @@
+/**
+ * The `openai` engine against a real fake OpenAI server on loopback: what arrives upstream,
+ * how answers come back, and every fault ending in success elsewhere or a typed error.
+ */
+import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import type { Config } from "../../src/config";
+import { ModelCatalog } from "../../src/core/models";
+import { EngineRegistry } from "../../src/engines/registry";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/engines/types";
+import { registerUpstreamEngines } from "../../src/engines/upstreams";
+import { createLogger } from "../../src/logger";
+import { createStore } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
+import { startFakeOpenAI } from "../support/fakeUpstreams";
+import { makePng, readPng } from "../support/images";
+import { configFromToml } from "../support/server";
+
+const KEY_A = "sk-test-account-a-0123456789abcdef";
+const KEY_B = "sk-test-account-b-fedcba9876543210";
+
+const fake = startFakeOpenAI();
+afterAll(() => fake.stop());
+
+function build(extra = "", timeoutMs = 400, accounts = `{ id = "a", api_key = "${KEY_A}", weight = 1, max_concurrency = 2 }, { id = "b", api_key = "${KEY_B}", weight = 1, max_concurrency = 1 }`) {
+  const config: Config = configFromToml(`
+[limits]
+queue_timeout_ms = 5000
+generation_timeout_ms = 5000
+
+[[upstreams]]
+id = "oa"
+kind = "openai"
+base_url = "${fake.url}/v1"
+timeout_ms = ${timeoutMs}
+${extra}
+accounts = [ ${accounts} ]
+
+[[models]]
+id = "pic"
+kind = "image"
+upstream = "oa"
+upstream_model = "gpt-image-up"
+
+[[models]]
+id = "talk"
+kind = "chat"
+upstream = "oa"
+upstream_model = "gpt-chat-up"
+`);
+  const store = createStore(openDatabase(":memory:"), latestVersion());
+  const registry = new EngineRegistry();
+  const logs: string[] = [];
+  const pools = registerUpstreamEngines(config, registry, { store: store.upstreams, clock: Date.now, logger: createLogger((l) => logs.push(l)) });
+  const catalog = new ModelCatalog(config);
+  const pic = catalog.get("pic")!;
+  const talk = catalog.get("talk")!;
+  const engine = registry.imageEngine(pic)!;
+  const job = (over: Partial<ImageJob> = {}): ImageJob => ({
+    model: pic,
+    prompt: "a red fox",
+    size: { width: 48, height: 32 },
+    quality: "auto",
+    images: [],
+    extra: {},
+    signal: new AbortController().signal,
+    ...over,
+  });
+  return { config, store, registry, pools, pic, talk, engine, job, logs, pool: pools.get("oa")! };
+}
+
+function input(width: number, height: number, alpha = false): ImageInput {
+  return { bytes: makePng(width, height, (x) => [x * 10, 50, 60, alpha ? (x < width / 2 ? 0 : 255) : 255]), mime: "image/png", width, height };
+}
+
+beforeEach(() => fake.reset());
+
+describe("requests arriving upstream", () => {
+  test("generation without references: JSON to /images/generations, model mapped, size sent, auto quality omitted", async () => {
+    const { engine, job } = build();
+    const img = await engine.generate(job({ extra: { background: "opaque", user: "u-1", response_format: "url" } }));
+    expect(fake.received).toHaveLength(1);
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/v1/images/generations");
+    expect(r.json).toEqual({ background: "opaque", user: "u-1", model: "gpt-image-up", prompt: "a red fox", n: 1, size: "48x32" });
+    expect(r.authorization).toMatch(/^Bearer sk-test-account-/);
+    expect(img).toMatchObject({ mime: "image/png", width: 48, height: 32, revisedPrompt: "a red fox" });
+    expect(readPng(img.bytes).width).toBe(48);
+    expect(img.trace).toMatchObject({ upstreamId: "oa", attempts: 1 });
+  });
+
+  test("quality is passed when not auto; the upstream's revised_prompt passes through", async () => {
+    const { engine, job } = build();
+    fake.setRevisedPrompt("a red fox, sitting in snow");
+    const img = await engine.generate(job({ quality: "high", size: null }));
+    expect(fake.received[0]!.json).toMatchObject({ quality: "high" });
+    expect(fake.received[0]!.json).not.toHaveProperty("size");
+    expect(img.revisedPrompt).toBe("a red fox, sitting in snow");
+  });
+
+  test("generation with reference images: multipart to /images/edits, one image[] part per reference", async () => {
+    const { engine, job } = build();
+    const refs = [input(20, 20), input(30, 10)];
+    await engine.generate(job({ images: refs }));
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/v1/images/edits");
+    expect(r.files!.map((f) => f.name)).toEqual(["image[]", "image[]"]);
+    expect(r.files![0]!.bytes).toEqual(refs[0]!.bytes);
+    expect(r.files![1]!.bytes).toEqual(refs[1]!.bytes);
+    expect(r.fields).toMatchObject({ model: ["gpt-image-up"], prompt: ["a red fox"], size: ["48x32"] });
+  });
+
+  test("edit with a mask: multipart `image` and `mask`; several images go as image[]", async () => {
+    const { engine, job } = build();
+    const base = input(16, 16);
+    const mask = input(16, 16, true);
+    await engine.edit(job({ images: [base], mask }));
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/v1/images/edits");
+    expect(r.files!.map((f) => f.name)).toEqual(["image", "mask"]);
+    expect(r.files![1]!.bytes).toEqual(mask.bytes);
+    await engine.edit(job({ images: [base, input(8, 8)] }));
+    expect(fake.received[1]!.files!.map((f) => f.name)).toEqual(["image[]", "image[]"]);
+  });
+
+  test("a url answer is downloaded and returned as bytes", async () => {
+    const { engine, job } = build();
+    fake.alwaysFault(KEY_A, { kind: "url" });
+    fake.alwaysFault(KEY_B, { kind: "url" });
+    const img = await engine.generate(job());
+    expect(readPng(img.bytes)).toMatchObject({ width: 48, height: 32 });
+  });
+
+  test("a url answer larger than max_download_bytes is a failure, not an image", async () => {
+    const { engine, job } = build("max_download_bytes = 1024\nmax_attempts = 1", 5000);
+    fake.alwaysFault(KEY_A, { kind: "url" });
+    fake.alwaysFault(KEY_B, { kind: "url" });
+    const err = await engine.generate(job({ size: { width: 600, height: 600 } })).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(String(err.message)).toContain("exceeds the limit");
+  });
+
+  test("chat: params passed through, model mapped, answer normalized", async () => {
+    const { registry, talk } = build();
+    const engine = registry.chatEngine(talk)!;
+    const out = await engine.chat({
+      model: talk,
+      messages: [{ role: "user", content: "hello" }],
+      params: { temperature: 0.2, max_tokens: 20, model: "talk", stream: true },
+      signal: new AbortController().signal,
+    });
+    expect(fake.received[0]!.path).toBe("/v1/chat/completions");
+    expect(fake.received[0]!.json).toEqual({ temperature: 0.2, max_tokens: 20, model: "gpt-chat-up", messages: [{ role: "user", content: "hello" }], stream: false });
+    expect(out).toMatchObject({ content: "echo: hello", finishReason: "stop", usage: { promptTokens: 7, completionTokens: 3 }, trace: { upstreamId: "oa", attempts: 1 } });
+  });
+});
+
+describe("faults", () => {
+  test("429 with retry-after on A: served by B, A cools down for the stated time", async () => {
+    const { engine, job, pool } = build();
+    fake.queueFaults(KEY_A, { kind: "429", retryAfter: "7" });
+    const before = Date.now();
+    const img = await engine.generate(job());
+    const after = Date.now();
+    // A fresh pool with equal weights asks A first.
+    expect(fake.received.map((r) => r.account)).toEqual([KEY_A, KEY_B]);
+    expect(img.trace).toMatchObject({ accountId: "b", attempts: 2 });
+    const snap = pool.snapshot().find((s) => s.accountId === "a")!;
+    const stated = 7000;
+    expect(snap.state).toBe("cooling");
+    expect(snap.coolingUntil!).toBeGreaterThanOrEqual(before + stated);
+    expect(snap.coolingUntil!).toBeLessThanOrEqual(after + stated);
+  });
+
+  test("every account 429: UpstreamRateLimited with the earliest recovery", async () => {
+    const { engine, job } = build();
+    fake.alwaysFault(KEY_A, { kind: "429", retryAfter: "30" });
+    fake.alwaysFault(KEY_B, { kind: "429", retryAfterMs: "4000" });
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRateLimited);
+    expect(err.retryAfterMs).toBeGreaterThan(3000);
+    expect(err.retryAfterMs).toBeLessThanOrEqual(4000);
+  });
+
+  for (const fault of [
+    { kind: "status", status: 500 },
+    { kind: "hang" },
+    { kind: "malformed" },
+    { kind: "reset" },
+    { kind: "not-image" },
+  ] as const) {
+    test(`${fault.kind === "status" ? "500" : fault.kind} on one account ends in success through the other`, async () => {
+      const { engine, job } = build();
+      fake.queueFaults(KEY_A, fault);
+      const img = await engine.generate(job());
+      expect(img.trace).toMatchObject({ accountId: "b", attempts: 2 });
+      expect(fake.received.map((r) => r.account)).toEqual([KEY_A, KEY_B]);
+      expect(readPng(img.bytes).width).toBe(48);
+    });
+  }
+
+  test("every attempt fails: UpstreamFailed after max_attempts; every attempt a hang: EngineTimeout", async () => {
+    const { engine, job } = build();
+    fake.alwaysFault(KEY_A, { kind: "status", status: 503 });
+    fake.alwaysFault(KEY_B, { kind: "status", status: 502 });
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(fake.received).toHaveLength(3);
+    expect(err.trace).toMatchObject({ upstreamId: "oa", attempts: 3 });
+
+    const hung = build("max_attempts = 2");
+    fake.reset();
+    fake.alwaysFault(KEY_A, { kind: "hang" });
+    fake.alwaysFault(KEY_B, { kind: "hang" });
+    const timeout = await hung.engine.generate(hung.job()).catch((e) => e);
+    expect(timeout).toBeInstanceOf(EngineTimeout);
+  });
+
+  test("401 disables the account; its requests go to the other; keys never in logs or errors", async () => {
+    const { engine, job, store, logs, pool } = build();
+    fake.alwaysFault(KEY_A, { kind: "status", status: 401, message: `Incorrect API key provided: ${KEY_A}` });
+    fake.queueFaults(KEY_B, { kind: "status", status: 401, message: `Incorrect API key provided: ${KEY_B}` });
+    // Whichever is asked first, B's single 401 and A's permanent one leave... both disabled:
+    const err = await engine.generate(job()).catch((e) => e);
+    const disabled = store.upstreams.disabledAccounts("oa");
+    expect(disabled.has("a")).toBe(true);
+    expect(disabled.has("b")).toBe(true);
+    expect(err.name).toBe("UpstreamUnavailable");
+    for (const text of [...logs, err.message, ...[...disabled.values()].map((d) => d.reason), JSON.stringify(pool.snapshot())]) {
+      expect(text).not.toContain(KEY_A);
+      expect(text).not.toContain(KEY_B);
+    }
+    expect(logs.some((l) => l.includes("disabled") && l.includes('"account":"a"'))).toBe(true);
+    // Re-enable B (as `atelier upstreams enable oa b` would): it serves again, A stays out.
+    store.upstreams.enableAccount("oa", "b");
+    const img = await engine.generate(job());
+    expect(img.trace!.accountId).toBe("b");
+  });
+
+  test("upstream 400: UpstreamRejected with the upstream's message, secrets redacted, no retry", async () => {
+    const { engine, job } = build();
+    const msg = `Your request was rejected by the safety system. (key ${KEY_A}, header Bearer ${KEY_B})`;
+    fake.alwaysFault(KEY_A, { kind: "status", status: 400, message: msg });
+    fake.alwaysFault(KEY_B, { kind: "status", status: 400, message: msg });
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRejected);
+    expect(err.message).toContain("Your request was rejected by the safety system.");
+    expect(err.message).not.toContain(KEY_A);
+    expect(err.message).not.toContain(KEY_B);
+    expect(fake.received).toHaveLength(1);
+  });
+
+  test("under a burst no account sees more concurrent requests than its max_concurrency", async () => {
+    const { engine, job } = build();
+    fake.setLatency(30);
+    const results = await Promise.all(Array.from({ length: 15 }, () => engine.generate(job())));
+    expect(results).toHaveLength(15);
+    expect(fake.maxConcurrent.get(KEY_A)).toBe(2);
+    expect(fake.maxConcurrent.get(KEY_B)).toBe(1);
+  });
+});
