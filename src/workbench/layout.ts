@@ -34,7 +34,7 @@ function accountBar(v: Viewer, section: Section): Html {
   </nav>
   <div class="account" aria-label="Account">
     <span class="who" title="Signed in as">${v.user.email}${v.user.role === "admin" ? html` <span class="badge">admin</span>` : ""}</span>
-    <a class="balance" href="/credits" title="Credit balance"><span id="balance" data-balance="${v.user.credits}">${v.user.credits}</span> credits</a>
+    <a class="balance" href="/credits" title="Credit balance"><span id="balance" data-balance="${v.user.credits}">${v.user.credits}</span> <span id="balance-unit">${v.user.credits === 1 ? "credit" : "credits"}</span></a>
     <a class="api" href="/keys">API</a>
     <form method="post" action="/signout" class="inline">
       <input type="hidden" name="_csrf" value="${v.csrf}">

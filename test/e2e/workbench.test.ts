@@ -72,10 +72,25 @@ async function balanceShown(page: Page): Promise<number> {
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   server = await startTestServer({
-    config: (c) => {
-      c.server.log_requests = false;
-      c.workbench.initial_credits = 3;
-    },
+    // One upstream that is never called, so that the admin's pool page has an account to show.
+    toml: `
+[server]
+log_requests = false
+
+[workbench]
+initial_credits = 3
+
+[[upstreams]]
+id = "acme"
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+accounts = [{ id = "acme-main", api_key = "sk-upstream-secret" }]
+
+[[models]]
+id = "acme-image"
+kind = "image"
+upstream = "acme"
+`,
     customize: (s) => {
       // TEMPORARY until the built-in image engine lands: a flat PNG of the requested size.
       if (!s.engines.imageEngine(s.catalog.get("builtin-image")!)) s.engines.registerImage("builtin", STAND_IN);
@@ -279,6 +294,10 @@ describe("workbench in a real browser", () => {
       await shot(admin, name);
     }
     await containsText(admin.locator("main"), "builtin-image");
+    await admin.goto(`${server.url}/admin/upstreams`);
+    await containsText(admin.locator("main"), "acme-main");
+    await containsText(admin.locator("main"), "healthy");
+    expect(await admin.content()).not.toContain("sk-upstream-secret");
     // Users are not admins.
     const res = await user.goto(`${server.url}/admin`);
     expect(res?.status()).toBe(403);

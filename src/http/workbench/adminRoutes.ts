@@ -100,10 +100,21 @@ export function adminRoutes(services: Services) {
         }),
       );
     }, hide)
-    .get("/admin/upstreams", ({ request }) => {
+    .get("/admin/upstreams", ({ request, query }) => {
       const g = requireViewer(services, request, { admin: true });
       if (g.response) return g.response;
-      return htmlResponse(adminUpstreamsPage(g.viewer, upstreamViews(services)));
+      return htmlResponse(adminUpstreamsPage(g.viewer, upstreamViews(services), query.enabled ? "The account is enabled again." : null));
+    }, hide)
+    .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ request, body, params }) => {
+      const g = requireCsrf(services, request, body, { admin: true });
+      if (g.response) return g.response;
+      const upstream = services.config.upstreams.find((u) => u.id === params.upstream);
+      if (!upstream || !upstream.accounts.some((a) => a.id === params.account)) {
+        return htmlResponse(adminUpstreamsPage(g.viewer, upstreamViews(services)), 404);
+      }
+      store.upstreams.enableAccount(upstream.id, params.account);
+      services.upstreams.get(upstream.id)?.refresh();
+      return redirect("/admin/upstreams?enabled=1");
     }, hide)
     .get("/admin/models", ({ request }) => {
       const g = requireViewer(services, request, { admin: true });

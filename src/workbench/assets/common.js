@@ -10,10 +10,13 @@
         const res = await fetch("/session", { credentials: "same-origin", cache: "no-store" });
         if (!res.ok) return null;
         const s = await res.json();
-        document.querySelectorAll("#balance").forEach((el) => {
+        const el = document.getElementById("balance");
+        if (el) {
           el.textContent = String(s.credits);
           el.setAttribute("data-balance", String(s.credits));
-        });
+        }
+        const unit = document.getElementById("balance-unit");
+        if (unit) unit.textContent = s.credits === 1 ? "credit" : "credits";
         return s.credits;
       } catch {
         return null;

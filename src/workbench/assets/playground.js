@@ -91,7 +91,7 @@
         const credits = await window.atelier.refreshBalance();
         const gen = typeof body.generation_time_ms === "number" ? body.generation_time_ms : Math.round(performance.now() - started);
         q("[data-meta]").textContent =
-          `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} credits left`);
+          `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} ${credits === 1 ? "credit" : "credits"} left`);
       },
     };
   }
@@ -199,6 +199,8 @@
     if (!bitmap) { showError(editError, `${file.name} could not be read as an image.`); return; }
     editFile = file;
     for (const c of [preview, maskCanvas]) { c.width = bitmap.width; c.height = bitmap.height; }
+    // Small images are shown larger so that painting the mask stays easy.
+    preview.style.width = `${Math.max(bitmap.width, Math.min(384, bitmap.width * 4))}px`;
     preview.getContext("2d").drawImage(bitmap, 0, 0);
     maskCanvas.getContext("2d").clearRect(0, 0, maskCanvas.width, maskCanvas.height);
     painted = false;

@@ -1,5 +1,6 @@
 /** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
 import type { CatalogModel } from "../../core/models";
+import type { AccountStatus } from "../../engines/status";
 import type { RequestRow } from "../../store/requests";
 import type { UserRow } from "../../store/users";
 import { formatTime, html, type Html, type Interpolation } from "../html";
@@ -35,7 +36,7 @@ function userRow(v: Viewer, u: UserRow): Html {
   <td>${u.role === "admin" ? html`<span class="badge">admin</span>` : "user"}</td>
   <td class="num" data-testid="credits">${u.credits}</td>
   <td>${u.disabled ? html`<span class="status bad">disabled</span>` : html`<span class="status ok">active</span>`}</td>
-  <td class="nowrap">${formatTime(u.created_at)}</td>
+  <td class="nowrap" title="${formatTime(u.created_at)}">${formatTime(u.created_at).slice(0, 10)}</td>
   <td>
     <form method="post" action="/admin/users/${u.id}/credits" class="row compact">
       ${csrfField(v)}
@@ -96,43 +97,52 @@ export function adminRequestsPage(v: Viewer, s: { query: HistoryQuery; requests:
   );
 }
 
-/** One upstream as the admin sees it: its configuration and, when the pool reports it, live state. */
+/** One upstream as the admin sees it: its configuration and the live state of its accounts. */
 export interface UpstreamView {
   id: string;
   kind: string;
   baseUrl: string;
   models: string[];
-  accounts: { id: string; state: Record<string, unknown> | null }[];
+  accounts: AccountStatus[];
 }
 
-function cell(value: unknown): string {
-  if (value === null || value === undefined) return "—";
-  if (typeof value === "object") return JSON.stringify(value);
-  return String(value);
+const HEALTH_CLASS: Record<AccountStatus["state"], string> = { healthy: "ok", cooling: "warn", probing: "warn", disabled: "bad" };
+
+function accountRow(v: Viewer, upstreamId: string, a: AccountStatus): Html {
+  const last = a.recent_failures.at(-1);
+  return html`<tr>
+  <td class="mono">${a.id}</td>
+  <td><span class="status ${HEALTH_CLASS[a.state]}">${a.state}</span>${a.cooling_until ? html`<br><span class="muted">until ${a.cooling_until}</span>` : ""}${
+    a.disabled_reason ? html`<br><span class="muted">${a.disabled_reason}</span>` : ""
+  }</td>
+  <td class="num">${a.in_flight} / ${a.max_concurrency}</td>
+  <td class="num">${a.weight}</td>
+  <td class="num">${a.consecutive_failures}</td>
+  <td>${last ? html`<span class="nowrap">${last.at}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
+  <td>${
+    a.state === "disabled"
+      ? html`<form method="post" action="/admin/upstreams/${encodeURIComponent(upstreamId)}/accounts/${encodeURIComponent(a.id)}/enable" class="inline">${csrfField(v)}<button type="submit" class="small">Enable</button></form>`
+      : ""
+  }</td>
+</tr>`;
 }
 
-export function adminUpstreamsPage(v: Viewer, s: { upstreams: UpstreamView[]; live: boolean }): Html {
+export function adminUpstreamsPage(v: Viewer, upstreams: UpstreamView[], notice?: string | null): Html {
   const body =
-    s.upstreams.length === 0
+    upstreams.length === 0
       ? html`<section class="card"><p>No upstreams are configured: only the built-in models run. The pool appears here once <code>[[upstreams]]</code> are configured.</p></section>`
-      : s.upstreams.map(
+      : upstreams.map(
           (u) => html`<section class="card">
   <h2>${u.id} <span class="muted">(${u.kind})</span></h2>
   <p class="muted mono">${u.baseUrl}</p>
   <p>Models: ${u.models.length ? u.models.join(", ") : "none"}</p>
   <div class="table-wrap"><table>
-    <thead><tr><th scope="col">Account</th><th scope="col">State</th></tr></thead>
-    <tbody>${u.accounts.map(
-      (a) => html`<tr><td class="mono">${a.id}</td><td>${
-        a.state
-          ? html`<dl class="kv">${Object.entries(a.state).map(([k, val]) => html`<dt>${k}</dt><dd>${cell(val)}</dd>`)}</dl>`
-          : html`<span class="muted">${s.live ? "no state reported" : "live state unavailable"}</span>`
-      }</td></tr>`,
-    )}</tbody>
+    <thead><tr><th scope="col">Account</th><th scope="col">State</th><th scope="col" class="num">In flight</th><th scope="col" class="num">Weight</th><th scope="col" class="num">Failures in a row</th><th scope="col">Last failure</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+    <tbody>${u.accounts.map((a) => accountRow(v, u.id, a))}</tbody>
   </table></div>
 </section>`,
         );
-  return adminPage(v, "upstreams", "Upstream pool", body);
+  return adminPage(v, "upstreams", "Upstream pool", html`${message("notice", notice)}${body}`);
 }
 
 export function adminModelsPage(v: Viewer, models: CatalogModel[]): Html {

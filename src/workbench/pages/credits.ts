@@ -37,7 +37,7 @@ export function creditsPage(v: Viewer, s: CreditsPageState): Html {
     viewer: v,
     body: html`<h1>Credits &amp; history</h1>
 <section class="card balance-card">
-  <p class="big"><span data-testid="balance-big">${v.user.credits}</span> credits</p>
+  <p class="big"><span data-testid="balance-big">${v.user.credits}</span> ${v.user.credits === 1 ? "credit" : "credits"}</p>
   <p class="muted">Each accepted image request costs 1 credit and is refunded automatically if it fails. Chat is free.</p>
 </section>
 <section class="card">

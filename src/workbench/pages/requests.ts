@@ -69,7 +69,7 @@ export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, s
     <td class="nowrap">${formatTime(r.created_at)}</td>
     ${opts.emails ? html`<td>${opts.emails.get(r.user_id) ?? `#${r.user_id}`}</td>` : ""}
     <td>${r.kind}</td>
-    <td class="mono">${r.model}</td>
+    <td class="mono nowrap">${r.model}</td>
     <td><span class="status ${STATUS_CLASS[r.status]}">${r.status}</span></td>
     <td class="nowrap">${credit(r)}</td>
     <td class="nowrap">${r.generation_ms === null ? "—" : `${(r.generation_ms / 1000).toFixed(2)} s`}</td>
