@@ -135,6 +135,9 @@ function paintSky(plan: ScenePlan, img: Rgba, options: RenderOptions): void {
   const starDensity = plan.mood.night ? 0.0015 : 0;
   const horizonPx = plan.horizon * h;
   const cloudScale = plan.clouds.size - 1;
+  // The cloud noise is separable in its lookups: precompute each column's grid cells once.
+  const near = columnLookup(w, cloudScale, 0);
+  const far = columnLookup(w, cloudScale * 2.3, 1.7);
   for (let y = 0; y < h; y++) {
     if (y % ROWS_PER_CHECKPOINT === 0) options.checkpoint?.();
     const v = y / h;
@@ -143,13 +146,16 @@ function paintSky(plan: ScenePlan, img: Rgba, options: RenderOptions): void {
     const baseG = skyTop[1] + (skyHorizon[1] - skyTop[1]) * t;
     const baseB = skyTop[2] + (skyHorizon[2] - skyTop[2]) * t;
     const cloudBand = Math.max(0, 1 - Math.abs(v - plan.horizon * 0.45) * 3.2);
+    const nearRow = rowLookup(plan.clouds.size, v * cloudScale * 2.2);
+    const farRow = rowLookup(plan.clouds.size, v * cloudScale * 2.2 * 2.3 + 3.1);
+    const nearSun = Math.abs(y - sunY) < glowReach;
     let row = (y * w) << 2;
     for (let x = 0; x < w; x++, row += 4) {
       let r = baseR;
       let g = baseG;
       let b = baseB;
       if (cloudBand > 0) {
-        const c = cloudAt(plan, (x / w) * cloudScale, v * cloudScale * 2.2) * cloudBand;
+        const c = (sampleRow(plan, near, x, nearRow) * 0.65 + sampleRow(plan, far, x, farRow) * 0.35) * cloudBand;
         if (c > 0.45) {
           const k = Math.min(0.55, (c - 0.45) * 1.6);
           r += (cloudTint[0] - r) * k;
@@ -163,10 +169,10 @@ function paintSky(plan: ScenePlan, img: Rgba, options: RenderOptions): void {
         g += (255 - g) * twinkle;
         b += (245 - b) * twinkle;
       }
+      let alpha = skyAlpha;
       const dx = x - sunX;
       const dy = y - sunY;
-      const d = Math.sqrt(dx * dx + dy * dy);
-      let alpha = skyAlpha;
+      const d = nearSun ? Math.sqrt(dx * dx + dy * dy) : glowReach;
       if (d < glowReach) {
         const k = (1 - d / glowReach) ** 2 * 0.6;
         r += (glow[0] - r) * k;
@@ -188,27 +194,45 @@ function paintSky(plan: ScenePlan, img: Rgba, options: RenderOptions): void {
   }
 }
 
-/** Two octaves of smooth value noise from the plan's grid (wrapping), in [0, 1]. */
-function cloudAt(plan: ScenePlan, gx: number, gy: number): number {
-  return sampleGrid(plan, gx, gy) * 0.65 + sampleGrid(plan, gx * 2.3 + 1.7, gy * 2.3 + 3.1) * 0.35;
+/** One axis of a wrapping value-noise lookup: the two grid cells and the smoothstep weight. */
+interface Lookup {
+  i0: Int32Array;
+  i1: Int32Array;
+  t: Float32Array;
 }
 
-function sampleGrid(plan: ScenePlan, gx: number, gy: number): number {
+function columnLookup(w: number, scale: number, offset: number): Lookup {
+  const i0 = new Int32Array(w);
+  const i1 = new Int32Array(w);
+  const t = new Float32Array(w);
+  for (let x = 0; x < w; x++) {
+    const cell = rowLookup(CLOUD_GRID, (x / w) * scale + offset);
+    i0[x] = cell.i0;
+    i1[x] = cell.i1;
+    t[x] = cell.t;
+  }
+  return { i0, i1, t };
+}
+
+function rowLookup(n: number, g: number): { i0: number; i1: number; t: number } {
+  const g0 = Math.floor(g);
+  const f = g - g0;
+  const i0 = ((g0 % n) + n) % n;
+  return { i0, i1: (i0 + 1) % n, t: f * f * (3 - 2 * f) };
+}
+
+/** Smooth value noise in [0, 1] at column x of a row, from the plan's coarse grid. */
+function sampleRow(plan: ScenePlan, cols: Lookup, x: number, row: { i0: number; i1: number; t: number }): number {
   const n = plan.clouds.size;
   const values = plan.clouds.values;
-  const x0 = Math.floor(gx);
-  const y0 = Math.floor(gy);
-  const fx = gx - x0;
-  const fy = gy - y0;
-  const sx = fx * fx * (3 - 2 * fx);
-  const sy = fy * fy * (3 - 2 * fy);
-  const ix0 = ((x0 % n) + n) % n;
-  const iy0 = ((y0 % n) + n) % n;
-  const ix1 = (ix0 + 1) % n;
-  const iy1 = (iy0 + 1) % n;
-  const top = values[iy0 * n + ix0]! + (values[iy0 * n + ix1]! - values[iy0 * n + ix0]!) * sx;
-  const bottom = values[iy1 * n + ix0]! + (values[iy1 * n + ix1]! - values[iy1 * n + ix0]!) * sx;
-  return top + (bottom - top) * sy;
+  const a = cols.i0[x]!;
+  const b = cols.i1[x]!;
+  const sx = cols.t[x]!;
+  const r0 = row.i0 * n;
+  const r1 = row.i1 * n;
+  const top = values[r0 + a]! + (values[r0 + b]! - values[r0 + a]!) * sx;
+  const bottom = values[r1 + a]! + (values[r1 + b]! - values[r1 + a]!) * sx;
+  return top + (bottom - top) * row.t;
 }
 
 /** Pass 2: a translucent orb with a soft rim and a highlight, touching only its bounding box. */
