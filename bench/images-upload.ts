@@ -52,7 +52,7 @@ while (!first.includes("\n")) {
   first += new TextDecoder().decode(value);
 }
 const info = JSON.parse(first.split("\n")[0]!) as { url: string; key: string; pid: number; max_body_bytes: number; max_inflight_body_bytes: number };
-const send = (b: Uint8Array) =>
+const send = (b: Uint8Array<ArrayBuffer>) =>
   fetch(`${info.url}/v1/images/generations`, {
     method: "POST",
     headers: { authorization: `Bearer ${info.key}`, "content-type": "application/json" },
