@@ -1,0 +1,175 @@
+/**
+ * The `sdwebui` engine against a fake Stable Diffusion WebUI on loopback: txt2img/img2img,
+ * size and quality mapping, per-model params, basic auth, the mask inverted pixel by pixel,
+ * and faults.
+ */
+import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import { ModelCatalog } from "../../src/core/models";
+import { EngineRegistry } from "../../src/engines/registry";
+import { QUALITY_STEPS } from "../../src/engines/sdwebui";
+import { UpstreamRejected, type ImageInput, type ImageJob } from "../../src/engines/types";
+import { registerUpstreamEngines } from "../../src/engines/upstreams";
+import { createLogger } from "../../src/logger";
+import { createStore } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
+import { startFakeWebUI } from "../support/fakeUpstreams";
+import { makePng, readPng } from "../support/images";
+import { configFromToml } from "../support/server";
+
+const PASSWORD_1 = "webui-secret-password-1";
+
+const fake = startFakeWebUI();
+afterAll(() => fake.stop());
+beforeEach(() => fake.reset());
+
+function build() {
+  const config = configFromToml(`
+[[upstreams]]
+id = "sd"
+kind = "sdwebui"
+base_url = "${fake.url}/"
+timeout_ms = 400
+accounts = [
+  { id = "gpu1", username = "alice", password = "${PASSWORD_1}", max_concurrency = 1 },
+  { id = "gpu2", max_concurrency = 1 },
+]
+
+[[models]]
+id = "sdxl"
+kind = "image"
+upstream = "sd"
+params = { sampler_name = "DPM++ 2M", cfg_scale = 6.5, checkpoint = "sd_xl_base_1.0.safetensors", negative_prompt = "blurry" }
+
+[[models]]
+id = "sd15"
+kind = "image"
+upstream = "sd"
+params = { steps = 30, width = 512, height = 640 }
+`);
+  const store = createStore(openDatabase(":memory:"), latestVersion());
+  const registry = new EngineRegistry();
+  const logs: string[] = [];
+  registerUpstreamEngines(config, registry, { store: store.upstreams, clock: Date.now, logger: createLogger((l) => logs.push(l)) });
+  const catalog = new ModelCatalog(config);
+  const sdxl = catalog.get("sdxl")!;
+  const engine = registry.imageEngine(sdxl)!;
+  const job = (over: Partial<ImageJob> = {}): ImageJob => ({
+    model: sdxl,
+    prompt: "a castle",
+    size: { width: 64, height: 48 },
+    quality: "auto",
+    images: [],
+    extra: {},
+    signal: new AbortController().signal,
+    ...over,
+  });
+  return { engine, job, catalog, logs };
+}
+
+function png(width: number, height: number, color: (x: number, y: number) => [number, number, number, number]): ImageInput {
+  return { bytes: makePng(width, height, color), mime: "image/png", width, height };
+}
+
+describe("sdwebui requests", () => {
+  test("text only: txt2img with size → width/height, params passed, checkpoint via override_settings, basic auth", async () => {
+    const { engine, job } = build();
+    const img = await engine.generate(job());
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/sdapi/v1/txt2img");
+    expect(r.json).toMatchObject({
+      prompt: "a castle",
+      width: 64,
+      height: 48,
+      steps: QUALITY_STEPS.auto,
+      batch_size: 1,
+      n_iter: 1,
+      sampler_name: "DPM++ 2M",
+      cfg_scale: 6.5,
+      negative_prompt: "blurry",
+      override_settings: { sd_model_checkpoint: "sd_xl_base_1.0.safetensors" },
+      override_settings_restore_afterwards: true,
+    });
+    expect(r.json).not.toHaveProperty("checkpoint");
+    expect(r.authorization).toBe(`Basic ${btoa(`alice:${PASSWORD_1}`)}`);
+    expect(img).toMatchObject({ mime: "image/png", width: 64, height: 48, revisedPrompt: "a castle", trace: { upstreamId: "sd", accountId: "gpu1", attempts: 1 } });
+  });
+
+  test("quality maps to steps: low 15, medium 25, high 40, standard 25, hd 40", async () => {
+    const { engine, job } = build();
+    for (const quality of ["low", "medium", "high", "standard", "hd"]) await engine.generate(job({ quality }));
+    expect(fake.received.map((r) => r.json!.steps)).toEqual([15, 25, 40, 25, 40]);
+  });
+
+  test("size auto: the model's params width/height and steps; without them 1024x1024", async () => {
+    const { engine, job, catalog } = build();
+    await engine.generate(job({ model: catalog.get("sd15")!, size: null }));
+    expect(fake.received[0]!.json).toMatchObject({ width: 512, height: 640, steps: 30 });
+    await engine.generate(job({ size: null, quality: "high" }));
+    expect(fake.received[1]!.json).toMatchObject({ width: 1024, height: 1024, steps: 40 });
+  });
+
+  test("reference images: img2img with init_images and denoising strength", async () => {
+    const { engine, job } = build();
+    const ref = png(40, 40, () => [1, 2, 3, 255]);
+    await engine.generate(job({ images: [ref], size: null }));
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/sdapi/v1/img2img");
+    expect(r.json!.init_images).toEqual([Buffer.from(ref.bytes).toString("base64")]);
+    expect(r.json).toMatchObject({ width: 40, height: 40, denoising_strength: 0.75 });
+    expect(r.json).not.toHaveProperty("mask");
+  });
+
+  test("edit with a mask: inpainting; the mask arrives inverted (transparent → white), pixel by pixel", async () => {
+    const { engine, job } = build();
+    const W = 24;
+    const H = 16;
+    const base = png(W, H, (x, y) => [x * 8, y * 8, 0, 255]);
+    // Transparent left third and a transparent diagonal; alpha 127 counts as transparent, 128 as opaque.
+    const alphaAt = (x: number, y: number) => (x < 8 || x === y ? 0 : x === 20 ? 127 : x === 21 ? 128 : 255);
+    const mask = png(W, H, (x, y) => [90, 90, 90, alphaAt(x, y)]);
+    await engine.edit(job({ images: [base], mask, size: { width: W, height: H } }));
+    const r = fake.received[0]!;
+    expect(r.path).toBe("/sdapi/v1/img2img");
+    expect(r.json).toMatchObject({ inpainting_mask_invert: 0, inpainting_fill: 1 });
+    const sent = readPng(Buffer.from(String(r.json!.mask), "base64"));
+    expect(sent.width).toBe(W);
+    expect(sent.height).toBe(H);
+    let checked = 0;
+    for (let y = 0; y < H; y++) {
+      for (let x = 0; x < W; x++) {
+        const i = (y * W + x) * 4;
+        const expected = alphaAt(x, y) < 128 ? 255 : 0;
+        expect([sent.data[i], sent.data[i + 1], sent.data[i + 2], sent.data[i + 3]]).toEqual([expected, expected, expected, 255]);
+        checked++;
+      }
+    }
+    expect(checked).toBe(W * H);
+  });
+});
+
+describe("sdwebui faults", () => {
+  test("500 (e.g. out of GPU memory) on one server: served by the other, without credentials", async () => {
+    const { engine, job } = build();
+    fake.queueFaults("alice", { kind: "status", status: 500, message: "CUDA out of memory" });
+    const img = await engine.generate(job());
+    expect(img.trace).toMatchObject({ accountId: "gpu2", attempts: 2 });
+    expect(fake.received[1]!.authorization).toBeNull();
+  });
+
+  test("422 from the WebUI is a rejection without retry; the password never appears", async () => {
+    const { engine, job, logs } = build();
+    fake.alwaysFault("alice", { kind: "status", status: 422, message: `invalid sampler (auth alice:${PASSWORD_1})` });
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRejected);
+    expect(fake.received).toHaveLength(1);
+    expect(err.message).not.toContain(PASSWORD_1);
+    expect(logs.join("\n")).not.toContain(PASSWORD_1);
+  });
+
+  test("an answer that is not an image is a failure and retried", async () => {
+    const { engine, job } = build();
+    fake.queueFaults("alice", { kind: "not-image" });
+    const img = await engine.generate(job());
+    expect(img.trace).toMatchObject({ accountId: "gpu2", attempts: 2 });
+  });
+});
