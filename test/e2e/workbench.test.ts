@@ -12,19 +12,6 @@ import OpenAI from "openai";
 import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
 import { startTestServer, type TestServer } from "../support/server";
 
-import { decodeImage, encodePng } from "../../src/core/image/codec";
-import type { ImageEngine } from "../../src/engines/types";
-const STAND_IN: ImageEngine = {
-  async generate(job) {
-    const w = job.size?.width ?? 64, h = job.size?.height ?? 64;
-    return { bytes: encodePng({ width: w, height: h, data: new Uint8Array(w * h * 4).fill(120) }), mime: "image/png", width: w, height: h };
-  },
-  async edit(job) {
-    const base = decodeImage(job.images[0]!.bytes, job.images[0]!.mime);
-    return { bytes: encodePng(base), mime: "image/png", width: base.width, height: base.height };
-  },
-};
-
 const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench");
 const XSS = `<script>window.__pwned = 1</script>`;
@@ -91,10 +78,6 @@ id = "acme-image"
 kind = "image"
 upstream = "acme"
 `,
-    customize: (s) => {
-      // TEMPORARY until the built-in image engine lands: a flat PNG of the requested size.
-      if (!s.engines.imageEngine(s.catalog.get("builtin-image")!)) s.engines.registerImage("builtin", STAND_IN);
-    },
   });
   // Another origin on loopback (a different port): where the cross-origin forms come from.
   evil = Bun.serve({

@@ -1,0 +1,189 @@
+/**
+ * Workbench rules below the browser: the escaping helper, the same-origin rule, session expiry
+ * and sign-out, cookie flags, closed registration, setup-token rules, and the session on /v1
+ * (same origin, CSRF header). Uses app.handle() with a controllable clock; no sockets.
+ */
+import { afterEach, describe, expect, test } from "bun:test";
+import { createApp, createServices } from "../../src/app";
+import { loadConfig, type Config } from "../../src/config";
+import { addUser } from "../../src/core/accounts";
+import { createLogger } from "../../src/logger";
+import { createStore, type Store } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
+import { escapeHtml, html, raw } from "../../src/workbench/html";
+import { isSameOrigin } from "../../src/workbench/origin";
+
+const BASE = "http://wb.test";
+let store: Store | undefined;
+afterEach(() => store?.close());
+
+function makeApp(edit: (c: Config) => void = () => {}) {
+  const config = loadConfig({ env: {} });
+  edit(config);
+  store = createStore(openDatabase(":memory:"), latestVersion());
+  let now = 1_800_000_000_000;
+  const logs: string[] = [];
+  const services = createServices({ config, store, logger: createLogger((l) => logs.push(l)), clock: () => now });
+  const app = createApp(services);
+  const handle = (path: string, init: RequestInit = {}) => app.handle(new Request(`${BASE}${path}`, init));
+  const form = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
+    handle(path, {
+      method: "POST",
+      headers: { origin: BASE, "content-type": "application/x-www-form-urlencoded", ...headers },
+      body: new URLSearchParams(fields),
+    });
+  return { app, services, store, logs, handle, form, advance: (ms: number) => (now += ms) };
+}
+
+const cookieOf = (res: Response) => res.headers.get("set-cookie")!.split(";")[0]!;
+const csrfOf = async (res: Response) => /name="csrf-token" content="([^"]+)"/.exec(await res.text())![1]!;
+
+describe("html escaping", () => {
+  test("interpolations are escaped unless they are Html", () => {
+    expect(escapeHtml(`<script>"x" & 'y'</script>`)).toBe("&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;");
+    const name = "<img src=x onerror=alert(1)>";
+    expect(html`<td>${name}</td>`.value).toBe("<td>&lt;img src=x onerror=alert(1)&gt;</td>");
+    expect(html`<td>${html`<b>${name}</b>`}</td>`.value).toBe("<td><b>&lt;img src=x onerror=alert(1)&gt;</b></td>");
+    expect(html`${[1, "<", raw("<br>")]}${null}${undefined}${false}`.value).toBe("1&lt;<br>");
+  });
+});
+
+describe("same-origin rule", () => {
+  const config = loadConfig({ env: {} });
+  const req = (headers: Record<string, string>) => new Request(`${BASE}/keys`, { method: "POST", headers: { host: "wb.test", ...headers } });
+  test("accepts our origin and header-less clients, refuses others", () => {
+    expect(isSameOrigin(req({ origin: BASE }), config)).toBe(true);
+    expect(isSameOrigin(req({ "sec-fetch-site": "same-origin" }), config)).toBe(true);
+    expect(isSameOrigin(req({}), config)).toBe(true);
+    expect(isSameOrigin(req({ origin: "http://evil.test" }), config)).toBe(false);
+    expect(isSameOrigin(req({ origin: "null" }), config)).toBe(false);
+    expect(isSameOrigin(req({ "sec-fetch-site": "cross-site" }), config)).toBe(false);
+    expect(isSameOrigin(req({ "sec-fetch-site": "same-site", origin: "http://sub.wb.test" }), config)).toBe(false);
+  });
+});
+
+describe("sessions", () => {
+  test("sign-up starts a session; it expires after session_ttl_hours and sign-out ends it", async () => {
+    const { handle, form, advance, store } = makeApp((c) => {
+      c.workbench.session_ttl_hours = 1;
+      c.workbench.initial_credits = 7;
+    });
+    const res = await form("/signup", { email: "new@example.com", password: "long enough pw" });
+    expect(res.status).toBe(303);
+    const setCookie = res.headers.get("set-cookie")!;
+    expect(setCookie).toContain("HttpOnly");
+    expect(setCookie).toContain("SameSite=Lax");
+    expect(setCookie).not.toContain("Secure");
+    const cookie = cookieOf(res);
+    const user = store.users.byEmail("new@example.com")!;
+    expect(user.credits).toBe(7);
+    expect(store.credits.ledgerSum(user.id)).toBe(7);
+    // Only a hash of the cookie value is stored.
+    const stored = store.db.query<{ id_hash: string }, []>("SELECT id_hash FROM sessions").all();
+    expect(stored.length).toBe(1);
+    expect(stored[0]!.id_hash).not.toContain(cookie.split("=")[1]!);
+
+    expect((await handle("/session", { headers: { cookie } })).status).toBe(200);
+    advance(3_600_000 + 1);
+    expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
+    const page = await handle("/keys", { headers: { cookie } });
+    expect(page.status).toBe(303);
+    expect(page.headers.get("location")).toBe("/signin?next=%2Fkeys");
+
+    const again = await form("/signin", { email: "new@example.com", password: "long enough pw" });
+    const cookie2 = cookieOf(again);
+    const csrf = await csrfOf(await handle("/keys", { headers: { cookie: cookie2 } }));
+    const out = await form("/signout", { _csrf: csrf }, { cookie: cookie2 });
+    expect(out.status).toBe(303);
+    expect(out.headers.get("set-cookie")).toContain("Max-Age=0");
+    expect((await handle("/session", { headers: { cookie: cookie2 } })).status).toBe(401);
+  });
+
+  test("secure_cookies = always marks the cookie Secure", async () => {
+    const { form } = makeApp((c) => (c.workbench.secure_cookies = "always"));
+    const res = await form("/signup", { email: "s@example.com", password: "long enough pw" });
+    expect(res.headers.get("set-cookie")).toContain("; Secure");
+  });
+
+  test("a disabled user's session stops working", async () => {
+    const { handle, form, store } = makeApp();
+    const res = await form("/signup", { email: "d@example.com", password: "long enough pw" });
+    const cookie = cookieOf(res);
+    store.users.setDisabled(store.users.byEmail("d@example.com")!.id, true);
+    expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
+    const signin = await form("/signin", { email: "d@example.com", password: "long enough pw" });
+    expect(signin.status).toBe(401);
+  });
+});
+
+describe("registration and setup", () => {
+  test("closed registration refuses sign-up", async () => {
+    const { handle, form, store } = makeApp((c) => (c.workbench.registration = "closed"));
+    expect((await handle("/signup")).status).toBe(403);
+    expect((await form("/signup", { email: "x@example.com", password: "long enough pw" })).status).toBe(403);
+    expect(store.users.byEmail("x@example.com")).toBeNull();
+    expect(await (await handle("/signin")).text()).toContain("Registration is closed");
+  });
+
+  test("an existing email gets a generic sign-up answer", async () => {
+    const { form, store } = makeApp();
+    await addUser(store, Date.now, { email: "taken@example.com", password: "whatever pw 1" });
+    const res = await form("/signup", { email: "taken@example.com", password: "long enough pw" });
+    expect(res.status).toBe(400);
+    const text = await res.text();
+    expect(text).toContain("could not create an account");
+    expect(text).not.toContain("already exists");
+  });
+
+  test("no setup token is printed when an admin exists; a wrong token is refused", async () => {
+    const first = makeApp();
+    expect(first.logs.some((l) => l.includes("setup_token"))).toBe(true);
+    const wrong = await first.form("/setup", { token: "nope", email: "a@example.com", password: "long enough pw" });
+    expect(wrong.status).toBe(401);
+    expect(first.store.users.countAdmins()).toBe(0);
+    // A cross-origin setup post is refused before the token is even looked at.
+    const token = JSON.parse(first.logs.find((l) => l.includes("setup_token"))!).setup_token as string;
+    const cross = await first.form("/setup", { token, email: "a@example.com", password: "long enough pw" }, { origin: "http://evil.test" });
+    expect(cross.status).toBe(403);
+    const ok = await first.form("/setup", { token, email: "a@example.com", password: "long enough pw" });
+    expect(ok.status).toBe(303);
+    expect(first.store.users.byEmail("a@example.com")!.role).toBe("admin");
+    const reuse = await first.form("/setup", { token, email: "b@example.com", password: "long enough pw" });
+    expect(reuse.status).toBe(410);
+    first.store.close();
+
+    const config = loadConfig({ env: {} });
+    store = createStore(openDatabase(":memory:"), latestVersion());
+    await addUser(store, Date.now, { email: "root@example.com", role: "admin" });
+    const logs: string[] = [];
+    createServices({ config, store, logger: createLogger((l) => logs.push(l)) });
+    expect(logs.some((l) => l.includes("setup_token"))).toBe(false);
+  });
+});
+
+describe("the session on /v1", () => {
+  test("GET works same-origin; POST needs x-csrf-token; other origins are refused", async () => {
+    const { handle, form } = makeApp();
+    const cookie = cookieOf(await form("/signup", { email: "v1@example.com", password: "long enough pw" }));
+    const csrf = await csrfOf(await handle("/playground", { headers: { cookie } }));
+    expect((await handle("/v1/models", { headers: { cookie, "sec-fetch-site": "same-origin" } })).status).toBe(200);
+    const cross = await handle("/v1/models", { headers: { cookie, origin: "http://evil.test", "sec-fetch-site": "cross-site" } });
+    expect(cross.status).toBe(403);
+    expect((await cross.json()).error.code).toBe("cross_origin_session");
+    const chat = (headers: Record<string, string>) =>
+      handle("/v1/chat/completions", {
+        method: "POST",
+        headers: { cookie, origin: BASE, "content-type": "application/json", ...headers },
+        body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }] }),
+      });
+    const noToken = await chat({});
+    expect(noToken.status).toBe(403);
+    expect((await noToken.json()).error.code).toBe("csrf_token_invalid");
+    expect((await chat({ "x-csrf-token": "wrong" })).status).toBe(403);
+    const ok = await chat({ "x-csrf-token": csrf });
+    expect(ok.status).toBe(200);
+    expect((await ok.json()).choices[0].message.content).toContain("hi");
+    // Without a cookie nothing changes: a key is required.
+    expect((await handle("/v1/models")).status).toBe(401);
+  });
+});
