@@ -261,6 +261,16 @@ describe("bad input", () => {
     expect(decodeImage(webp, "image/webp").width).toBe(16);
   });
 
+  test("a decoded WebP owns its pixels: decoding another one does not change it", async () => {
+    const first = await webpBytes(sample(12, 12), { lossless: 1 });
+    const second = await webpBytes(gradient(12, 12), { lossless: 1 });
+    const a = decodeImage(first, "image/webp");
+    const snapshot = Buffer.from(a.data);
+    decodeImage(second, "image/webp");
+    expect(Buffer.from(a.data).equals(snapshot)).toBe(true);
+    expect(Buffer.from(a.data).equals(Buffer.from(sample(12, 12).data))).toBe(true);
+  });
+
   test("a header claiming more than MAX_DECODED_PIXELS is refused before decoding", () => {
     const bomb = encodePng(sample(4, 4));
     new DataView(bomb.buffer, bomb.byteOffset).setUint32(16, 100_000);

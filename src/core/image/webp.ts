@@ -17,6 +17,8 @@ interface WebpDecoder {
   decode(data: Uint8Array): { width: number; height: number; data: Uint8ClampedArray } | null;
 }
 
+const RESET_AFTER_PIXELS = 4_000_000;
+
 let compiled: WebAssembly.Module | undefined;
 let decoder: WebpDecoder | undefined;
 
@@ -54,5 +56,9 @@ export function decodeWebp(bytes: Uint8Array): Rgba {
   }
   if (!result) throw new ImageDecodeError("not a decodable WebP (corrupt, truncated or animated)");
   const { width, height, data } = result;
+  // WASM memory only grows: after a large picture, drop the instance so that memory can be
+  // collected instead of staying resident for the life of the process. Re-instantiating the
+  // compiled module costs about a millisecond.
+  if (width * height > RESET_AFTER_PIXELS) decoder = undefined;
   return { width, height, data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength) };
 }
