@@ -279,7 +279,7 @@ describe("validation", () => {
 
   test("unknown model is 404 model_not_found, an image model is 400", async () => {
     await expectError({ ...ask("hi"), model: "gpt-nope" }, 404, "model", "model_not_found");
-    await expectError({ ...ask("hi"), model: "builtin-image" }, 400, "model", "model_not_supported");
+    await expectError({ ...ask("hi"), model: "builtin-image" }, 400, "model", "model_not_chat");
   });
 
   test("only JSON bodies are accepted", async () => {

@@ -161,7 +161,7 @@ const HISTORY_PROMPT_CHARS = 500;
 
 function notAChatModel(model: CatalogModel, chatModels: string[]): ApiError {
   const hint = chatModels.length ? ` Chat models: ${chatModels.slice(0, 5).join(", ")}.` : " This server offers no chat model.";
-  return badRequest(`The model '${model.id}' is an ${model.kind} model; /v1/chat/completions needs a chat model.${hint}`, "model", "model_not_supported");
+  return badRequest(`The model '${model.id}' is an ${model.kind} model; /v1/chat/completions needs a chat model.${hint}`, "model", "model_not_chat");
 }
 
 /** Runs the engine with the server's deadline; the permit is released when the engine really stops. */
