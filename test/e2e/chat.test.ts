@@ -48,6 +48,8 @@ beforeAll(async () => {
   server = await startTestServer({
     config: (c) => {
       c.limits.chat_concurrency = 1;
+      // Short enough for the deadline test to wait it out, long enough for every other request.
+      c.limits.generation_timeout_ms = 3000;
     },
     customize: (services) => {
       const model = services.catalog.get("builtin-chat")!;
@@ -384,6 +386,22 @@ describe("chat concurrency", () => {
     }
     expect(row).toMatchObject({ status: "failed", error_code: "client_disconnected" });
     expect((await post(ask("after the hang-up"))).res.status).toBe(200);
+  });
+
+  test("past [limits] generation_timeout_ms the engine is aborted: 504 timeout, recorded, slot freed", async () => {
+    const fresh = await server.userWithKey();
+    engine.hold();
+    const { res, json } = await post(ask("hold: never released"), { key: fresh.key });
+    expect(res.status).toBe(504);
+    expect((json as unknown as ErrorBody).error.code).toBe("timeout");
+    expect(server.services.store.requests.list({ userId: fresh.userId })[0]).toMatchObject({ status: "failed", error_code: "timeout" });
+    // The held engine saw the abort and stopped, so its permit is back.
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 200; i++) {
+      status = (await post(ask("after the deadline"))).res.status;
+      if (status !== 200) await Bun.sleep(10);
+    }
+    expect(status).toBe(200);
   });
 });
 
