@@ -225,6 +225,48 @@ describe("with a queue and a short engine deadline", () => {
     expect(queued.services.store.requests.list({ userId: u.userId })[0]).toMatchObject({ status: "failed", error_code: "timeout", credits_refunded: 1 });
   });
 
+  test("a queued request waits for a slot, reports the wait in x-queue-time-ms, and its generation time excludes it", async () => {
+    slow.hold();
+    const u = await queued.userWithKey({ credits: 3 });
+    const first = [send(u.key, "one"), send(u.key, "two")];
+    await until(() => slow.waiting === 2, "two running requests");
+    const third = send(u.key, "three");
+    await until(() => queued.services.gate.stats().queued === 1, "the third request to queue");
+    await Bun.sleep(50);
+    slow.releaseAll();
+    await Promise.all(first);
+    await until(() => slow.waiting === 1, "the third request to start");
+    slow.releaseAll();
+    const res = await third;
+    expect(res.status).toBe(200);
+    expect(Number(res.headers.get("x-queue-time-ms"))).toBeGreaterThanOrEqual(40);
+    const row = queued.services.store.requests.list({ userId: u.userId }).find((r) => r.prompt === "three")!;
+    expect(row.queue_ms).toBeGreaterThanOrEqual(40);
+    expect(queued.balance(u.userId)).toBe(0);
+  });
+
+  test("a client that gives up while queued leaves the queue and is never charged", async () => {
+    slow.hold();
+    const u = await queued.userWithKey({ credits: 5 });
+    const first = [send(u.key, "one"), send(u.key, "two")];
+    await until(() => slow.waiting === 2, "two running requests");
+    const abort = new AbortController();
+    const gaveUp = fetch(`${queued.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${u.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "impatient", size: "64x64" }),
+      signal: abort.signal,
+    }).catch((e: Error) => e);
+    await until(() => queued.services.gate.stats().queued === 1, "the request to queue");
+    abort.abort();
+    await gaveUp;
+    await until(() => queued.services.gate.stats().queued === 0, "the queue to drop the request");
+    slow.releaseAll();
+    await Promise.all(first);
+    expect(queued.balance(u.userId)).toBe(3);
+    expect(queued.services.store.requests.list({ userId: u.userId }).map((r) => r.prompt).sort()).toEqual(["one", "two"]);
+  });
+
   test("after a concurrent burst of mixed successes and failures, every balance equals its ledger sum", async () => {
     slow.behave = async (job) => {
       await Bun.sleep(job.prompt.length % 7);
