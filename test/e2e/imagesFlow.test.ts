@@ -310,3 +310,24 @@ describe("with a queue and a short engine deadline", () => {
     expect(statuses).toContain(500);
   });
 });
+
+test("a graceful stop waits for a running generation, which finishes and is answered", async () => {
+  const held = new ControlledEngine();
+  held.hold();
+  const s = await startTestServer({ config: (c) => void (c.server.log_requests = false), customize: (x) => x.engines.registerImage("builtin", held) });
+  const u = await s.userWithKey({ credits: 1 });
+  const res = fetch(`${s.url}/v1/images/generations`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${u.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ prompt: "finish me", size: "64x64" }),
+  });
+  await until(() => held.waiting === 1, "the generation to start");
+  let stopped = false;
+  const stopping = s.close().then(() => (stopped = true));
+  await Bun.sleep(30);
+  expect(stopped).toBe(false);
+  expect(s.services.background.size).toBe(1);
+  held.releaseAll();
+  expect((await res).status).toBe(200);
+  await stopping;
+});
