@@ -34,6 +34,7 @@ Commands:
   upstreams [--json]                      upstream accounts: in-flight, capacity, state, recent failures
   upstreams enable <upstream> <account>   re-enable an account disabled after a 401/403
   openapi                                 print the OpenAPI document
+  healthcheck                             exit 0 if the local server answers /healthz (for Docker)
 
 ${COMMON_HELP}`;
 
@@ -94,7 +95,8 @@ async function user(argv: string[], io: Io): Promise<number> {
     usage,
   );
   const [sub, email] = positionals;
-  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (values.help) return io.out(usage), 0;
+  if (!sub) return io.err(usage), 2;
   if (sub === "add") {
     if (!email || positionals.length > 2) throw new UsageError(`user add takes one email\n\n${usage}`);
     const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true);
@@ -133,7 +135,8 @@ function credits(argv: string[], io: Io): number {
   const usage = `Usage: atelier credits grant <email> <N> [--note TEXT]\n\n${COMMON_HELP}`;
   const { values, positionals } = parseCommand(argv, { note: { type: "string" } }, usage);
   const [sub, email, amount] = positionals;
-  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (values.help) return io.out(usage), 0;
+  if (!sub) return io.err(usage), 2;
   if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${usage}`);
   if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${usage}`);
   const n = positiveInteger("N", amount);
@@ -149,7 +152,8 @@ function key(argv: string[], io: Io): number {
   const usage = `Usage:\n  atelier key create <email> [--name NAME]\n  atelier key list <email>\n  atelier key revoke <prefix>\n\n${COMMON_HELP}`;
   const { values, positionals } = parseCommand(argv, { name: { type: "string" } }, usage);
   const [sub, arg] = positionals;
-  if (values.help || !sub) return io.out(usage), values.help ? 0 : 2;
+  if (values.help) return io.out(usage), 0;
+  if (!sub) return io.err(usage), 2;
   if (!arg || positionals.length > 2) throw new UsageError(`key ${sub} takes one argument\n\n${usage}`);
   return withStore(values, (store) => {
     if (sub === "create") {
@@ -222,8 +226,30 @@ async function openapiCommand(argv: string[], io: Io): Promise<number> {
   return 0;
 }
 
+/** For container HEALTHCHECKs on images without curl: GET /healthz on the configured port. */
+async function healthcheck(argv: string[], io: Io): Promise<number> {
+  const usage = `Usage: atelier healthcheck [--url URL]\n\nExits 0 when the server answers GET /healthz with 200 within 5 seconds, 1 otherwise.\n\n  --url URL   base URL to check (default: http://127.0.0.1:<port> from the configuration)\n\n${COMMON_HELP}`;
+  const { values } = parseCommand(argv, { url: { type: "string" } }, usage);
+  if (values.help) return io.out(usage), 0;
+  let base = values.url;
+  if (base === undefined) {
+    const { host, port } = configFrom(values).server;
+    const local = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
+    base = `http://${local}:${port}`;
+  }
+  try {
+    const res = await fetch(new URL("/healthz", base), { signal: AbortSignal.timeout(5000) });
+    if (res.status === 200) return io.out(`ok ${base}`), 0;
+    io.err(`atelier healthcheck: ${base}/healthz answered ${res.status}`);
+  } catch (e) {
+    io.err(`atelier healthcheck: ${base}/healthz: ${(e as Error).message}`);
+  }
+  return 1;
+}
+
 const COMMANDS: Record<string, (argv: string[], io: Io) => number | Promise<number>> = {
   serve,
+  healthcheck,
   user,
   credits,
   key,
@@ -234,8 +260,10 @@ const COMMANDS: Record<string, (argv: string[], io: Io) => number | Promise<numb
 export async function runCli(argv: string[], io: Io = { out: (s) => console.log(s), err: (s) => console.error(s) }): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === "--help" || command === "-h" || command === "help") {
+    // Asked for: stdout and success; no command at all: a usage error.
+    if (!command) return io.err(USAGE), 2;
     io.out(USAGE);
-    return command ? 0 : 2;
+    return 0;
   }
   const run = COMMANDS[command];
   if (!run) {

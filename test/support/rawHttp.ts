@@ -43,9 +43,14 @@ function parseResponse(text: string): RawResponse | null {
 
 /**
  * Sends `head` (request line and headers, without the blank line), then the chunks from
- * `body` until the server answers or the chunks run out. Resolves with the parsed answer.
+ * `body` until the server answers or the chunks run out (an async iterable can pause between
+ * chunks). Resolves with the parsed answer.
  */
-export function rawRequest(baseUrl: string, head: string, body: Iterable<Uint8Array | string> = []): Promise<RawResponse> {
+export function rawRequest(
+  baseUrl: string,
+  head: string,
+  body: Iterable<Uint8Array | string> | AsyncIterable<Uint8Array | string> = [],
+): Promise<RawResponse> {
   const { hostname, port } = new URL(baseUrl);
   return new Promise((resolve, reject) => {
     let received = "";
@@ -67,7 +72,7 @@ export function rawRequest(baseUrl: string, head: string, body: Iterable<Uint8Ar
     socket.on("close", () => finish());
     socket.on("connect", async () => {
       socket.write(`${head}\r\n\r\n`);
-      for (const chunk of body) {
+      for await (const chunk of body) {
         if (answered || socket.destroyed) return;
         const ok = socket.write(chunk);
         if (!ok) await new Promise<void>((r) => socket.once("drain", () => r()));

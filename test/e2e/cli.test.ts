@@ -1,0 +1,246 @@
+/**
+ * The CLI as an operator uses it: real `atelier` processes against the data directory of a
+ * server that is running meanwhile, whose effects the server sees on the next request.
+ * Also: startup refusals (bad config, newer database), healthcheck, and a graceful SIGTERM.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { Database } from "bun:sqlite";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { runCli } from "../../src/main";
+import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
+import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess } from "../support/process";
+import { rawRequest } from "../support/rawHttp";
+import { startTestServer, tempDir, type TestServer } from "../support/server";
+
+let server: TestServer;
+const scratch: string[] = [];
+
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(async () => {
+  await server.close();
+  for (const d of scratch) rmSync(d, { recursive: true, force: true });
+});
+
+/** `atelier <args> --data <the running server's data dir>`, with no ATELIER_* in the environment. */
+const cli = (...args: string[]) => runAtelier(ATELIER_FROM_SOURCE, [...args, "--data", server.dataDir]);
+const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
+
+describe("CLI round trip while the server runs", () => {
+  let key = "";
+  let prefix = "";
+
+  test("user add", async () => {
+    const r = await cli("user", "add", "Alice@Example.com", "--credits", "5");
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout).toContain("Alice@Example.com");
+    expect(r.stdout).toContain("5 credits");
+    expect(server.services.store.users.byEmail("alice@example.com")?.credits).toBe(5);
+
+    const again = await cli("user", "add", "alice@EXAMPLE.com");
+    expect(again.code).not.toBe(0);
+    expect(again.stdout).toBe("");
+    expect(again.stderr).toContain("already exists");
+  });
+
+  test("key create prints the full key alone on the last stdout line, and it works at once", async () => {
+    const r = await cli("key", "create", "alice@example.com", "--name", "laptop");
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    key = lastLine(r.stdout);
+    expect(key).toMatch(/^sk-atl-[0-9A-Za-z]{43}$/);
+    prefix = key.slice(0, "sk-atl-".length + 8);
+
+    const client = clientFor(key);
+    const ids = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    expect(ids).toEqual(expect.arrayContaining(["builtin-image", "builtin-chat"]));
+    expect((await client.models.retrieve("builtin-chat")).id).toBe("builtin-chat");
+  });
+
+  test("key list shows the prefix, name and status, never the key", async () => {
+    const r = await cli("key", "list", "alice@example.com");
+    expect(r.code).toBe(0);
+    const row = r.stdout.split("\n").find((l) => l.startsWith(prefix));
+    expect(row).toContain("laptop");
+    expect(row).toContain("active");
+    expect(r.stdout).not.toContain(key);
+  });
+
+  test("user list", async () => {
+    const r = await cli("user", "list");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/Alice@Example\.com\tuser\t5\tno\t/);
+  });
+
+  test("credits grant is usable on the next request", async () => {
+    const bob = await cli("user", "add", "bob@example.com");
+    expect(bob.code).toBe(0);
+    const bobKey = lastLine((await cli("key", "create", "bob@example.com")).stdout);
+    const client = clientFor(bobKey);
+    const refused = await client.images.generate({ model: "builtin-image", prompt: "a lighthouse" }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.APIError);
+    expect((refused as InstanceType<typeof OpenAI.APIError>).status).toBe(402);
+
+    const grant = await cli("credits", "grant", "bob@example.com", "1", "--note", "welcome");
+    expect(grant).toMatchObject({ code: 0, stderr: "" });
+    expect(grant.stdout).toContain("balance 1");
+    const image = await client.images.generate({ model: "builtin-image", prompt: "a lighthouse" });
+    expect(image.data?.[0]?.b64_json?.length).toBeGreaterThan(100);
+  });
+
+  test("key revoke <prefix>: the next request gets 401", async () => {
+    const r = await cli("key", "revoke", prefix);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout).toContain(prefix);
+    const refused = await clientFor(key).models.list().catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect((refused as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe("invalid_api_key");
+
+    const twice = await cli("key", "revoke", prefix);
+    expect(twice.code).not.toBe(0);
+    expect(twice.stderr).toContain("already revoked");
+    expect((await cli("key", "list", "alice@example.com")).stdout).toContain("revoked");
+  });
+
+  test("errors go to stderr with a non-zero exit", async () => {
+    const cases: [string[], RegExp][] = [
+      [["key", "create", "nobody@example.com"], /no user with email nobody@example.com/],
+      [["key", "revoke", "sk-atl-nothing0"], /no key with prefix/],
+      [["credits", "grant", "alice@example.com", "-3"], /must be a positive integer|Unknown option/],
+      [["credits", "grant", "nobody@example.com", "3"], /no user/],
+      [["user", "add", "not-an-email"], /valid email/],
+      [["user", "add"], /takes one email/],
+      [["user", "add", "p@example.com", "--password", "short"], /at least \d+ characters/],
+      [["frobnicate"], /unknown command 'frobnicate'/],
+      [["key", "create", "alice@example.com", "--bogus"], /Unknown option/],
+    ];
+    const results = await Promise.all(cases.map(([args]) => cli(...args)));
+    results.forEach((r, i) => {
+      const [args, pattern] = cases[i]!;
+      expect({ args, code: r.code === 0 ? 0 : "non-zero", stdout: r.stdout }).toEqual({ args, code: "non-zero", stdout: "" });
+      expect(r.stderr).toMatch(pattern);
+    });
+  });
+});
+
+describe("--help everywhere", () => {
+  const commands = [
+    ["--help"],
+    ["help"],
+    ["serve", "--help"],
+    ["user", "--help"],
+    ["user", "add", "--help"],
+    ["user", "list", "-h"],
+    ["credits", "--help"],
+    ["credits", "grant", "--help"],
+    ["key", "--help"],
+    ["key", "create", "--help"],
+    ["key", "list", "--help"],
+    ["key", "revoke", "--help"],
+    ["upstreams", "--help"],
+    ["openapi", "--help"],
+    ["healthcheck", "--help"],
+  ];
+  for (const args of commands) {
+    test(`atelier ${args.join(" ")}`, async () => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(args, { out: (s) => out.push(s), err: (s) => err.push(s) });
+      expect({ code, err }).toEqual({ code: 0, err: [] });
+      expect(out.join("\n")).toContain("Usage");
+      expect(out.join("\n")).toContain("--data");
+    });
+  }
+
+  test("no command: usage on stderr, exit 2", async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    expect(await runCli([], { out: (s) => out.push(s), err: (s) => err.push(s) })).toBe(2);
+    expect(out).toEqual([]);
+    expect(err.join("\n")).toContain("Usage");
+  });
+});
+
+describe("startup refusals and healthcheck", () => {
+  test("a bad config file: exit 1 naming the key and the problem", async () => {
+    const dir = tempDir();
+    scratch.push(dir);
+    const file = join(dir, "atelier.toml");
+    writeFileSync(file, `[server]\nport = "http"\n`);
+    const r = await runAtelier(ATELIER_FROM_SOURCE, ["serve", "--config", file, "--data", dir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("server.port: Expected integer");
+    writeFileSync(file, `[limits]\nconcurency = 3\n`);
+    const unknown = await runAtelier(ATELIER_FROM_SOURCE, ["user", "list"], { env: { ATELIER_CONFIG: file, ATELIER_DATA: dir } });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain("limits.concurency: unknown key");
+  });
+
+  test("a database from a newer atelier: serve refuses to start and leaves it alone", async () => {
+    const dir = tempDir();
+    scratch.push(dir);
+    openDatabase(dir).close();
+    const db = new Database(databasePath(dir));
+    db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)").run(latestVersion() + 5);
+    db.close();
+    const r = await runAtelier(ATELIER_FROM_SOURCE, ["serve", "--data", dir, "--port", "0", "--host", "127.0.0.1"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`schema version ${latestVersion() + 5}`);
+    expect(r.stderr).toContain("newer atelier");
+    expect(r.stdout).not.toContain('"listening"');
+  });
+
+  test("healthcheck: 0 against a live server, 1 against nothing", async () => {
+    const ok = await runAtelier(ATELIER_FROM_SOURCE, ["healthcheck", "--url", server.url]);
+    expect(ok.code).toBe(0);
+    const port = new URL(server.url).port;
+    const down = await runAtelier(ATELIER_FROM_SOURCE, ["healthcheck"], { env: { ATELIER_PORT: "1" } });
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain("127.0.0.1:1");
+    expect(port).not.toBe("1");
+  });
+});
+
+describe("SIGTERM", () => {
+  test("stops accepting, lets the in-flight request finish, closes the database, exits 0", async () => {
+    const dir = tempDir();
+    scratch.push(dir);
+    const proc = await startServerProcess(ATELIER_FROM_SOURCE, ["--data", dir, "--port", "0", "--host", "127.0.0.1"]);
+    const created = await runAtelier(ATELIER_FROM_SOURCE, ["user", "add", "term@example.com", "--data", dir]);
+    expect(created.code).toBe(0);
+    const apiKey = lastLine((await runAtelier(ATELIER_FROM_SOURCE, ["key", "create", "term@example.com", "--data", dir])).stdout);
+
+    // A chat request whose body arrives in two halves, with SIGTERM in between.
+    const body = JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "still there?" }] });
+    const half = Math.floor(body.length / 2);
+    let signalled = false;
+    const inflight = rawRequest(
+      proc.url,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${apiKey}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}`,
+      (async function* () {
+        yield body.slice(0, half);
+        proc.proc.kill("SIGTERM");
+        signalled = true;
+        await proc.waitForLog("shutting down");
+        yield body.slice(half);
+      })(),
+    );
+    const res = await inflight;
+    expect(signalled).toBe(true);
+    expect(res.status).toBe(200);
+    expect((JSON.parse(res.body) as { object: string }).object).toBe("chat.completion");
+
+    expect(await proc.proc.exited).toBe(0);
+    expect(proc.lines.some((l) => l.includes('"stopped"'))).toBe(true);
+    // Closed cleanly: the last connection's close checkpointed and removed the WAL file.
+    expect(existsSync(`${databasePath(dir)}-wal`)).toBe(false);
+    const reopened = openDatabase(dir);
+    expect(reopened.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM users").get()!.n).toBe(1);
+    reopened.close();
+    // And nothing listens any more.
+    expect(await fetch(`${proc.url}/healthz`).then(() => "answered", () => "refused")).toBe("refused");
+  });
+});
