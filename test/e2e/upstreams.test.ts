@@ -9,7 +9,9 @@ import OpenAI, { APIError, toFile } from "openai";
 import { enableUpstreamAccount, showUpstreams } from "../../src/cli/upstreams";
 import { startFakeOpenAI, startFakeWebUI, type FakeUpstream } from "../support/fakeUpstreams";
 import { dataUrl, makePng, readPng } from "../support/images";
-import { startTestServer, type TestServer } from "../support/server";
+import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 const KEYS = {
   h1: "sk-e2e-happy-one-0000000000000001",
@@ -28,6 +30,8 @@ const ALL_SECRETS = [...Object.values(KEYS), SD_PASSWORD];
 let openai: FakeUpstream;
 let webui: FakeUpstream;
 let server: TestServer;
+/** The same TOML the server runs with, as a file, for CLI processes. */
+let tomlFile: string;
 /** Every response body the clients saw, to search for secrets at the end. */
 const bodies: string[] = [];
 
@@ -98,6 +102,8 @@ accounts = [ { id = "gpu", username = "artist", password = "${SD_PASSWORD}", max
     `${model("sd-image", "sd")}params = { sampler_name = "Euler a", cfg_scale = 7, checkpoint = "dreamshaper_8.safetensors" }\n`,
   ].join("\n");
   server = await startTestServer({ toml });
+  tomlFile = join(tempDir("atelier-upstreams-cli-"), "atelier.toml");
+  writeFileSync(tomlFile, toml);
 });
 
 afterAll(async () => {
@@ -288,6 +294,42 @@ describe("faults through the server", () => {
     const missing = await fetch(`${server.url}/admin/api/upstreams/oa401/accounts/nope/enable`, { method: "POST", headers: { authorization: `Bearer ${admin.key}` } });
     expect(missing.status).toBe(404);
     bodies.push(await missing.text());
+  });
+
+  test("`atelier upstreams` and `atelier upstreams enable` in another process, against the running server", async () => {
+    const u = await server.userWithKey({ credits: 3 });
+    for (let i = 0; i < 3 && !server.services.store.upstreams.disabledAccounts("oa401").has("x1"); i++) {
+      await client(u.key).images.generate({ model: "auth-image", prompt: "x", size: "64x64" as "1024x1024" });
+    }
+    expect(server.services.store.upstreams.disabledAccounts("oa401").has("x1")).toBe(true);
+    for (const p of server.services.upstreams.list()) p.persistSnapshot();
+    const cli = async (...args: string[]) => {
+      const proc = Bun.spawn(["bun", "src/main.ts", ...args, "--config", tomlFile, "--data", server.dataDir], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ATELIER_CONFIG: "" } });
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { stdout, stderr, code };
+    };
+    const shown = await cli("upstreams");
+    expect(shown.code).toBe(0);
+    const lines = shown.stdout.trim().split("\n");
+    expect(lines[0]).toBe("UPSTREAM\tACCOUNT\tIN-FLIGHT\tCAPACITY\tWEIGHT\tSTATE\tRECENT FAILURES\tAS OF");
+    const x1 = lines.find((l) => l.startsWith("oa401\tx1\t"))!;
+    expect(x1).toMatch(/^oa401\tx1\t0\t1\t1\tdisabled \(upstream answered 401: credentials refused \(401\): Incorrect API key provided: \[redacted\]\.\)\t\d+ \(last auth at /);
+    expect(x1).not.toContain("never reported");
+    expect(lines.find((l) => l.startsWith("oa429\tr2\t"))).toMatch(/\tcooling until 20\d\d-/);
+    expect(lines.find((l) => l.startsWith("oa\th1\t"))).toMatch(/^oa\th1\t0\t2\t1\thealthy\t/);
+    for (const secret of ALL_SECRETS) expect(shown.stdout).not.toContain(secret);
+
+    const enabled = await cli("upstreams", "enable", "oa401", "x1");
+    expect(enabled).toMatchObject({ code: 0 });
+    expect(enabled.stdout).toContain("enabled oa401/x1");
+    // The running server sees it without a restart.
+    const admin = await server.userWithKey({ role: "admin" });
+    const view = await (await fetch(`${server.url}/admin/api/upstreams`, { headers: { authorization: `Bearer ${admin.key}` } })).json();
+    expect(view.data.find((x: { id: string }) => x.id === "oa401").accounts[0]).toMatchObject({ id: "x1", state: "healthy" });
+
+    const unknown = await cli("upstreams", "enable", "oa401", "nope");
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("no account 'nope' (known: x1, x2)");
   });
 
   test("under a burst no account sees more concurrent requests than its max_concurrency", async () => {
