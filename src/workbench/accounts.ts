@@ -16,10 +16,14 @@ export type SignInResult =
 
 export type SignUpResult = { ok: true; user: UserRow } | { ok: false; message: string; field: "email" | "password" | null };
 
-const WINDOW_MS = 15 * 60_000;
-export const MAX_ATTEMPTS_PER_ACCOUNT = 5;
-export const MAX_ATTEMPTS_PER_ADDRESS = 30;
-export const MAX_SIGNUPS_PER_ADDRESS = 20;
+export interface AttemptLimits {
+  windowMs: number;
+  perAccount: number;
+  perAddress: number;
+  signUpsPerAddress: number;
+}
+
+export const DEFAULT_LIMITS: AttemptLimits = { windowMs: 15 * 60_000, perAccount: 5, perAddress: 30, signUpsPerAddress: 20 };
 
 export class WorkbenchAccounts {
   private readonly perAccount: AttemptLimiter;
@@ -32,10 +36,11 @@ export class WorkbenchAccounts {
     private readonly store: Store,
     private readonly config: Config,
     private readonly clock: Clock,
+    limits: AttemptLimits = DEFAULT_LIMITS,
   ) {
-    this.perAccount = new AttemptLimiter(MAX_ATTEMPTS_PER_ACCOUNT, WINDOW_MS, clock);
-    this.perAddress = new AttemptLimiter(MAX_ATTEMPTS_PER_ADDRESS, WINDOW_MS, clock);
-    this.signUpsPerAddress = new AttemptLimiter(MAX_SIGNUPS_PER_ADDRESS, WINDOW_MS, clock);
+    this.perAccount = new AttemptLimiter(limits.perAccount, limits.windowMs, clock);
+    this.perAddress = new AttemptLimiter(limits.perAddress, limits.windowMs, clock);
+    this.signUpsPerAddress = new AttemptLimiter(limits.signUpsPerAddress, limits.windowMs, clock);
   }
 
   async signIn(emailInput: string, password: string, address: string): Promise<SignInResult> {

@@ -13,6 +13,8 @@ import { chromium, type Browser, type BrowserContext, type Locator, type Page } 
 import { startTestServer, type TestServer } from "../support/server";
 
 const CHROMIUM = "/usr/bin/chromium";
+// Generous: a shared 2-core machine runs a browser, a server and other suites at once.
+const TEST_TIMEOUT_MS = 90_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench");
 const XSS = `<script>window.__pwned = 1</script>`;
 const PASSWORD = "correct horse battery";
@@ -103,13 +105,13 @@ upstream = "acme"
   admin = await adminContext.newPage();
   watchForInjection(user);
   watchForInjection(admin);
-});
+}, TEST_TIMEOUT_MS);
 
 afterAll(async () => {
   await browser?.close();
   evil?.stop(true);
   await server?.close();
-});
+}, TEST_TIMEOUT_MS);
 
 describe("workbench in a real browser", () => {
   test("the first admin comes from the one-time setup token in the server log", async () => {
@@ -134,7 +136,7 @@ describe("workbench in a real browser", () => {
     // The token works once.
     const again = await fetch(`${server.url}/setup`);
     expect(again.status).toBe(410);
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("sign up, create a key on the page and use it with the openai client", async () => {
     await user.goto(`${server.url}/`);
@@ -176,7 +178,7 @@ describe("workbench in a real browser", () => {
     expect(await user.getByTestId("new-key").count()).toBe(0);
     expect(await user.content()).not.toContain(apiKey);
     expect(await user.locator("td.mono").first().textContent()).toBe(`${apiKey.slice(0, 15)}…`);
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("the playground generates an image through /v1 with the session; the balance drops by 1", async () => {
     await user.goto(`${server.url}/playground`);
@@ -199,7 +201,7 @@ describe("workbench in a real browser", () => {
     expect(await user.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
     expect(Number(await user.getByTestId("balance-big").textContent())).toBe(before - 1);
     await shot(user, "06-credits-history");
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("the playground edits an uploaded image with a painted mask, and chats", async () => {
     await user.goto(`${server.url}/playground`);
@@ -243,7 +245,7 @@ describe("workbench in a real browser", () => {
     expect(await user.locator(".chat-log li.user").first().textContent()).toBe(`hello ${XSS}`);
     expect(await user.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
     await shot(user, "08-playground-chat");
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("an admin grants credits and the user sees the new balance", async () => {
     const before = server.balance(server.services.store.users.byEmail(userEmail)!.id);
@@ -284,7 +286,7 @@ describe("workbench in a real browser", () => {
     // Users are not admins.
     const res = await user.goto(`${server.url}/admin`);
     expect(res?.status()).toBe(403);
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("cross-origin form posts to state-changing routes are rejected (CSRF)", async () => {
     const userId = server.services.store.users.byEmail(userEmail)!.id;
@@ -334,7 +336,7 @@ describe("workbench in a real browser", () => {
     expect((await noHeader.json()).error.code).toBe("csrf_token_invalid");
     expect(server.balance(userId)).toBe(balanceBefore);
     expect(server.services.store.keys.listForUser(userId).length).toBe(keysBefore);
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("sign-in is throttled per account and never reveals whether an email is registered", async () => {
     const attempt = (email: string, password: string) =>
@@ -354,7 +356,7 @@ describe("workbench in a real browser", () => {
     const throttled = await attempt(userEmail, PASSWORD);
     expect(throttled.status).toBe(429);
     expect(await throttled.text()).toContain("Too many sign-in attempts");
-  });
+  }, TEST_TIMEOUT_MS);
 
   test("revoking the key asks for confirmation, then the key gets 401; sign-out ends the session", async () => {
     await user.goto(`${server.url}/keys`);
@@ -375,5 +377,5 @@ describe("workbench in a real browser", () => {
     const stale = await fetch(`${server.url}/session`, { headers: { cookie: `atelier_session=${cookie.value}` } });
     expect(stale.status).toBe(401);
     await shot(user, "14-signed-out");
-  });
+  }, TEST_TIMEOUT_MS);
 });

@@ -11,6 +11,7 @@ import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { escapeHtml, html, raw } from "../../src/workbench/html";
+import { WorkbenchAccounts } from "../../src/workbench/accounts";
 import { isSameOrigin } from "../../src/workbench/origin";
 
 const BASE = "http://wb.test";
@@ -45,7 +46,7 @@ describe("html escaping", () => {
     expect(html`<td>${name}</td>`.value).toBe("<td>&lt;img src=x onerror=alert(1)&gt;</td>");
     expect(html`<td>${html`<b>${name}</b>`}</td>`.value).toBe("<td><b>&lt;img src=x onerror=alert(1)&gt;</b></td>");
     expect(html`${[1, "<", raw("<br>")]}${null}${undefined}${false}`.value).toBe("1&lt;<br>");
-  });
+  }, 30_000);
 });
 
 describe("same-origin rule", () => {
@@ -59,7 +60,7 @@ describe("same-origin rule", () => {
     expect(isSameOrigin(req({ origin: "null" }), config)).toBe(false);
     expect(isSameOrigin(req({ "sec-fetch-site": "cross-site" }), config)).toBe(false);
     expect(isSameOrigin(req({ "sec-fetch-site": "same-site", origin: "http://sub.wb.test" }), config)).toBe(false);
-  });
+  }, 30_000);
 });
 
 describe("sessions", () => {
@@ -97,13 +98,13 @@ describe("sessions", () => {
     expect(out.status).toBe(303);
     expect(out.headers.get("set-cookie")).toContain("Max-Age=0");
     expect((await handle("/session", { headers: { cookie: cookie2 } })).status).toBe(401);
-  });
+  }, 30_000);
 
   test("secure_cookies = always marks the cookie Secure", async () => {
     const { form } = makeApp((c) => (c.workbench.secure_cookies = "always"));
     const res = await form("/signup", { email: "s@example.com", password: "long enough pw" });
     expect(res.headers.get("set-cookie")).toContain("; Secure");
-  });
+  }, 30_000);
 
   test("a disabled user's session stops working", async () => {
     const { handle, form, store } = makeApp();
@@ -113,7 +114,37 @@ describe("sessions", () => {
     expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
     const signin = await form("/signin", { email: "d@example.com", password: "long enough pw" });
     expect(signin.status).toBe(401);
-  });
+  }, 30_000);
+});
+
+describe("sign-in throttling", () => {
+  test("per address and per account, within a window; a success resets the account's count", async () => {
+    const config = loadConfig({ env: {} });
+    store = createStore(openDatabase(":memory:"), latestVersion());
+    await addUser(store, Date.now, { email: "known@example.com", password: "the right one" });
+    let now = 1_000_000;
+    const accounts = new WorkbenchAccounts(store, config, () => now, { windowMs: 60_000, perAccount: 2, perAddress: 3, signUpsPerAddress: 1 });
+
+    // Per address: different emails from one address.
+    for (const email of ["a@example.com", "b@example.com", "c@example.com"]) {
+      expect(await accounts.signIn(email, "wrong", "10.0.0.1")).toEqual({ ok: false, reason: "invalid" });
+    }
+    const blocked = await accounts.signIn("known@example.com", "the right one", "10.0.0.1");
+    expect(blocked.ok).toBe(false);
+    expect(blocked.ok === false && blocked.reason).toBe("throttled");
+    // Another address is not affected; the window passes.
+    expect((await accounts.signIn("known@example.com", "the right one", "10.0.0.2")).ok).toBe(true);
+    now += 60_001;
+    expect((await accounts.signIn("known@example.com", "the right one", "10.0.0.1")).ok).toBe(true);
+
+    // Per account: from many addresses, an unknown and a known email are limited alike.
+    for (const email of ["known@example.com", "ghost@example.com"]) {
+      expect((await accounts.signIn(email, "wrong", "10.1.0.1")).ok).toBe(false);
+      expect((await accounts.signIn(email, "wrong", "10.1.0.2")).ok).toBe(false);
+      const third = await accounts.signIn(email, email.startsWith("known") ? "the right one" : "wrong", "10.1.0.3");
+      expect(third.ok === false && third.reason).toBe("throttled");
+    }
+  }, 30_000);
 });
 
 describe("registration and setup", () => {
@@ -123,7 +154,7 @@ describe("registration and setup", () => {
     expect((await form("/signup", { email: "x@example.com", password: "long enough pw" })).status).toBe(403);
     expect(store.users.byEmail("x@example.com")).toBeNull();
     expect(await (await handle("/signin")).text()).toContain("Registration is closed");
-  });
+  }, 30_000);
 
   test("an existing email gets a generic sign-up answer", async () => {
     const { form, store } = makeApp();
@@ -133,7 +164,7 @@ describe("registration and setup", () => {
     const text = await res.text();
     expect(text).toContain("could not create an account");
     expect(text).not.toContain("already exists");
-  });
+  }, 30_000);
 
   test("no setup token is printed when an admin exists; a wrong token is refused", async () => {
     const first = makeApp();
@@ -158,7 +189,7 @@ describe("registration and setup", () => {
     const logs: string[] = [];
     createServices({ config, store, logger: createLogger((l) => logs.push(l)) });
     expect(logs.some((l) => l.includes("setup_token"))).toBe(false);
-  });
+  }, 30_000);
 });
 
 describe("the session on /v1", () => {
@@ -185,5 +216,5 @@ describe("the session on /v1", () => {
     expect((await ok.json()).choices[0].message.content).toContain("hi");
     // Without a cookie nothing changes: a key is required.
     expect((await handle("/v1/models")).status).toBe(401);
-  });
+  }, 30_000);
 });

@@ -207,22 +207,38 @@
     editor.hidden = false;
   });
 
-  let drawing = false;
-  function paint(e) {
+  // Strokes are painted opaque on the mask layer (the layer itself is translucent in CSS),
+  // as round-capped lines between pointer positions so fast moves leave no gaps.
+  let last = null;
+  function point(e) {
     const rect = maskCanvas.getBoundingClientRect();
-    const x = ((e.clientX - rect.left) / rect.width) * maskCanvas.width;
-    const y = ((e.clientY - rect.top) / rect.height) * maskCanvas.height;
-    const r = (Number(brush.value) / rect.width) * maskCanvas.width / 2;
+    return {
+      x: ((e.clientX - rect.left) / rect.width) * maskCanvas.width,
+      y: ((e.clientY - rect.top) / rect.height) * maskCanvas.height,
+      r: Math.max(1, ((Number(brush.value) / rect.width) * maskCanvas.width) / 2),
+    };
+  }
+  function paint(e) {
+    const p = point(e);
     const ctx = maskCanvas.getContext("2d");
-    ctx.fillStyle = "rgba(255, 64, 64, 0.55)";
+    ctx.strokeStyle = ctx.fillStyle = "#ff3b3b";
+    ctx.lineCap = "round";
+    ctx.lineWidth = p.r * 2;
     ctx.beginPath();
-    ctx.arc(x, y, Math.max(1, r), 0, Math.PI * 2);
-    ctx.fill();
+    if (last) {
+      ctx.moveTo(last.x, last.y);
+      ctx.lineTo(p.x, p.y);
+      ctx.stroke();
+    } else {
+      ctx.arc(p.x, p.y, p.r, 0, Math.PI * 2);
+      ctx.fill();
+    }
+    last = p;
     painted = true;
   }
-  maskCanvas.addEventListener("pointerdown", (e) => { drawing = true; maskCanvas.setPointerCapture(e.pointerId); paint(e); });
-  maskCanvas.addEventListener("pointermove", (e) => { if (drawing) paint(e); });
-  maskCanvas.addEventListener("pointerup", () => { drawing = false; });
+  maskCanvas.addEventListener("pointerdown", (e) => { last = null; maskCanvas.setPointerCapture(e.pointerId); paint(e); });
+  maskCanvas.addEventListener("pointermove", (e) => { if (maskCanvas.hasPointerCapture(e.pointerId)) paint(e); });
+  maskCanvas.addEventListener("pointerup", () => { last = null; });
   edit.querySelector("[data-clear-mask]").addEventListener("click", () => {
     maskCanvas.getContext("2d").clearRect(0, 0, maskCanvas.width, maskCanvas.height);
     painted = false;
