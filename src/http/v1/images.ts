@@ -4,6 +4,7 @@
  * flow itself (credits, gate, engine, refunds) is src/core/imageRequests.ts.
  */
 import { Elysia, t, type TSchema } from "elysia";
+import { Type } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import type { Services } from "../../app";
 import { GateRejected } from "../../core/gate";
@@ -30,6 +31,12 @@ import { bearerSecurity, errorResponses, sharedModels } from "../shared";
 
 export const MAX_REFERENCE_IMAGES = 10;
 export const MAX_EDIT_IMAGES = 16;
+
+/**
+ * TypeBox's own integer: Elysia's t.Integer also accepts numeric strings (meant for query
+ * coercion), which would let `"n": "1"` through a JSON body and show `type: string` in the docs.
+ */
+const Integer = Type.Integer;
 
 const TINY_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 
@@ -62,11 +69,11 @@ const commonFields = {
       examples: ["b64_json"],
     }),
   ),
-  n: t.Optional(t.Union([t.Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
+  n: t.Optional(t.Union([Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
   // OpenAI's other fields: accepted and handed to the engines that use them.
   background: t.Optional(t.String({ description: "Passed to the engine: `transparent | opaque | auto`.", examples: ["auto"] })),
   output_format: t.Optional(t.String({ description: "Passed to the engine: `png | jpeg | webp`.", examples: ["png"] })),
-  output_compression: t.Optional(t.Integer({ minimum: 0, maximum: 100, description: "Passed to the engine: 0-100 for jpeg/webp output.", examples: [90] })),
+  output_compression: t.Optional(Integer({ minimum: 0, maximum: 100, description: "Passed to the engine: 0-100 for jpeg/webp output.", examples: [90] })),
   moderation: t.Optional(t.String({ description: "Passed to the engine: `low | auto`.", examples: ["auto"] })),
   style: t.Optional(t.String({ description: "Passed to the engine: `vivid | natural`.", examples: ["vivid"] })),
   user: t.Optional(t.String({ description: "Your end-user id; passed to the engine.", examples: ["user-1234"] })),
@@ -127,12 +134,12 @@ const ImageEditMultipartRequest = t.Object(
 );
 
 /** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
-const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(t.Integer({ minimum: 0, maximum: 100 })) });
+const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(Integer({ minimum: 0, maximum: 100 })) });
 
 const ImageResponse = t.Object(
   {
-    created: t.Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
-    generation_time_ms: t.Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
+    created: Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
+    generation_time_ms: Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
     data: t.Array(
       t.Object({
         b64_json: t.String({ description: "The image, base64 without a data-URL prefix.", examples: ["iVBORw0KGgo…"] }),
@@ -149,9 +156,14 @@ const ImageResponse = t.Object(
 
 // ---- validation helpers ----------------------------------------------------------------------
 
+/** A readable rule for a failed union: the allowed constants, or else the allowed types. */
 function describeRule(schema: TSchema, message: string): string {
-  const options = (schema.anyOf as TSchema[] | undefined)?.flatMap((s) => ("const" in s ? [JSON.stringify(s.const)] : "anyOf" in s ? (s.anyOf as TSchema[]).filter((x) => "const" in x).map((x) => JSON.stringify(x.const)) : []));
-  return options && options.length > 0 ? `expected one of ${options.join(", ")}` : message;
+  const branches = schema.anyOf as TSchema[] | undefined;
+  if (!branches) return message;
+  const options = branches.flatMap((s) => ("const" in s ? [JSON.stringify(s.const)] : "anyOf" in s ? (s.anyOf as TSchema[]).filter((x) => "const" in x).map((x) => JSON.stringify(x.const)) : []));
+  if (options.length > 0) return `expected one of ${options.join(", ")}`;
+  const types = [...new Set(branches.map((s) => String(s.type ?? "value")))];
+  return `expected ${types.map((x) => (x === "null" ? "null" : /^[aeiou]/.test(x) ? `an ${x}` : `a ${x}`)).join(" or ")}`;
 }
 
 /** TypeBox check with the same error shape Elysia's validation gets: param from the first failing path. */
@@ -187,7 +199,7 @@ function resolveImageModel(services: Services, id: string | undefined): CatalogM
 /** The rules every image request shares, in the order a client would fix them. */
 function commonJobFields(services: Services, body: CommonFields) {
   const model = resolveImageModel(services, body.model);
-  if (body.n !== undefined && body.n !== null && body.n !== 1) throw badRequest(`Invalid 'n' ${body.n}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
+  if (body.n !== undefined && body.n !== null && body.n !== 1) throw badRequest(`Invalid 'n' ${JSON.stringify(body.n)}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
   if (body.response_format === "url") {
     throw badRequest(
       "response_format 'url' is not supported: this server does not host generated images. Omit response_format or send 'b64_json' to get the image inline.",
