@@ -194,6 +194,10 @@ describe("workbench in a real browser", () => {
     expect(await balanceShown(user)).toBe(before - 1);
     expect(await user.locator("#gen-result [data-download]").getAttribute("href")).toMatch(/^blob:/);
     await shot(user, "05-playground-generated");
+    // The same page on a phone-sized screen.
+    await user.setViewportSize({ width: 390, height: 844 });
+    await shot(user, "05b-playground-narrow");
+    await user.setViewportSize({ width: 1280, height: 860 });
 
     // The history shows the prompt as text.
     await user.goto(`${server.url}/credits?kind=image`);

@@ -91,8 +91,13 @@ describe("sessions", () => {
     expect(page.status).toBe(303);
     expect(page.headers.get("location")).toBe("/signin?next=%2Fkeys");
 
-    const again = await form("/signin", { email: "new@example.com", password: "long enough pw" });
+    expect(await (await handle("/signin?next=%2Fkeys")).text()).toContain('action="/signin?next=%2Fkeys"');
+    const again = await form("/signin?next=%2Fkeys", { email: "new@example.com", password: "long enough pw" });
+    expect(again.headers.get("location")).toBe("/keys");
     const cookie2 = cookieOf(again);
+    // Only local destinations: no open redirect.
+    const offsite = await form("/signin?next=%2F%2Fevil.test", { email: "new@example.com", password: "long enough pw" });
+    expect(offsite.headers.get("location")).toBe("/playground");
     const csrf = await csrfOf(await handle("/keys", { headers: { cookie: cookie2 } }));
     const out = await form("/signout", { _csrf: csrf }, { cookie: cookie2 });
     expect(out.status).toBe(303);

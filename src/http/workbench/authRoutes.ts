@@ -14,14 +14,15 @@ export function authRoutes(services: Services) {
   const wb = config.workbench;
   // A CLI-made admin also closes setup.
   const setupOpen = () => workbench.setup.pending && services.store.users.countAdmins() === 0;
-  const signIn = (s: { email?: string; error?: string | null; notice?: string | null }, status = 200) =>
+  const signIn = (s: { email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
     htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
 
   return new Elysia({ name: "workbench.auth" })
     .get("/", ({ request }) => redirect(viewerOf(services, request) ? "/playground" : "/signin"), hide)
     .get("/signin", ({ request, query }) => {
       if (viewerOf(services, request)) return redirect(safeNext(query.next));
-      return signIn({ notice: query.signed_out === "1" ? "You are signed out." : null });
+      const next = query.next ? safeNext(query.next) : undefined;
+      return signIn({ notice: query.signed_out === "1" ? "You are signed out." : null, next });
     }, hide)
     .post("/signin", async ({ request, body, query }) => {
       if (!isSameOrigin(request, config)) return csrfRejected();
@@ -31,9 +32,9 @@ export function authRoutes(services: Services) {
       if (!result.ok) {
         if (result.reason === "throttled") {
           const minutes = Math.ceil(result.retryAfterMs / 60_000);
-          return signIn({ email, error: `Too many sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.` }, 429);
+          return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error: `Too many sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.` }, 429);
         }
-        return signIn({ email, error: "Incorrect email or password." }, 401);
+        return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error: "Incorrect email or password." }, 401);
       }
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect(safeNext(query.next), { "set-cookie": cookie });

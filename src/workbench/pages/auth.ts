@@ -8,7 +8,8 @@ export interface AuthFormState {
   notice?: string | null;
 }
 
-export function signInPage(s: AuthFormState & { registrationOpen: boolean; setupPending: boolean }): Html {
+export function signInPage(s: AuthFormState & { registrationOpen: boolean; setupPending: boolean; next?: string }): Html {
+  const action = s.next ? `/signin?next=${encodeURIComponent(s.next)}` : "/signin";
   return page({
     title: "Sign in",
     section: "auth",
@@ -16,7 +17,7 @@ export function signInPage(s: AuthFormState & { registrationOpen: boolean; setup
     body: html`<section class="card narrow">
   <h1>Sign in</h1>
   ${message("error", s.error)}${message("notice", s.notice)}
-  <form method="post" action="/signin" class="stack">
+  <form method="post" action="${action}" class="stack">
     <label for="email">Email</label>
     <input id="email" name="email" type="email" autocomplete="username" required value="${s.email ?? ""}" autofocus>
     <label for="password">Password</label>
