@@ -128,6 +128,25 @@ describe("credits", () => {
   });
 });
 
+describe("upstream trace", () => {
+  test("is recorded for a success and for a failure", async () => {
+    const u = await server.userWithKey({ credits: 2 });
+    const trace = { upstreamId: "up-1", accountId: "acct-a", attempts: 2, upstreamLatencyMs: 120 };
+    engine.behave = async (job) => ({ ...engine.png(job), trace });
+    expect((await generate(u.key, { prompt: "traced ok" })).status).toBe(200);
+    engine.behave = async () => {
+      const e = new UpstreamFailed("all attempts failed");
+      e.trace = { upstreamId: "up-1", accountId: "acct-b", attempts: 3 };
+      throw e;
+    };
+    expect((await generate(u.key, { prompt: "traced failure" })).status).toBe(502);
+    const rows = requestsOf(u.userId);
+    expect(rows.find((r) => r.prompt === "traced ok")).toMatchObject({ status: "succeeded", upstream_id: "up-1", account_id: "acct-a", attempts: 2, upstream_latency_ms: 120 });
+    expect(rows.find((r) => r.prompt === "traced failure")).toMatchObject({ status: "failed", upstream_id: "up-1", account_id: "acct-b", attempts: 3, credits_refunded: 1 });
+    expect(server.balance(u.userId)).toBe(1);
+  });
+});
+
 describe("the concurrency gate", () => {
   test(`with a limit of ${LIMIT}, request ${LIMIT + 1} gets 429 and is never charged`, async () => {
     engine.hold();
