@@ -57,6 +57,7 @@ upstream = "slowpoke"
 /** Starts `atelier serve` on port 0 and resolves with its URL from the "listening" log line. */
 async function spawnServer(): Promise<{ proc: Subprocess<"ignore", "pipe", "pipe">; url: string; lines: string[] }> {
   const proc = Bun.spawn(["bun", "src/main.ts", "serve", "--config", configFile, "--data", dataDir, "--port", "0", "--host", "127.0.0.1"], {
+    cwd: join(import.meta.dir, "..", ".."),
     stdout: "pipe",
     stderr: "pipe",
     env: { ...process.env, ATELIER_CONFIG: "" },
