@@ -134,6 +134,16 @@ function toApiError(code: string | number, error: unknown, request: Request, log
   return serverError();
 }
 
+/**
+ * Builds (and lets the plugin cache) the OpenAPI document before any request: compiling a
+ * route adds details such as `additionalProperties` to shared models in place, so a document
+ * generated later would depend on which routes had been called first.
+ */
+function generateOpenApiNow(app: Elysia): void {
+  const route = app.routes.find((r) => r.method === "GET" && r.path === "/openapi.json");
+  if (typeof route?.handler === "function") (route.handler as () => unknown)();
+}
+
 export function createApp(services: Services) {
   const { logger, config } = services;
   let matchers: ReturnType<typeof routeMatchers> | undefined;
@@ -210,6 +220,7 @@ export function createApp(services: Services) {
     .use(imagesRoutes(services));
 
   void config;
+  generateOpenApiNow(app as unknown as Elysia);
   return app;
 }
 

@@ -1,0 +1,86 @@
+/**
+ * The deliverable: `bun run build` gives one executable that runs from an empty directory with
+ * nothing beside it, makes users and keys with its own CLI, and serves the API and /docs.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadConfig } from "../../src/config";
+import { renderOpenApi } from "../../src/main";
+import { lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
+import { tempDir } from "../support/server";
+
+const binDir = tempDir("atelier-bin-");
+const workDir = tempDir("atelier-run-");
+const decoyData = join(tempDir("atelier-decoy-"), "data");
+const binary = [join(binDir, "atelier")];
+let server: ServerProcess;
+
+beforeAll(async () => {
+  const build = Bun.spawnSync([process.execPath, "run", "build"], { cwd: REPO, stdout: "pipe", stderr: "pipe" });
+  if (build.exitCode !== 0) throw new Error(`bun run build failed:\n${build.stdout}\n${build.stderr}`);
+  copyFileSync(join(REPO, "dist/atelier"), binary[0]!);
+  Bun.spawnSync(["chmod", "755", binary[0]!]);
+  // Built with --no-compile-autoload-dotenv: a .env in the working directory must be ignored.
+  writeFileSync(join(workDir, ".env"), `ATELIER_DATA=${decoyData}\n`);
+  server = await startServerProcess(binary, ["--port", "0", "--host", "127.0.0.1"], { cwd: workDir });
+});
+
+afterAll(async () => {
+  await server?.stop();
+  for (const d of [binDir, workDir, join(decoyData, "..")]) rmSync(d, { recursive: true, force: true });
+});
+
+describe("the compiled binary", () => {
+  test("is alone in its directory and keeps its data in ./data of the working directory", () => {
+    expect(readdirSync(binDir)).toEqual(["atelier"]);
+    expect(statSync(binary[0]!).size).toBeGreaterThan(10_000_000);
+    expect(existsSync(join(workDir, "data", "atelier.db"))).toBe(true);
+    expect(existsSync(decoyData)).toBe(false);
+  });
+
+  test("its CLI makes a user and a key that the running server accepts, via the openai client", async () => {
+    const user = await runAtelier(binary, ["user", "add", "binary@example.com", "--credits", "2"], { cwd: workDir });
+    expect(user).toMatchObject({ code: 0, stderr: "" });
+    const created = await runAtelier(binary, ["key", "create", "binary@example.com"], { cwd: workDir });
+    expect(created.code).toBe(0);
+    const key = lastLine(created.stdout);
+    expect(key).toMatch(/^sk-atl-/);
+
+    const client = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const ids = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    expect(ids).toEqual(expect.arrayContaining(["builtin-image", "builtin-chat"]));
+
+    // Validation errors keep their detail in the compiled build too.
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "wizard", content: "hi" }] }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { param: string } }).error.param).toBe("messages[0].role");
+  });
+
+  test("serves /docs with its embedded assets, and the same OpenAPI document as the source", async () => {
+    const html = await (await fetch(`${server.url}/docs`)).text();
+    expect(html).toContain("/docs/assets/swagger-ui-bundle.js");
+    expect(html).not.toMatch(/https?:\/\//);
+    const bundle = await fetch(`${server.url}/docs/assets/swagger-ui-bundle.js`);
+    expect(bundle.status).toBe(200);
+    expect((await bundle.text()).length).toBeGreaterThan(500_000);
+    const css = await fetch(`${server.url}/docs/assets/swagger-ui.css`);
+    expect(css.status).toBe(200);
+    await css.arrayBuffer();
+    const served = await (await fetch(`${server.url}/openapi.json`)).json();
+    expect(served).toEqual(JSON.parse(await renderOpenApi(loadConfig({ env: {} }))));
+  });
+
+  test("its healthcheck command passes, and SIGTERM stops it with exit 0", async () => {
+    const health = await runAtelier(binary, ["healthcheck", "--url", server.url], { cwd: workDir });
+    expect(health.code).toBe(0);
+    expect(await server.stop()).toBe(0);
+    expect(server.lines.some((l) => l.includes('"stopped"'))).toBe(true);
+  });
+});
