@@ -5,7 +5,7 @@
  * - Choice: among healthy accounts with free capacity, the one with the lowest load
  *   (in_flight / weight); ties (e.g. all idle) go by smooth weighted round robin, so
  *   sequential traffic also spreads by weight.
- * - No free capacity: wait (within the queue deadline) for a release.
+ * - No free capacity: wait (within the queue deadline, first come first served) for a release.
  * - 429: the account cools down for retry-after / retry-after-ms, else 1 s doubling per
  *   consecutive 429 up to a cap; the request retries on another account.
  * - 5xx, resets, timeouts, malformed answers: retry elsewhere (max_attempts in all, within the
@@ -139,6 +139,8 @@ interface AccountRuntime {
 export class AccountPool {
   private readonly accounts: AccountRuntime[];
   private readonly waiters = new Set<() => void>();
+  /** Requests waiting for capacity, in arrival order (tickets). */
+  private readonly queue: object[] = [];
   private snapshotTimer: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
 
@@ -190,30 +192,40 @@ export class AccountPool {
     while (attempts < this.settings.maxAttempts) {
       if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
       let account: AccountRuntime | null = null;
-      // Wait for capacity; each pass re-reads the disabled flags and cooldowns.
-      for (;;) {
-        this.refreshDisabled();
-        const now = this.clock();
-        const usable = this.accounts.filter((a) => !a.disabled);
-        if (usable.length === 0) {
-          fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
+      // Wait for capacity, first come first served: only the request at the head of the wait
+      // queue picks (re-reading the disabled flags and cooldowns), the others just wait.
+      const ticket = {};
+      try {
+        for (;;) {
+          const now = this.clock();
+          const until = Math.min(queueDeadline, deadline);
+          if (this.queue.length === 0 || this.queue[0] === ticket) {
+            this.refreshDisabled();
+            const usable = this.accounts.filter((a) => !a.disabled);
+            if (usable.length === 0) {
+              fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
+            }
+            account = this.pick(now, tried);
+            if (account) break;
+            if (usable.every((a) => a.coolingUntil > now)) {
+              // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
+              if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
+              const earliest = Math.min(...usable.map((a) => a.coolingUntil));
+              fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
+            }
+          }
+          if (now >= until) {
+            if (last) fail(this.finalError(last.failure));
+            fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
+          }
+          if (!this.queue.includes(ticket)) this.queue.push(ticket);
+          await this.waitForChange(until - now, signal);
+          if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
         }
-        account = this.pick(now, tried);
-        if (account) break;
-        const waitable = usable.filter((a) => a.coolingUntil <= now);
-        if (waitable.length === 0) {
-          // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
-          if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
-          const earliest = Math.min(...usable.map((a) => a.coolingUntil));
-          fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
-        }
-        const until = Math.min(queueDeadline, deadline);
-        if (now >= until) {
-          if (last) fail(this.finalError(last.failure));
-          fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
-        }
-        await this.waitForChange(until - now, signal);
-        if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+      } finally {
+        const at = this.queue.indexOf(ticket);
+        if (at >= 0) this.queue.splice(at, 1);
+        if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
       }
       if (!account) break;
 
@@ -370,8 +382,12 @@ export class AccountPool {
   }
 
   private changed(): void {
-    for (const w of [...this.waiters]) w();
+    this.wakeWaiters();
     this.scheduleSnapshot();
+  }
+
+  private wakeWaiters(): void {
+    for (const w of [...this.waiters]) w();
   }
 
   private scheduleSnapshot(): void {
