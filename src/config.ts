@@ -245,5 +245,8 @@ function checkReferences(config: Config): void {
       throw new ConfigError(`models[${i}].upstream: no upstream with id ${JSON.stringify(m.upstream)}`);
     }
     if (m.upstream === undefined) throw new ConfigError(`models[${i}].upstream: required (the id of an [[upstreams]] entry)`);
+    if (m.kind === "chat" && config.upstreams.find((u) => u.id === m.upstream)?.kind === "sdwebui") {
+      throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a Stable Diffusion WebUI, which serves image models only`);
+    }
   });
 }
