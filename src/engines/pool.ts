@@ -268,8 +268,9 @@ export class AccountPool {
     if (f.kind === "timeout") return new EngineTimeout(`upstream '${this.upstreamId}': ${f.message}`);
     if (f.kind === "rate_limited") {
       const now = this.clock();
-      const usable = this.accounts.filter((a) => !a.disabled);
-      const earliest = usable.length ? Math.min(...usable.map((a) => a.coolingUntil)) : now + RATE_LIMIT_BASE_MS;
+      // The earliest recovery among resting accounts; if one is not resting, try again soon.
+      const resting = this.accounts.filter((a) => !a.disabled && a.coolingUntil > now);
+      const earliest = resting.length === this.accounts.filter((a) => !a.disabled).length && resting.length > 0 ? Math.min(...resting.map((a) => a.coolingUntil)) : now + RATE_LIMIT_BASE_MS;
       return new UpstreamRateLimited(`upstream '${this.upstreamId}': ${f.message}`, Math.max(1, earliest - now));
     }
     if (f.kind === "auth" && this.accounts.every((a) => a.disabled)) {
