@@ -140,6 +140,13 @@ describe("failures", () => {
     expect((await pool.run(attempt)).value).toBe("b");
   });
 
+  test("attempts run out on a 429 while another account is free: retry-after is short, not the 429's", async () => {
+    const { pool } = setup(undefined, { maxAttempts: 1 });
+    const err = await pool.run(scripted({ a: [new AttemptFailure("rate_limited", "x", 30_000)] }).attempt).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRateLimited);
+    expect((err as UpstreamRateLimited).retryAfterMs).toBe(1000);
+  });
+
   test("5xx then success elsewhere; attempts run out after max_attempts with UpstreamFailed", async () => {
     const { pool } = setup();
     const fail = () => new AttemptFailure("failed", "upstream answered 500", undefined, 500);
