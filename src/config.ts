@@ -249,4 +249,10 @@ function checkReferences(config: Config): void {
       throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a Stable Diffusion WebUI, which serves image models only`);
     }
   });
+  const fallback = config.server.default_image_model;
+  if (fallback !== undefined) {
+    const isImageModel =
+      (fallback === "builtin-image" && config.server.builtin_image) || config.models.some((m) => m.id === fallback && m.kind === "image");
+    if (!isImageModel) throw new ConfigError(`server.default_image_model: ${JSON.stringify(fallback)} is not an image model of this configuration`);
+  }
 }

@@ -84,6 +84,12 @@ describe("loadConfig", () => {
     expect(message).not.toContain("98765432123");
   });
 
+  test("default_image_model must name an image model of the configuration", () => {
+    expect(errorOf(`[server]\ndefault_image_model = "builtin-chat"\n`)).toContain('server.default_image_model: "builtin-chat" is not an image model');
+    expect(errorOf(`[server]\nbuiltin_image = false\ndefault_image_model = "builtin-image"\n`)).toContain("server.default_image_model");
+    expect(loadConfig({ file: file(`[server]\ndefault_image_model = "builtin-image"\n`), env: {} }).server.default_image_model).toBe("builtin-image");
+  });
+
   test("invalid TOML, a missing file and a bad ATELIER_PORT are reported", () => {
     expect(errorOf(`[server\n`)).toContain("invalid TOML");
     expect(() => loadConfig({ file: join(dir, "absent.toml"), env: {} })).toThrow(/cannot read config file/);

@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+#
+# Atelier as a container: the same single binary `bun run build` makes, on a distroless base.
+#   docker build -t atelier .
+#   docker run -d --name atelier -p 8080:8080 -v atelier-data:/data atelier
+#   docker exec atelier atelier user add you@example.com --credits 100
+#   docker exec atelier atelier key create you@example.com
+# A configuration file: -v "$PWD/atelier.toml:/etc/atelier/atelier.toml:ro" -e ATELIER_CONFIG=/etc/atelier/atelier.toml
+
+# --- compile: one self-contained executable -------------------------------------------------
+FROM oven/bun:1.4.5 AS build
+WORKDIR /src
+COPY package.json bun.lock bunfig.toml tsconfig.json ./
+RUN bun install --frozen-lockfile
+COPY src ./src
+RUN bun run build \
+ && mkdir -p /out/data \
+ && cp dist/atelier /out/atelier \
+ && /out/atelier --help >/dev/null
+
+# --- run: glibc and nothing else; no shell, no package manager -------------------------------
+FROM gcr.io/distroless/base-debian12:nonroot
+COPY --from=build /out/atelier /usr/local/bin/atelier
+# The volume's mount point must belong to the non-root user (65532) so a fresh volume is writable.
+COPY --from=build --chown=65532:65532 /out/data /data
+ENV ATELIER_DATA=/data \
+    ATELIER_HOST=0.0.0.0 \
+    ATELIER_PORT=8080
+USER 65532:65532
+VOLUME ["/data"]
+EXPOSE 8080
+# distroless has no curl: the binary checks itself (GET /healthz on ATELIER_PORT).
+HEALTHCHECK --interval=30s --timeout=6s --start-period=10s --retries=3 CMD ["/usr/local/bin/atelier", "healthcheck"]
+ENTRYPOINT ["/usr/local/bin/atelier"]
+CMD ["serve"]
