@@ -136,7 +136,12 @@ const ImageEditMultipartRequest = t.Object(
 /** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
 const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(Integer({ minimum: 0, maximum: 100 })) });
 
-const ImageResponse = t.Object(
+/**
+ * Made per app: Elysia's response compilation mutates the schema it validates with (nested
+ * objects gain `additionalProperties: false`), which would leak into the OpenAPI document of
+ * any later app in the same process if this were a shared constant.
+ */
+const imageResponseSchema = () => t.Object(
   {
     created: Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
     generation_time_ms: Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
@@ -301,7 +306,7 @@ export function imagesRoutes(services: Services) {
 
   return new Elysia({ name: "v1.images", prefix: "/v1" })
     .use(sharedModels)
-    .model({ ImageResponse, ImageGenerationRequest, ImageEditJsonRequest, ImageEditMultipartRequest })
+    .model({ ImageResponse: imageResponseSchema(), ImageGenerationRequest, ImageEditJsonRequest, ImageEditMultipartRequest })
     .use(apiAuth(services.auth))
     .post(
       "/images/generations",
