@@ -10,6 +10,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -185,6 +186,18 @@ describe("workbench in a real browser", () => {
     const before = await balanceShown(user);
     await user.getByLabel("Prompt").first().fill(`a lighthouse at dusk ${XSS}`);
     await user.locator("#gen-size").selectOption("256x256");
+    // Reference images are checked in the browser against the API's limits before any request.
+    const tinyPng = Buffer.from(makePng(32, 32));
+    const oversized = Buffer.alloc(10 * 1024 * 1024 + 1);
+    tinyPng.copy(oversized);
+    await user.locator("#gen-refs").setInputFiles([
+      { name: "ok.png", mimeType: "image/png", buffer: tinyPng },
+      { name: "notes.webp", mimeType: "image/webp", buffer: Buffer.from("not an image at all") },
+      { name: "huge.png", mimeType: "image/png", buffer: oversized },
+    ]);
+    await containsText(user.locator("#generate-form [data-form-error]"), "notes.webp is not a PNG, JPEG or WebP image.");
+    await containsText(user.locator("#generate-form [data-form-error]"), "huge.png is larger than 10 MiB.");
+    expect(await user.locator("[data-ref-list] li").count()).toBe(1);
     await user.getByRole("button", { name: "Generate (1 credit)" }).click();
     const image = user.locator("#gen-result img[data-image]");
     await image.waitFor({ state: "visible", timeout: 60_000 });
