@@ -111,9 +111,12 @@ export const ErrorResponseSchema = t.Object(
       type: t.String({ description: "Error category, e.g. invalid_request_error." }),
       param: t.Union([t.String(), t.Null()], { description: "The request field at fault, e.g. messages[3].role." }),
       code: t.Union([t.String(), t.Null()], { description: "Machine-readable code, e.g. model_not_found." }),
-    }),
+    }, { additionalProperties: false }),
   },
   {
+    // Explicit: Elysia sets it in place on response schemas it compiles, and this constant is
+    // shared by every app in the process, so the OpenAPI document would depend on what ran first.
+    additionalProperties: false,
     examples: [{ error: { message: "prompt: Expected string length greater or equal to 1", type: "invalid_request_error", param: "prompt", code: "invalid_value" } }],
   },
 );

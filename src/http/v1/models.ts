@@ -12,10 +12,12 @@ const ModelObject = t.Object(
     created: t.Integer({ description: "Unix seconds when the model was added." }),
     owned_by: t.String({ description: "Who provides the model.", examples: ["atelier"] }),
   },
-  { description: "A model that can be used with this service." },
+  // additionalProperties explicit: Elysia sets it in place when it compiles a response schema,
+  // and these constants are shared by every app in the process (see ErrorResponseSchema).
+  { description: "A model that can be used with this service.", additionalProperties: false },
 );
 
-const ModelList = t.Object({ object: t.Literal("list"), data: t.Array(t.Ref("Model")) });
+const ModelList = t.Object({ object: t.Literal("list"), data: t.Array(t.Ref("Model")) }, { additionalProperties: false });
 
 function toModelObject(m: CatalogModel) {
   return { id: m.id, object: "model" as const, created: m.created, owned_by: m.ownedBy };
