@@ -223,3 +223,45 @@ describe("the session on /v1", () => {
     expect((await handle("/v1/models")).status).toBe(401);
   }, 30_000);
 });
+
+describe("admin forms", () => {
+  test("grant, deduct, disable (ends sessions), enable, make admin; users cannot; admins cannot lock themselves out", async () => {
+    const { handle, form, store } = makeApp((c) => (c.workbench.initial_credits = 2));
+    await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
+    const boss = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
+    const bossCsrf = await csrfOf(await handle("/admin", { headers: { cookie: boss } }));
+    const worker = cookieOf(await form("/signup", { email: "worker@example.com", password: "worker password" }));
+    const workerCsrf = await csrfOf(await handle("/keys", { headers: { cookie: worker } }));
+    const w = store.users.byEmail("worker@example.com")!;
+    const b = store.users.byEmail("boss@example.com")!;
+    const act = (cookie: string, path: string, fields: Record<string, string>) => form(path, fields, { cookie });
+
+    // A plain user can neither see nor use the admin forms.
+    expect((await handle("/admin", { headers: { cookie: worker } })).status).toBe(403);
+    expect((await act(worker, `/admin/users/${w.id}/credits`, { _csrf: workerCsrf, amount: "50", op: "grant" })).status).toBe(403);
+    expect(store.credits.balance(w.id)).toBe(2);
+
+    expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "5", op: "grant", note: "bonus" })).headers.get("location")).toBe("/admin?done=granted");
+    expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "3", op: "deduct" })).status).toBe(303);
+    expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "1.5", op: "grant" })).status).toBe(400);
+    expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "99", op: "deduct" })).status).toBe(400);
+    expect(store.credits.balance(w.id)).toBe(4);
+    expect(store.credits.ledgerSum(w.id)).toBe(4);
+    const ledger = store.credits.ledger(w.id);
+    expect(ledger[1]).toMatchObject({ kind: "grant", amount: 5, note: "bonus", actor: "admin:boss@example.com" });
+    expect(ledger[0]).toMatchObject({ kind: "deduct", amount: -3 });
+
+    expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: bossCsrf })).status).toBe(303);
+    expect(store.users.byId(w.id)!.disabled).toBe(1);
+    expect((await handle("/session", { headers: { cookie: worker } })).status).toBe(401);
+    expect((await act(boss, `/admin/users/${w.id}/enable`, { _csrf: bossCsrf })).status).toBe(303);
+    expect(store.users.byId(w.id)!.disabled).toBe(0);
+    expect((await act(boss, `/admin/users/${w.id}/admin`, { _csrf: bossCsrf })).status).toBe(303);
+    expect(store.users.byId(w.id)!.role).toBe("admin");
+
+    expect((await act(boss, `/admin/users/${b.id}/disable`, { _csrf: bossCsrf })).status).toBe(400);
+    expect(store.users.byId(b.id)!.disabled).toBe(0);
+    expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: "wrong" })).status).toBe(403);
+    expect(store.users.byId(w.id)!.disabled).toBe(0);
+  }, 30_000);
+});
