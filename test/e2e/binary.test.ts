@@ -6,9 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { loadConfig } from "../../src/config";
-import { renderOpenApi } from "../../src/main";
-import { lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
+import { ATELIER_FROM_SOURCE, lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
 import { tempDir } from "../support/server";
 
 const binDir = tempDir("atelier-bin-");
@@ -74,7 +72,10 @@ describe("the compiled binary", () => {
     expect(css.status).toBe(200);
     await css.arrayBuffer();
     const served = await (await fetch(`${server.url}/openapi.json`)).json();
-    expect(served).toEqual(JSON.parse(await renderOpenApi(loadConfig({ env: {} }))));
+    // From a fresh process: in this one, earlier test files' apps may have touched shared schemas.
+    const fromSource = await runAtelier(ATELIER_FROM_SOURCE, ["openapi"], { env: {} });
+    expect(fromSource.code).toBe(0);
+    expect(served).toEqual(JSON.parse(fromSource.stdout));
   });
 
   test("its healthcheck command passes, and SIGTERM stops it with exit 0", async () => {
