@@ -212,6 +212,19 @@ describe("workbench in a real browser", () => {
     await shot(user, "05b-playground-narrow");
     await user.setViewportSize({ width: 1280, height: 860 });
 
+    // A failing generation (the upstream at 127.0.0.1:9 refuses connections) shows the API's
+    // error and leaves the balance as it was: the credit is refunded.
+    await user.locator("#gen-model").selectOption("acme-image");
+    await user.getByRole("button", { name: "Generate (1 credit)" }).click();
+    const failure = user.locator("#gen-result [data-error]");
+    await failure.waitFor({ state: "visible", timeout: 60_000 });
+    expect((await failure.textContent())!.length).toBeGreaterThan(10);
+    expect(await user.locator("#gen-result [data-figure]").isHidden()).toBe(true);
+    await containsText(user.locator("#balance"), String(before - 1));
+    expect(server.balance(server.services.store.users.byEmail(userEmail)!.id)).toBe(before - 1);
+    await shot(user, "05c-playground-error");
+    await user.locator("#gen-model").selectOption("builtin-image");
+
     // The history shows the prompt as text.
     await user.goto(`${server.url}/credits?kind=image`);
     expect(await user.locator("td.prompt").first().textContent()).toContain(XSS);
@@ -298,7 +311,7 @@ describe("workbench in a real browser", () => {
     await containsText(admin.locator("main"), "builtin-image");
     await admin.goto(`${server.url}/admin/upstreams`);
     await containsText(admin.locator("main"), "acme-main");
-    await containsText(admin.locator("main"), "healthy");
+    await containsText(admin.locator("main"), "Last failure");
     expect(await admin.content()).not.toContain("sk-upstream-secret");
     // Users are not admins.
     const res = await user.goto(`${server.url}/admin`);

@@ -73,7 +73,11 @@
     const q = (s) => root.querySelector(s);
     let lastUrl = null;
     return {
-      busy(on) { q("[data-busy]").hidden = !on; if (on) { showError(q("[data-error]"), ""); } },
+      busy(on) {
+        q("[data-busy]").hidden = !on;
+        // A new request replaces the previous outcome, so an old image never sits under a new error.
+        if (on) { showError(q("[data-error]"), ""); q("[data-figure]").hidden = true; }
+      },
       error(text) { showError(q("[data-error]"), text); },
       async image(body, started) {
         const item = body.data && body.data[0];

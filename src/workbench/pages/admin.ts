@@ -106,19 +106,21 @@ export interface UpstreamView {
   accounts: AccountStatus[];
 }
 
+const isoTime = (iso: string) => formatTime(Date.parse(iso));
+
 const HEALTH_CLASS: Record<AccountStatus["state"], string> = { healthy: "ok", cooling: "warn", probing: "warn", disabled: "bad" };
 
 function accountRow(v: Viewer, upstreamId: string, a: AccountStatus): Html {
   const last = a.recent_failures.at(-1);
   return html`<tr>
-  <td class="mono">${a.id}</td>
-  <td><span class="status ${HEALTH_CLASS[a.state]}">${a.state}</span>${a.cooling_until ? html`<br><span class="muted">until ${a.cooling_until}</span>` : ""}${
+  <td class="mono nowrap">${a.id}</td>
+  <td><span class="status ${HEALTH_CLASS[a.state]}">${a.state}</span>${a.cooling_until ? html`<br><span class="muted nowrap">until ${isoTime(a.cooling_until)}</span>` : ""}${
     a.disabled_reason ? html`<br><span class="muted">${a.disabled_reason}</span>` : ""
   }</td>
   <td class="num">${a.in_flight} / ${a.max_concurrency}</td>
   <td class="num">${a.weight}</td>
   <td class="num">${a.consecutive_failures}</td>
-  <td>${last ? html`<span class="nowrap">${last.at}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
+  <td>${last ? html`<span class="nowrap">${isoTime(last.at)}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
   <td>${
     a.state === "disabled"
       ? html`<form method="post" action="/admin/upstreams/${encodeURIComponent(upstreamId)}/accounts/${encodeURIComponent(a.id)}/enable" class="inline">${csrfField(v)}<button type="submit" class="small">Enable</button></form>`
@@ -137,7 +139,7 @@ export function adminUpstreamsPage(v: Viewer, upstreams: UpstreamView[], notice?
   <p class="muted mono">${u.baseUrl}</p>
   <p>Models: ${u.models.length ? u.models.join(", ") : "none"}</p>
   <div class="table-wrap"><table>
-    <thead><tr><th scope="col">Account</th><th scope="col">State</th><th scope="col" class="num">In flight</th><th scope="col" class="num">Weight</th><th scope="col" class="num">Failures in a row</th><th scope="col">Last failure</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+    <thead><tr><th scope="col">Account</th><th scope="col">State</th><th scope="col" class="num nowrap">In flight</th><th scope="col" class="num">Weight</th><th scope="col" class="num nowrap">Failures in a row</th><th scope="col">Last failure</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
     <tbody>${u.accounts.map((a) => accountRow(v, u.id, a))}</tbody>
   </table></div>
 </section>`,
