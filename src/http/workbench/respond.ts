@@ -33,8 +33,9 @@ export function formFields(body: unknown): Record<string, string> {
   return out;
 }
 
+/** The socket's peer address; never a client-supplied header, which would let a guesser rotate addresses. */
 export function clientAddress(request: Request): string {
-  return metaOf(request).clientAddress ?? request.headers.get("x-real-ip") ?? "unknown";
+  return metaOf(request).clientAddress ?? "unknown";
 }
 
 export function problemPage(viewer: Viewer | null, status: number, title: string, text: string): Response {
