@@ -265,3 +265,30 @@ describe("admin forms", () => {
     expect(store.users.byId(w.id)!.disabled).toBe(0);
   }, 30_000);
 });
+
+describe("history", () => {
+  test("paginated 25 per page and filterable; only the user's own requests", async () => {
+    const { handle, form, store } = makeApp();
+    const cookie = cookieOf(await form("/signup", { email: "h@example.com", password: "long enough pw" }));
+    const me = store.users.byEmail("h@example.com")!;
+    const other = await addUser(store, Date.now, { email: "other@example.com" });
+    for (let i = 0; i < 30; i++) {
+      store.requests.recordChat({ id: `chat_${i}`, userId: me.id, keyId: null, model: "builtin-chat", status: i % 3 === 0 ? "failed" : "succeeded", prompt: `p${i}`, errorMessage: i % 3 === 0 ? "boom <b>" : null }, 1_800_000_000_000 + i);
+    }
+    store.requests.recordChat({ id: "chat_other", userId: other.id, keyId: null, model: "builtin-chat", status: "succeeded", prompt: "secret of other" }, 1_800_000_000_000);
+    const rows = async (path: string) => {
+      const text = await (await handle(path, { headers: { cookie } })).text();
+      return { count: (text.match(/<td class="prompt"/g) ?? []).length, text };
+    };
+    const first = await rows("/credits");
+    expect(first.count).toBe(25);
+    expect(first.text).toContain("Page 1 of 2 · 30 requests");
+    expect(first.text).not.toContain("secret of other");
+    expect((await rows("/credits?page=2")).count).toBe(5);
+    const failed = await rows("/credits?status=failed");
+    expect(failed.count).toBe(10);
+    expect(failed.text).toContain("boom &lt;b&gt;");
+    expect((await rows("/credits?kind=image")).count).toBe(0);
+    expect((await rows("/credits?kind=bogus&page=-3")).count).toBe(25);
+  }, 30_000);
+});
