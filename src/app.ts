@@ -109,6 +109,13 @@ function toApiError(code: string | number, error: unknown, request: Request, log
   if (error instanceof ApiError) return error;
   // Elysia wraps whatever a parse hook throws (our 413/415/400 from acceptBody) in a ParseError.
   if (code === "PARSE" && error instanceof Error && error.cause instanceof ApiError) return error.cause;
+  // Our own answer failed its response schema: a bug on our side, not the client's 400.
+  if (code === "VALIDATION" && (error as { type?: string }).type === "response") {
+    // Only where and which rule: the values could be anything, a freshly created key included.
+    const first = (error as { all?: { path: string; message: string }[] }).all?.[0];
+    logger.error("response failed its schema", { request_id: metaOf(request).id, path: first?.path ?? null, rule: first?.message ?? null });
+    return serverError();
+  }
   if (code === "VALIDATION") {
     const v = error as { all?: { path: string; message: string; summary?: string }[]; type?: string };
     const first = v.all?.[0];

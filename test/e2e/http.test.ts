@@ -13,6 +13,7 @@ const MAX_BODY = 64 * 1024;
 let server: TestServer;
 let key: string;
 let failCatalog = false;
+let malformedCatalog = false;
 
 beforeAll(async () => {
   server = await startTestServer({
@@ -38,6 +39,8 @@ upstream = "acme"
       const list = services.catalog.list.bind(services.catalog);
       services.catalog.list = () => {
         if (failCatalog) throw new Error("catalog exploded at /secret/path");
+        // A model whose `created` is not a number: /v1/models then breaks its own response schema.
+        if (malformedCatalog) return list().map((m) => ({ ...m, created: "soon" as unknown as number }));
         return list();
       };
     },
@@ -147,6 +150,20 @@ describe("error shape and status", () => {
       failCatalog = false;
     }
   });
+});
+
+test("an answer that breaks its own response schema: 500, not a 400 blaming the client", async () => {
+  malformedCatalog = true;
+  try {
+    const res = await fetch(`${server.url}/v1/models`, { headers: auth() });
+    await expectError(res, 500, "internal_error", "server_error");
+    const id = res.headers.get("x-request-id");
+    const logged = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === "response failed its schema" && l.request_id === id);
+    expect(logged).toMatchObject({ level: "error", path: expect.stringContaining("created") });
+    expect(JSON.stringify(logged)).not.toContain("soon");
+  } finally {
+    malformedCatalog = false;
+  }
 });
 
 describe("authentication", () => {
