@@ -155,7 +155,9 @@ export function createApp(services: Services) {
   const { logger, config } = services;
   let matchers: ReturnType<typeof routeMatchers> | undefined;
 
-  const app = new Elysia({ name: "atelier" })
+  // standardHostname: false — Elysia otherwise finds the path at index 11 of the URL, which
+  // misroutes every request whose Host header is shorter than 4 characters (e.g. "app").
+  const app = new Elysia({ name: "atelier", handler: { standardHostname: false } })
     .onError({ as: "global" }, ({ code, error, request }) => {
       const allowed = () => {
         const path = new URL(request.url).pathname;

@@ -214,6 +214,14 @@ describe("models", () => {
   });
 });
 
+test("a short Host header (e.g. a compose service called `app` on port 80) routes like any other", async () => {
+  for (const host of ["app", "a", "ab:80"]) {
+    const res = await rawRequest(server.url, `GET /v1/models/builtin-image?x=1 HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${key}`);
+    expect({ host, status: res.status }).toEqual({ host, status: 200 });
+    expect((JSON.parse(res.body) as { id: string }).id).toBe("builtin-image");
+  }
+});
+
 describe("x-request-id and CORS", () => {
   test("every response carries a distinct x-request-id", async () => {
     const responses = await Promise.all([
