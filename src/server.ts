@@ -9,6 +9,7 @@ import type { Config } from "./config";
 import type { Logger } from "./logger";
 import { openDatabase, latestVersion } from "./store/database";
 import { createStore } from "./store";
+import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, capChunkedBody } from "./http/body";
 import { ApiError, errorResponse, serverError } from "./http/errors";
 import { attachMeta } from "./http/requestMeta";
@@ -49,6 +50,11 @@ export async function startServer(config: Config, logger: Logger, options: Start
     if (LONG_RUNNING.test(path)) server.timeout(request, 0);
     let response: Response;
     try {
+      // An API request with a body proves who it is before we read (and buffer) any of it, so
+      // anonymous clients cannot spend the in-flight body budget that key holders rely on.
+      if (path.startsWith("/v1/") && capped.body !== null && capped.headers.get("content-length") !== "0") {
+        authenticateApiRequest(capped, services.auth);
+      }
       admitDeclaredBody(capped, services.budget);
       response = await app.handle(capped);
     } catch (e) {

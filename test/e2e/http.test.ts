@@ -122,6 +122,25 @@ describe("error shape and status", () => {
     }
   });
 
+  test("an API body from an unauthenticated client is refused with 401 before it is read", async () => {
+    // Declares 16 GiB and sends a few bytes: the answer cannot wait for the body.
+    const res = await rawRequest(
+      server.url,
+      `POST ${POST_ROUTE} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${16 * 1024 ** 3}`,
+      ['{"model":'],
+    );
+    expect(res.status).toBe(401);
+    expect((JSON.parse(res.body) as ErrorBody).error.code).toBe("missing_api_key");
+    const chunked = await rawRequest(
+      server.url,
+      `POST ${POST_ROUTE} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-atl-${"0".repeat(43)}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked`,
+      ['9\r\n{"model":\r\n'],
+    );
+    expect(chunked.status).toBe(401);
+    expect((JSON.parse(chunked.body) as ErrorBody).error.code).toBe("invalid_api_key");
+    expect(server.services.budget.inflightBytes).toBe(0);
+  });
+
   test("chunked body that grows over the limit: our JSON 413", async () => {
     const res = await rawRequest(
       server.url,

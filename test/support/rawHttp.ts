@@ -19,11 +19,12 @@ function parseResponse(text: string): RawResponse | null {
     const i = line.indexOf(":");
     headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
   }
+  // `text` is latin1 (one char per byte), so lengths below are byte counts; decode UTF-8 at the end.
   let body = text.slice(end + 4);
   if (headers["content-length"] !== undefined) {
     const n = Number(headers["content-length"]);
-    if (Buffer.byteLength(body) < n) return null;
-    body = Buffer.from(body).subarray(0, n).toString();
+    if (body.length < n) return null;
+    body = body.slice(0, n);
   } else if (headers["transfer-encoding"] === "chunked") {
     let out = "";
     let rest = body;
@@ -38,7 +39,7 @@ function parseResponse(text: string): RawResponse | null {
     }
     body = out;
   }
-  return { status: Number(statusLine!.split(" ")[1]), headers, body };
+  return { status: Number(statusLine!.split(" ")[1]), headers, body: Buffer.from(body, "latin1").toString("utf8") };
 }
 
 /**
