@@ -122,7 +122,8 @@ async function user(argv: string[], io: Io): Promise<number> {
   if (sub === "list") {
     return withStore(values, (store) => {
       io.out(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"].join("\t"));
-      for (const u of store.users.list()) {
+      // limit -1 is SQLite's "no limit": the store pages by 1000 by default.
+      for (const u of store.users.list({ limit: -1 })) {
         io.out([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", fmtTime(u.created_at)].join("\t"));
       }
       return 0;
