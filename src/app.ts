@@ -157,7 +157,11 @@ export function createApp(services: Services) {
 
   // standardHostname: false — Elysia otherwise finds the path at index 11 of the URL, which
   // misroutes every request whose Host header is shorter than 4 characters (e.g. "app").
-  const app = new Elysia({ name: "atelier", handler: { standardHostname: false } })
+  // precompile — compiling a route fills in schema details (`additionalProperties`) in place,
+  // on models that may be module constants shared by every app in the process; compiling all
+  // routes up front makes that happen before the OpenAPI document is built, every time, so the
+  // document no longer depends on what ran earlier in the process.
+  const app = new Elysia({ name: "atelier", handler: { standardHostname: false }, precompile: true })
     .onError({ as: "global" }, ({ code, error, request }) => {
       const allowed = () => {
         const path = new URL(request.url).pathname;
