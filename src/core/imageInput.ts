@@ -7,6 +7,7 @@
  */
 import type { CatalogModel } from "./models";
 import type { ImageInput, ImageMime, RequestedSize } from "../engines/types";
+import { decodeImage } from "./image/codec";
 import { readDimensions } from "./image/dimensions";
 import { pngHasAlpha } from "./image/png";
 
@@ -113,6 +114,18 @@ export function imageFromBytes(bytes: Uint8Array, param: string, declared?: Imag
     throw new ImageInputError(`'${param}' looks like ${mime} but its header is truncated or invalid (no dimensions found).`, param, "invalid_image");
   }
   return { bytes, mime, width: dims.width, height: dims.height };
+}
+
+/**
+ * A header can be valid over truncated or corrupt pixel data; only a full decode tells. The
+ * decoded pixels are dropped at once (engines decode again as they need).
+ */
+export function assertDecodable(image: ImageInput, param: string): void {
+  try {
+    decodeImage(image.bytes, image.mime);
+  } catch (e) {
+    throw new ImageInputError(`'${param}' is not a decodable ${image.mime} image: ${(e as Error).message}`, param, "invalid_image");
+  }
 }
 
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];

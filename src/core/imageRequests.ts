@@ -25,6 +25,11 @@ export interface ImageRequest {
   keyId: number | null;
   endpoint: ImageEndpoint;
   job: Omit<ImageJob, "signal">;
+  /**
+   * Expensive input checks (full decodes) run once a gate slot is held, so they are bounded
+   * by the gate, but before the charge, so a corrupt upload is a 400 that is never charged.
+   */
+  checkInputs?: () => void;
 }
 
 export interface ImageOutcome {
@@ -68,6 +73,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
 
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
+    req.checkInputs?.();
     store.credits.chargeForImage(
       { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
       deps.clock(),

@@ -211,6 +211,8 @@ describe("through fetch", () => {
 
 const png64 = makePng(64, 64, pattern);
 const okUrl = dataUrl(png64);
+// A valid signature and IHDR over pixel data cut short: only a full decode finds it.
+const truncatedPng = png64.subarray(0, png64.byteLength - 40);
 const tooBig = `data:image/png;base64,${"A".repeat(Math.ceil((10 * 1024 * 1024 + 3) / 3) * 4)}`;
 
 type Case = { name: string; body: unknown; status?: number; param: string | null; code?: string; path?: string; contentType?: string };
@@ -237,6 +239,7 @@ const generationCases: Case[] = [
   { name: "bytes are not an image", body: { prompt: "x", reference_image: `data:image/png;base64,${Buffer.from("hello, not an image").toString("base64")}` }, param: "reference_image", code: "invalid_image_format" },
   { name: "declared JPEG, bytes PNG", body: { prompt: "x", reference_images: [okUrl.replace("image/png", "image/jpeg")] }, param: "reference_images[0]", code: "image_type_mismatch" },
   { name: "over 10 MiB decoded (checked before decoding)", body: { prompt: "x", reference_image: tooBig }, param: "reference_image", code: "image_too_large" },
+  { name: "header fine, pixel data truncated", body: { prompt: "x", reference_images: [okUrl, dataUrl(truncatedPng)] }, param: "reference_images[1]", code: "invalid_image" },
   { name: "output_compression over 100", body: { prompt: "x", output_compression: 101 }, param: "output_compression" },
   { name: "a JSON array", body: [{ prompt: "x" }], param: null },
   { name: "malformed JSON", body: "{\"prompt\":", param: null, code: "invalid_json" },
@@ -271,6 +274,7 @@ describe("bad input is refused with the right param and never charged", () => {
   const jpg = new Uint8Array(jpeg.encode({ width: 64, height: 64, data: Buffer.from(new Uint8Array(64 * 64 * 4).fill(50)) }, 80).data);
   const multipartCases: { name: string; parts: [string, string | Blob, string?][]; param: string; code?: string }[] = [
     { name: "no image", parts: [["prompt", "x"]], param: "image" },
+    { name: "image[] with truncated pixel data", parts: [["prompt", "x"], ["image[]", new Blob([png64]), "a.png"], ["image[]", new Blob([truncatedPng]), "b.png"]], param: "image[1]", code: "invalid_image" },
     { name: "image is not an image", parts: [["prompt", "x"], ["image", new Blob(["just text"]), "a.png"]], param: "image", code: "invalid_image_format" },
     { name: "second image[] is bad", parts: [["prompt", "x"], ["image[]", new Blob([png64]), "a.png"], ["image[]", new Blob(["nope"]), "b.png"]], param: "image[1]" },
     { name: "image as a text field", parts: [["prompt", "x"], ["image", "not a file"]], param: "image" },

@@ -10,6 +10,7 @@ import type { Services } from "../../app";
 import { GateRejected } from "../../core/gate";
 import { newId } from "../../core/ids";
 import {
+  assertDecodable,
   checkMask,
   checkQuality,
   ImageInputError,
@@ -285,9 +286,19 @@ export function imagesRoutes(services: Services) {
     request: Request,
     set: { headers: Record<string, string | number> },
     job: ReturnType<typeof commonJobFields> & { images: ImageInput[]; mask?: ImageInput },
+    /** The request field of each entry of job.images, in order (for errors). */
+    imageParams: string[],
   ) {
     const requestId = newId("img_");
-    const outcome = await runImageRequest(flow, { requestId, userId: principal.userId, keyId: principal.keyId, endpoint, job }, request.signal);
+    const checkInputs = () => {
+      job.images.forEach((image, i) => assertDecodable(image, imageParams[i] ?? `image[${i}]`));
+      if (job.mask) assertDecodable(job.mask, "mask");
+    };
+    const outcome = await runImageRequest(
+      flow,
+      { requestId, userId: principal.userId, keyId: principal.keyId, endpoint, job, checkInputs },
+      request.signal,
+    );
     set.headers["x-queue-time-ms"] = String(Math.round(outcome.queueMs));
     const { image } = outcome;
     return {
@@ -318,11 +329,11 @@ export function imagesRoutes(services: Services) {
           if (b.reference_image !== undefined && b.reference_images !== undefined) {
             throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
           }
-          const images =
-            b.reference_image !== undefined
-              ? [imageFromDataUrl(b.reference_image, "reference_image")]
-              : (b.reference_images ?? []).map((u, i) => imageFromDataUrl(u, `reference_images[${i}]`));
-          return await run("/v1/images/generations", principal, request, set, { ...fields, images });
+          const params =
+            b.reference_image !== undefined ? ["reference_image"] : (b.reference_images ?? []).map((_, i) => `reference_images[${i}]`);
+          const sources = b.reference_image !== undefined ? [b.reference_image] : (b.reference_images ?? []);
+          const images = sources.map((u, i) => imageFromDataUrl(u, params[i]!));
+          return await run("/v1/images/generations", principal, request, set, { ...fields, images }, params);
         } catch (e) {
           throw toApiError(e);
         }
@@ -354,6 +365,7 @@ export function imagesRoutes(services: Services) {
           const form = (body ?? {}) as Record<string, unknown>;
           let fields: ReturnType<typeof commonJobFields>;
           let images: ImageInput[];
+          let imageParams: string[];
           let mask: ImageInput | undefined;
           if (isMultipart) {
             const text = multipartText(form);
@@ -364,18 +376,20 @@ export function imagesRoutes(services: Services) {
             if (files.length === 0) throw badRequest("Send the image to edit as the multipart file 'image' (or several as 'image[]').", "image", "missing_required_parameter");
             if (files.length > MAX_EDIT_IMAGES) throw badRequest(`At most ${MAX_EDIT_IMAGES} images can be edited together; got ${files.length}.`, "image", "too_many_images");
             images = [];
-            for (const [i, f] of files.entries()) images.push(await fileToImage(f, single ? "image" : `image[${i}]`));
+            imageParams = files.map((_, i) => (single ? "image" : `image[${i}]`));
+            for (const [i, f] of files.entries()) images.push(await fileToImage(f, imageParams[i]!));
             if (Array.isArray(form.mask)) throw badRequest("Send at most one 'mask'.", "mask", "invalid_mask");
             if (form.mask !== undefined) mask = await fileToImage(form.mask, "mask");
           } else {
             validate(ImageEditJsonRequest, form);
             const b = form as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
             fields = commonJobFields(services, b);
-            images = b.images.map((img, i) => imageFromDataUrl(img.image_url, `images[${i}]`));
+            imageParams = b.images.map((_, i) => `images[${i}]`);
+            images = b.images.map((img, i) => imageFromDataUrl(img.image_url, imageParams[i]!));
             if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
           }
           if (mask) checkMask(mask, images[0]!);
-          return await run("/v1/images/edits", principal, request, set, { ...fields, images, mask });
+          return await run("/v1/images/edits", principal, request, set, { ...fields, images, mask }, imageParams);
         } catch (e) {
           throw toApiError(e);
         }
