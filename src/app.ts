@@ -152,7 +152,7 @@ function generateOpenApiNow(app: Elysia): void {
 }
 
 export function createApp(services: Services) {
-  const { logger, config } = services;
+  const { logger } = services;
   let matchers: ReturnType<typeof routeMatchers> | undefined;
 
   // standardHostname: false — Elysia otherwise finds the path at index 11 of the URL, which
@@ -232,7 +232,6 @@ export function createApp(services: Services) {
     .use(chatRoutes(services))
     .use(imagesRoutes(services));
 
-  void config;
   generateOpenApiNow(app as unknown as Elysia);
   return app;
 }

@@ -112,6 +112,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
         const deadline = new Promise((r) => setTimeout(r, config.server.shutdown_grace_ms));
         await Promise.race([Promise.all([graceful, ...inflight, services.background.idle()]), deadline]);
         await server.stop(true);
+        services.upstreams.close();
         store.close();
         logger.info("stopped");
       })();

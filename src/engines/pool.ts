@@ -436,8 +436,10 @@ export class AccountPool {
     });
   }
 
-  /** Stops background snapshot writes (the store is about to close). */
+  /** Writes a last snapshot, then stops background writes (the store is about to close). */
   close(): void {
+    if (this.closed) return;
+    this.persistSnapshot(); // so `atelier upstreams` shows the state at the stop, not mid-request
     this.closed = true;
     if (this.snapshotTimer) clearTimeout(this.snapshotTimer);
     this.snapshotTimer = null;

@@ -247,4 +247,17 @@ describe("failures", () => {
     expect(rows.get("up/b")?.snapshot.capacity).toBe(1);
     pool.close();
   });
+
+  test("closing the pool writes the final state, so the CLI does not show a stale mid-request count", async () => {
+    const { pool, store } = setup();
+    let release!: () => void;
+    const running = pool.run(() => new Promise<string>((r) => (release = () => r("a"))));
+    await Bun.sleep(0);
+    pool.persistSnapshot();
+    expect(store.upstreams.loadSnapshots().get("up/a")?.snapshot.inFlight).toBe(1);
+    release();
+    await running;
+    pool.close();
+    expect(store.upstreams.loadSnapshots().get("up/a")?.snapshot.inFlight).toBe(0);
+  });
 });

@@ -12,8 +12,21 @@ export function upstreamViews(services: Services): UpstreamView[] {
   return services.config.upstreams.map((u) => ({
     id: u.id,
     kind: u.kind,
-    baseUrl: u.base_url,
+    baseUrl: withoutCredentials(u.base_url),
     models: models.filter((m) => m.upstream === u.id).map((m) => m.id),
     accounts: live.find((s) => s.id === u.id)?.accounts ?? [],
   }));
+}
+
+/** A base URL may carry `user:password@` (or a token in the query); the page shows neither. */
+export function withoutCredentials(baseUrl: string): string {
+  try {
+    const url = new URL(baseUrl);
+    url.username = "";
+    url.password = "";
+    url.search = "";
+    return url.toString();
+  } catch {
+    return "(unparseable URL)";
+  }
 }
