@@ -169,6 +169,11 @@ describe("workbench in a real browser", () => {
     expect(await user.locator("td.name").first().textContent()).toBe(`laptop ${XSS}`);
     expect(await user.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
     await shot(user, "04-keys-new-key");
+    // A reload neither posts the form again (no second key) nor shows the full key again.
+    expect(new URL(user.url()).pathname).toBe("/keys");
+    await user.reload();
+    expect(await user.getByTestId("new-key").count()).toBe(0);
+    expect(await user.locator("td.name").count()).toBe(1);
 
     const client = new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
     const models = await client.models.list();

@@ -1,6 +1,8 @@
 // Atelier workbench: behaviour shared by every page (copy buttons, confirmations, balance).
 "use strict";
 (function () {
+  const replaceWith = document.querySelector("[data-replace-url]");
+  if (replaceWith) history.replaceState(null, "", replaceWith.getAttribute("data-replace-url"));
   const csrfMeta = document.querySelector('meta[name="csrf-token"]');
   window.atelier = {
     csrf: csrfMeta ? csrfMeta.getAttribute("content") : "",

@@ -91,11 +91,12 @@
         const dl = q("[data-download]");
         dl.href = lastUrl;
         dl.download = `atelier-${Date.now()}.${format}`;
-        q("[data-figure]").hidden = false;
+        // The balance is refreshed before the result is revealed, so the two never disagree on screen.
         const credits = await window.atelier.refreshBalance();
         const gen = typeof body.generation_time_ms === "number" ? body.generation_time_ms : Math.round(performance.now() - started);
         q("[data-meta]").textContent =
           `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} ${credits === 1 ? "credit" : "credits"} left`);
+        q("[data-figure]").hidden = false;
       },
     };
   }

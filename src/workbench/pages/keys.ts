@@ -11,7 +11,9 @@ export interface KeysPageState {
 }
 
 function createdKey(c: { name: string; secret: string }): Html {
-  return html`<section class="card created-key" aria-labelledby="new-key-title">
+  // data-replace-url: common.js turns this POST answer into a plain /keys history entry, so a
+  // reload does not post the form again (and create a second key).
+  return html`<section class="card created-key" aria-labelledby="new-key-title" data-replace-url="/keys">
   <h2 id="new-key-title">Your new key “${c.name}”</h2>
   <p class="msg warning" role="alert"><strong>Copy it now.</strong> This is the only time the full key is shown; we keep only a hash of it.</p>
   <div class="copy-row">
