@@ -51,7 +51,7 @@ const literals = <const V extends string[]>(values: V, description: string, exam
 
 const commonFields = {
   prompt: t.String({ minLength: 1, maxLength: 32000, description: "What to draw (1 to 32000 characters).", examples: ["A lighthouse at dusk, watercolor"] }),
-  model: t.Optional(t.String({ description: "Image model id; the server's default image model when absent.", examples: ["builtin-image"] })),
+  model: t.Optional(t.String({ minLength: 1, description: "Image model id; the server's default image model when absent.", examples: ["builtin-image"] })),
   size: t.Optional(
     t.Union([t.String(), t.Null()], {
       description: "`auto` or `<width>x<height>`. Each model declares what it accepts; builtin-image: any width and height from 64 to 2048.",
@@ -71,6 +71,7 @@ const commonFields = {
     }),
   ),
   n: t.Optional(t.Union([Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
+  stream: t.Optional(t.Boolean({ description: "Must be false or absent: streaming is not supported (400 `stream_unsupported`).", examples: [false] })),
   // OpenAI's other fields: accepted and handed to the engines that use them.
   background: t.Optional(t.String({ description: "Passed to the engine: `transparent | opaque | auto`.", examples: ["auto"] })),
   output_format: t.Optional(t.String({ description: "Passed to the engine: `png | jpeg | webp`.", examples: ["png"] })),
@@ -97,7 +98,7 @@ const ImageGenerationRequest = t.Object(
       }),
     ),
   },
-  { description: "Generate one image from a prompt. Unknown fields are ignored.", examples: [{ prompt: "A lighthouse at dusk, watercolor", size: "512x512" }] },
+  { description: "Generate one image from a prompt. Unknown fields are ignored; a field set to null counts as absent.", examples: [{ prompt: "A lighthouse at dusk, watercolor", size: "512x512" }] },
 );
 
 const ImageUrlObject = (description: string) => t.Object({ image_url: DataUrl(description) }, { description });
@@ -113,7 +114,7 @@ const ImageEditJsonRequest = t.Object(
     }),
     mask: t.Optional(ImageUrlObject("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
   },
-  { description: "Edit an image (JSON form). Unknown fields are ignored.", examples: [{ prompt: "Add a red balloon", images: [{ image_url: TINY_PNG }] }] },
+  { description: "Edit an image (JSON form). Unknown fields are ignored; a field set to null counts as absent.", examples: [{ prompt: "Add a red balloon", images: [{ image_url: TINY_PNG }] }] },
 );
 
 const Binary = (description: string) => t.String({ format: "binary", description });
@@ -130,6 +131,7 @@ const ImageEditMultipartRequest = t.Object(
     quality: t.Optional(t.String({ description: commonFields.quality.description, examples: ["auto"] })),
     response_format: t.Optional(t.String({ description: commonFields.response_format.description, examples: ["b64_json"] })),
     n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
+    stream: t.Optional(t.String({ description: "Must be `false` or absent: streaming is not supported (400 `stream_unsupported`).", examples: ["false"] })),
   },
   { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
 );
@@ -191,6 +193,7 @@ type CommonFields = {
   quality?: string | null;
   response_format?: string | null;
   n?: number | null;
+  stream?: boolean;
 } & Partial<Record<(typeof PASS_THROUGH)[number], unknown>>;
 
 function resolveImageModel(services: Services, id: string | undefined): CatalogModel {
@@ -202,8 +205,22 @@ function resolveImageModel(services: Services, id: string | undefined): CatalogM
   return model;
 }
 
+/**
+ * OpenAI's clients send null for "not set" (the openai types allow null for model, n, size,
+ * quality, background, output_format…): a top-level null counts as an absent field.
+ */
+function withoutNulls(body: unknown): unknown {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return body;
+  return Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null));
+}
+
 /** The rules every image request shares, in the order a client would fix them. */
 function commonJobFields(services: Services, body: CommonFields) {
+  // Before anything is charged: the openai client would wait for server-sent events and
+  // find none, so the user would pay for an image that never arrives.
+  if (body.stream === true) {
+    throw badRequest("Streaming is not supported: this service returns the image in one JSON response. Omit 'stream' or set it to false.", "stream", "stream_unsupported");
+  }
   const model = resolveImageModel(services, body.model);
   if (body.n !== undefined && body.n !== null && body.n !== 1) throw badRequest(`Invalid 'n' ${JSON.stringify(body.n)}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
   if (body.response_format === "url") {
@@ -241,6 +258,7 @@ function multipartText(form: Record<string, unknown>): Record<string, unknown> {
   for (const k of ["n", "output_compression"]) {
     if (typeof out[k] === "string" && /^-?\d+$/.test(out[k] as string)) out[k] = Number(out[k]);
   }
+  if (out.stream === "true" || out.stream === "false") out.stream = out.stream === "true";
   return out;
 }
 
@@ -323,8 +341,9 @@ export function imagesRoutes(services: Services) {
       "/images/generations",
       async ({ body, principal, request, set }) => {
         try {
-          validate(ImageGenerationRequest, body);
-          const b = body as CommonFields & { reference_image?: string; reference_images?: string[] };
+          const given = withoutNulls(body);
+          validate(ImageGenerationRequest, given);
+          const b = given as CommonFields & { reference_image?: string; reference_images?: string[] };
           const fields = commonJobFields(services, b);
           if (b.reference_image !== undefined && b.reference_images !== undefined) {
             throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
@@ -381,8 +400,9 @@ export function imagesRoutes(services: Services) {
             if (Array.isArray(form.mask)) throw badRequest("Send at most one 'mask'.", "mask", "invalid_mask");
             if (form.mask !== undefined) mask = await fileToImage(form.mask, "mask");
           } else {
-            validate(ImageEditJsonRequest, form);
-            const b = form as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
+            const given = withoutNulls(form);
+            validate(ImageEditJsonRequest, given);
+            const b = given as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
             fields = commonJobFields(services, b);
             imageParams = b.images.map((_, i) => `images[${i}]`);
             images = b.images.map((img, i) => imageFromDataUrl(img.image_url, imageParams[i]!));
