@@ -273,6 +273,17 @@ describe("validation", () => {
     await expectError({ messages: [{ role: "user", content: "hi" }] }, 400, "model");
   });
 
+  test("a container of the wrong type is reported at that field, not inside a coerced copy of it", async () => {
+    const notArray = await expectError({ model: "builtin-chat", messages: "hi" }, 400, "messages");
+    expect(notArray.message).toContain("array");
+    await expectError({ model: "builtin-chat", messages: { role: "user", content: "hi" } }, 400, "messages");
+    await expectError({ model: "builtin-chat", messages: [{ role: "user", content: "a" }, ["user", "hi"]] }, 400, "messages[1]");
+    await expectError({ model: "builtin-chat", messages: [5] }, 400, "messages[0]");
+    await expectError({ ...ask("hi"), response_format: "json_object" }, 400, "response_format");
+    await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: "product" } }, 400, "response_format.json_schema");
+    await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "x", schema: "{}" } } }, 400, "response_format.json_schema.schema");
+  });
+
   test("null parameters, n = 1 and unknown fields are accepted", async () => {
     const { res } = await post({ ...ask("hi"), n: 1, temperature: null, stop: null, response_format: null, logit_bias: { "50256": -100 }, metadata: { a: "b" } });
     expect(res.status).toBe(200);

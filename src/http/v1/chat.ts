@@ -154,6 +154,43 @@ function dropNullFields({ body }: { body: unknown }): void {
   for (const k of Object.keys(fields)) if (fields[k] === null) delete fields[k];
 }
 
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Elysia's validator coerces a body string into an array or object before checking it ("hi"
+ * becomes ["h", "i"], a lone message object becomes a one-item list), so a container of the
+ * wrong type was reported deep inside the coerced value ('messages[0].role'). Checked here,
+ * before validation, so the error names the field the client got wrong.
+ */
+function checkContainers(fields: Record<string, unknown>): void {
+  const { messages, response_format: format } = fields;
+  if (messages !== undefined) {
+    if (!Array.isArray(messages)) {
+      throw badRequest(`Invalid 'messages': must be an array of ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "invalid_value");
+    }
+    const bad = messages.findIndex((m) => !isPlainObject(m));
+    if (bad >= 0) throw badRequest(`Invalid 'messages[${bad}]': each message must be an object {"role", "content"}.`, `messages[${bad}]`, "invalid_value");
+  }
+  if (format !== undefined) {
+    if (!isPlainObject(format)) {
+      throw badRequest(`Invalid 'response_format': must be an object such as {"type": "json_object"}.`, "response_format", "invalid_value");
+    }
+    if (format.json_schema !== undefined && format.json_schema !== null && !isPlainObject(format.json_schema)) {
+      throw badRequest(`Invalid 'response_format.json_schema': must be an object with 'name' and 'schema'.`, "response_format.json_schema", "invalid_value");
+    }
+    const schema = isPlainObject(format.json_schema) ? format.json_schema.schema : undefined;
+    if (schema !== undefined && !isPlainObject(schema)) {
+      throw badRequest(`Invalid 'response_format.json_schema.schema': must be a JSON Schema object.`, "response_format.json_schema.schema", "invalid_value");
+    }
+  }
+}
+
+/** The transform hook: nulls dropped, then container types checked (both before validation). */
+function normalizeBody(ctx: { body: unknown }): void {
+  dropNullFields(ctx);
+  if (isPlainObject(ctx.body)) checkContainers(ctx.body);
+}
+
 type ChatDeps = Pick<Services, "config" | "store" | "logger" | "clock" | "catalog" | "budget" | "auth" | "background" | "engines">;
 
 /** How much of the last user message the request history keeps. */
@@ -284,7 +321,7 @@ export function chatRoutes(deps: ChatDeps) {
         // acceptBody always answers (a body or an error), so the trailing "json" never runs: it is
         // there because the OpenAPI plugin derives the request content type from named parsers.
         parse: [acceptBody(deps.budget, "json"), "json"],
-        transform: dropNullFields,
+        transform: normalizeBody,
         body: "ChatCompletionRequest",
         response: { 200: "ChatCompletion", ...errorResponses(400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504) },
         detail: {
