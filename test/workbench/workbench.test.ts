@@ -122,6 +122,21 @@ describe("sessions", () => {
   }, 30_000);
 });
 
+describe("malformed cookies", () => {
+  test("a session cookie with a broken %-escape is no session, not a 500", async () => {
+    const { handle } = makeApp();
+    const cookie = "atelier_session=%zz";
+    const page = await handle("/keys", { headers: { cookie } });
+    expect(page.status).toBe(303);
+    expect(page.headers.get("location")).toBe("/signin?next=%2Fkeys");
+    expect((await handle("/signin", { headers: { cookie } })).status).toBe(200);
+    expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
+    const api = await handle("/v1/models", { headers: { cookie } });
+    expect(api.status).toBe(401);
+    expect((await api.json()).error.code).toBe("missing_api_key");
+  }, 30_000);
+});
+
 describe("sign-in throttling", () => {
   test("per address and per account, within a window; a success resets the account's count", async () => {
     const config = loadConfig({ env: {} });
@@ -290,5 +305,10 @@ describe("history", () => {
     expect(failed.text).toContain("boom &lt;b&gt;");
     expect((await rows("/credits?kind=image")).count).toBe(0);
     expect((await rows("/credits?kind=bogus&page=-3")).count).toBe(25);
+    // A page past the end (an old link, a hand-edited URL) leads back to the last page, not to page 998.
+    const past = await rows("/credits?page=999");
+    expect(past.count).toBe(0);
+    expect(past.text).toContain('href="/credits?page=2" rel="prev"');
+    expect(past.text).not.toContain("page=998");
   }, 30_000);
 });

@@ -88,7 +88,7 @@ function truncate(text: string | null): string {
 export function pagination(action: string, q: HistoryQuery, total: number): Html {
   const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
   return html`<nav class="pager" aria-label="Pages">
-  ${q.page > 1 ? html`<a href="${action}${queryString(q, q.page - 1)}" rel="prev">← Newer</a>` : html`<span class="muted">← Newer</span>`}
+  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages))}" rel="prev">← Newer</a>` : html`<span class="muted">← Newer</span>`}
   <span>Page ${q.page} of ${pages} · ${total} request${total === 1 ? "" : "s"}</span>
   ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1)}" rel="next">Older →</a>` : html`<span class="muted">Older →</span>`}
 </nav>`;
