@@ -25,7 +25,18 @@ export interface ApiAuthDeps {
   sessionPrincipal?: (request: Request) => Principal | null;
 }
 
+/**
+ * Who is calling, or the 401/403 to send. Records the user on the request's meta, so the log
+ * line names them even when the request fails later (a 400 from validation runs before the
+ * route's own auth step, and the server authenticates API bodies before the app sees them).
+ */
 export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Principal {
+  const principal = resolvePrincipal(request, deps);
+  metaOf(request).userId = principal.userId;
+  return principal;
+}
+
+function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal {
   const header = request.headers.get("authorization");
   if (!header) {
     const session = deps.sessionPrincipal?.(request);
@@ -52,8 +63,6 @@ export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Pri
 /** Adds `principal` to every route of the instance that uses it. */
 export function apiAuth(deps: ApiAuthDeps) {
   return new Elysia({ name: "auth.api" }).resolve({ as: "scoped" }, ({ request }) => {
-    const principal = authenticateApiRequest(request, deps);
-    metaOf(request).userId = principal.userId;
-    return { principal };
+    return { principal: authenticateApiRequest(request, deps) };
   });
 }

@@ -306,4 +306,13 @@ describe("operations", () => {
     expect(all).not.toContain("sk-upstream-secret");
     expect(all).not.toMatch(/sk-atl-[0-9A-Za-z]{20,}/);
   });
+
+  test("the log line of a key holder's rejected POST names the user (a 400 is still someone's request)", async () => {
+    const res = await fetch(`${server.url}${POST_ROUTE}`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ model: "builtin-chat" }) });
+    expect(res.status).toBe(400);
+    const id = res.headers.get("x-request-id");
+    await res.arrayBuffer();
+    const line = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === "request" && l.request_id === id);
+    expect(line).toMatchObject({ method: "POST", path: POST_ROUTE, status: 400, user_id: expect.any(Number) });
+  });
 });
