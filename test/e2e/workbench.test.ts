@@ -318,6 +318,17 @@ describe("workbench in a real browser", () => {
     await containsText(admin.locator("main"), "acme-main");
     await containsText(admin.locator("main"), "Last failure");
     expect(await admin.content()).not.toContain("sk-upstream-secret");
+
+    // On a 375 px phone no page scrolls sideways (wide tables scroll inside their own box).
+    await admin.setViewportSize({ width: 375, height: 740 });
+    for (const path of ["/playground", "/credits", "/keys", "/admin", "/admin/requests", "/admin/upstreams", "/admin/models"]) {
+      await admin.goto(`${server.url}${path}`);
+      expect({ path, width: await admin.evaluate(() => document.documentElement.scrollWidth) }).toEqual({ path, width: 375 });
+    }
+    await shot(admin, "13-admin-models-phone");
+    await admin.goto(`${server.url}/admin`);
+    await shot(admin, "14-admin-users-phone");
+    await admin.setViewportSize({ width: 1280, height: 860 });
     // Users are not admins.
     const res = await user.goto(`${server.url}/admin`);
     expect(res?.status()).toBe(403);
