@@ -3,6 +3,7 @@
  * many large uploads at once cannot exhaust memory (413 for one oversized body, 429 when the
  * budget is spent), then parsed by content type (malformed JSON → 400, anything else → 415).
  */
+import { authenticateApiRequest, type ApiAuthDeps } from "./auth";
 import { ApiError, badRequest, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
 import { metaOf } from "./requestMeta";
 
@@ -154,5 +155,18 @@ export function acceptBody(budget: BodyBudget, ...accepted: BodyKind[]) {
       if (e instanceof ApiError) throw e;
       throw badRequest(`We could not parse the multipart/form-data body: ${(e as Error).message}`, null, "invalid_multipart");
     }
+  };
+}
+
+/**
+ * acceptBody for /v1 routes: the caller is authenticated first. Elysia parses before it runs
+ * the route's auth step, and the server authenticates early only requests that carry a body,
+ * so a keyless POST with no body (or an empty one) was answered 400/415 instead of 401.
+ */
+export function acceptApiBody(auth: ApiAuthDeps, budget: BodyBudget, ...accepted: BodyKind[]) {
+  const parse = acceptBody(budget, ...accepted);
+  return function parseApiBody(ctx: { request: Request }): Promise<unknown> {
+    authenticateApiRequest(ctx.request, auth);
+    return parse(ctx);
   };
 }

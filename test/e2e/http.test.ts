@@ -141,6 +141,14 @@ describe("error shape and status", () => {
     expect(server.services.budget.inflightBytes).toBe(0);
   });
 
+  test("a keyless POST with no body or an empty one is 401 on every API route, not 400/415", async () => {
+    for (const path of [POST_ROUTE, "/v1/images/generations", "/v1/images/edits"]) {
+      await expectError(await fetch(`${server.url}${path}`, { method: "POST" }), 401, "missing_api_key");
+      await expectError(await fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json", "content-length": "0" } }), 401, "missing_api_key");
+      await expectError(await fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "text/plain" } }), 401, "missing_api_key");
+    }
+  });
+
   test("chunked body that grows over the limit: our JSON 413", async () => {
     const res = await rawRequest(
       server.url,

@@ -16,7 +16,7 @@ import { newId } from "../../core/ids";
 import type { CatalogModel } from "../../core/models";
 import { EngineError, EngineTimeout, UpstreamUnavailable, type ChatEngine, type ChatJob, type ChatResult } from "../../engines/types";
 import { apiAuth } from "../auth";
-import { acceptBody } from "../body";
+import { acceptApiBody } from "../body";
 import { apiErrorFromEngine } from "../engineErrors";
 import { ApiError, badRequest, modelNotFound, tooManyRequests } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
@@ -318,9 +318,9 @@ export function chatRoutes(deps: ChatDeps) {
         };
       },
       {
-        // acceptBody always answers (a body or an error), so the trailing "json" never runs: it is
+        // acceptApiBody always answers (a body or an error), so the trailing "json" never runs: it is
         // there because the OpenAPI plugin derives the request content type from named parsers.
-        parse: [acceptBody(deps.budget, "json"), "json"],
+        parse: [acceptApiBody(deps.auth, deps.budget, "json"), "json"],
         transform: normalizeBody,
         body: "ChatCompletionRequest",
         response: { 200: "ChatCompletion", ...errorResponses(400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504) },

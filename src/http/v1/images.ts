@@ -25,7 +25,7 @@ import type { CatalogModel } from "../../core/models";
 import type { ImageInput } from "../../engines/types";
 import { InsufficientCreditsError } from "../../store/credits";
 import { apiAuth, type Principal } from "../auth";
-import { acceptBody } from "../body";
+import { acceptApiBody } from "../body";
 import { apiErrorFromEngine } from "../engineErrors";
 import { ApiError, badRequest, insufficientCredits, modelNotFound, paramFromPointer, tooManyRequests } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
@@ -358,7 +358,7 @@ export function imagesRoutes(services: Services) {
         }
       },
       {
-        parse: acceptBody(services.budget, "json"),
+        parse: acceptApiBody(services.auth, services.budget, "json"),
         ...common,
         detail: {
           tags: ["Images"],
@@ -415,7 +415,7 @@ export function imagesRoutes(services: Services) {
         }
       },
       {
-        parse: acceptBody(services.budget, "multipart", "json"),
+        parse: acceptApiBody(services.auth, services.budget, "multipart", "json"),
         ...common,
         detail: {
           tags: ["Images"],
