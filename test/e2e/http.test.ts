@@ -234,6 +234,13 @@ describe("models", () => {
     expect(((await builtin.json()) as { id: string }).id).toBe("builtin-image");
   });
 
+  test("an id that is not valid percent-encoding: 401 without a key, then a 400 that says what is wrong", async () => {
+    await expectError(await fetch(`${server.url}/v1/models/%ZZ`), 401, "missing_api_key");
+    const error = await expectError(await fetch(`${server.url}/v1/models/%ZZ`, { headers: auth() }), 400, "invalid_value");
+    expect(error.param).toBe("model");
+    expect(error.message).toContain("percent-encoding");
+  });
+
   test("unknown model: 404 model_not_found with param model", async () => {
     const error = await expectError(await fetch(`${server.url}/v1/models/${encodeURIComponent("no/such model")}`, { headers: auth() }), 404, "model_not_found");
     expect(error.param).toBe("model");

@@ -1,8 +1,8 @@
 /** GET /v1/models and GET /v1/models/{model}: the catalog in OpenAI's shape. */
 import { Elysia, t } from "elysia";
 import type { CatalogModel, ModelCatalog } from "../../core/models";
-import { apiAuth, type ApiAuthDeps } from "../auth";
-import { modelNotFound } from "../errors";
+import { apiAuth, authenticateApiRequest, type ApiAuthDeps } from "../auth";
+import { badRequest, modelNotFound } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
 
 const ModelObject = t.Object(
@@ -46,8 +46,17 @@ export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps })
         return toModelObject(model);
       },
       {
+        // Before params validation (which Elysia runs ahead of the auth step): a keyless client
+        // gets its 401, and a path that is not valid percent-encoding (Elysia then has no value
+        // at all) gets a message that says so instead of "Expected string".
+        transform({ request, params }) {
+          authenticateApiRequest(request, deps.auth);
+          if (typeof (params as { model?: unknown }).model !== "string") {
+            throw badRequest("The model id in the path is not valid percent-encoding; encode it with encodeURIComponent (a slash is %2F).", "model", "invalid_value");
+          }
+        },
         params: t.Object({ model: t.String({ description: "The model id (percent-encoded in the path).", examples: ["builtin-image"] }) }),
-        response: { 200: "Model", ...errorResponses(401, 403, 404) },
+        response: { 200: "Model", ...errorResponses(400, 401, 403, 404) },
         detail: {
           tags: ["Models"],
           summary: "Retrieve a model",
