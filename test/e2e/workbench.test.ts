@@ -219,10 +219,13 @@ describe("workbench in a real browser", () => {
 
     // A failing generation (the upstream at 127.0.0.1:9 refuses connections) shows the API's
     // error and leaves the balance as it was: the credit is refunded.
+    // Keyboard only: Enter on the button; afterwards the focus is back on it, not lost to <body>.
     await user.locator("#gen-model").selectOption("acme-image");
-    await user.getByRole("button", { name: "Generate (1 credit)" }).click();
+    await user.getByRole("button", { name: "Generate (1 credit)" }).focus();
+    await user.keyboard.press("Enter");
     const failure = user.locator("#gen-result [data-error]");
     await failure.waitFor({ state: "visible", timeout: 60_000 });
+    expect(await user.evaluate(() => document.activeElement?.textContent?.trim())).toBe("Generate (1 credit)");
     expect((await failure.textContent())!.length).toBeGreaterThan(10);
     expect(await user.locator("#gen-result [data-figure]").isHidden()).toBe(true);
     await containsText(user.locator("#balance"), String(before - 1));

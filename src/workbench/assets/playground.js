@@ -158,6 +158,16 @@
   zone.addEventListener("dragleave", () => zone.classList.remove("over"));
   zone.addEventListener("drop", (e) => { e.preventDefault(); zone.classList.remove("over"); addRefs(Array.from(e.dataTransfer.files)); });
 
+  /**
+   * Re-enables a submit button that was disabled during a request. Disabling drops the keyboard
+   * focus to <body>; when nothing else took it meanwhile, it goes back to the button, so a
+   * keyboard user is still where they pressed Enter.
+   */
+  function keepFocus(button) {
+    button.disabled = false;
+    if (!document.activeElement || document.activeElement === document.body) button.focus();
+  }
+
   const genResult = resultView("gen-result");
   gen.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -165,7 +175,7 @@
     if (!prompt) { showError(genError, "Write a prompt first."); gen.elements.prompt.focus(); return; }
     showError(genError, "");
     const button = gen.querySelector('button[type="submit"]');
-    button.disabled = true;
+    button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
     genResult.busy(true);
     const started = performance.now();
     try {
@@ -178,7 +188,7 @@
       window.atelier.refreshBalance();
     } finally {
       genResult.busy(false);
-      button.disabled = false;
+      keepFocus(button);
     }
   });
 
@@ -280,7 +290,7 @@
     }
     showError(editError, "");
     const button = edit.querySelector('button[type="submit"]');
-    button.disabled = true;
+    button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
     editResult.busy(true);
     const started = performance.now();
     try {
@@ -300,7 +310,7 @@
       window.atelier.refreshBalance();
     } finally {
       editResult.busy(false);
-      button.disabled = false;
+      keepFocus(button);
     }
   });
 
@@ -326,7 +336,7 @@
     if (!text) { showError(chatError, "Write a message first."); return; }
     showError(chatError, "");
     const button = chat.querySelector('button[type="submit"]');
-    button.disabled = true;
+    button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
     messages.push({ role: "user", content: text });
     addMessage("user", text);
     chat.elements.message.value = "";
@@ -345,7 +355,7 @@
       chat.elements.message.value = text;
       showError(chatError, err.message);
     } finally {
-      button.disabled = false;
+      keepFocus(button);
     }
   });
 })();
