@@ -4,7 +4,7 @@
  * --config and --data and works while a server runs on the same data directory.
  */
 import { createApp, createServices } from "./app";
-import { parseCommand, positiveInteger, UsageError } from "./cli/args";
+import { CliError, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
 import { ConfigError, loadConfig, type Config } from "./config";
 import { AccountError, addUser, createKey } from "./core/accounts";
 import { createLogger, silentLogger } from "./logger";
@@ -61,7 +61,7 @@ function withStore<T>(values: Values, fn: (store: Store) => T): T {
 
 function requireUser(store: Store, email: string) {
   const user = store.users.byEmail(email);
-  if (!user) throw new UsageError(`no user with email ${email}`);
+  if (!user) throw new CliError(`no user with email ${email}`);
   return user;
 }
 
@@ -69,8 +69,9 @@ const fmtTime = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOSt
 
 async function serve(argv: string[], io: Io): Promise<number> {
   const usage = `Usage: atelier serve [--port N] [--host ADDR]\n\n  --port N      port (or ATELIER_PORT; default 8080)\n  --host ADDR   address (or ATELIER_HOST; default 0.0.0.0)\n\n${COMMON_HELP}`;
-  const { values } = parseCommand(argv, { port: { type: "string" }, host: { type: "string" } }, usage);
+  const { values, positionals } = parseCommand(argv, { port: { type: "string" }, host: { type: "string" } }, usage);
   if (values.help) return io.out(usage), 0;
+  noPositionals("serve", positionals, usage);
   const port = values.port === undefined ? undefined : positiveInteger("--port", values.port, true);
   const config = configFrom(values, { port, host: values.host });
   const logger = createLogger();
@@ -120,6 +121,7 @@ async function user(argv: string[], io: Io): Promise<number> {
     return 0;
   }
   if (sub === "list") {
+    noPositionals("user list", positionals.slice(1), usage);
     return withStore(values, (store) => {
       io.out(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"].join("\t"));
       // limit -1 is SQLite's "no limit": the store pages by 1000 by default.
@@ -176,8 +178,8 @@ function key(argv: string[], io: Io): number {
     }
     if (sub === "revoke") {
       const k = store.keys.byPrefix(arg);
-      if (!k) throw new UsageError(`no key with prefix ${arg}`);
-      if (!store.keys.revoke(k.id, Date.now())) throw new UsageError(`key ${arg} is already revoked`);
+      if (!k) throw new CliError(`no key with prefix ${arg}`);
+      if (!store.keys.revoke(k.id, Date.now())) throw new CliError(`key ${arg} is already revoked`);
       io.out(`revoked ${k.prefix}`);
       return 0;
     }
@@ -217,8 +219,9 @@ export async function renderOpenApi(config: Config): Promise<string> {
 
 async function openapiCommand(argv: string[], io: Io): Promise<number> {
   const usage = `Usage: atelier openapi [--output FILE]\n\nPrints the OpenAPI document (the same one served at /openapi.json).\n\n  --output FILE   write it to FILE instead of stdout (replaced only once complete)\n\n${COMMON_HELP}`;
-  const { values } = parseCommand(argv, { output: { type: "string" } }, usage);
+  const { values, positionals } = parseCommand(argv, { output: { type: "string" } }, usage);
   if (values.help) return io.out(usage), 0;
+  noPositionals("openapi", positionals, usage);
   const document = await renderOpenApi(configFrom(values));
   if (values.output === undefined) return io.out(document), 0;
   const { renameSync, writeFileSync } = await import("node:fs");
@@ -230,8 +233,9 @@ async function openapiCommand(argv: string[], io: Io): Promise<number> {
 /** For container HEALTHCHECKs on images without curl: GET /healthz on the configured port. */
 async function healthcheck(argv: string[], io: Io): Promise<number> {
   const usage = `Usage: atelier healthcheck [--url URL]\n\nExits 0 when the server answers GET /healthz with 200 within 5 seconds, 1 otherwise.\n\n  --url URL   base URL to check (default: http://127.0.0.1:<port> from the configuration)\n\n${COMMON_HELP}`;
-  const { values } = parseCommand(argv, { url: { type: "string" } }, usage);
+  const { values, positionals } = parseCommand(argv, { url: { type: "string" } }, usage);
   if (values.help) return io.out(usage), 0;
+  noPositionals("healthcheck", positionals, usage);
   let base = values.url;
   if (base === undefined) {
     const { host, port } = configFrom(values).server;
@@ -274,7 +278,7 @@ export async function runCli(argv: string[], io: Io = { out: (s) => console.log(
   try {
     return await run(rest, io);
   } catch (e) {
-    if (e instanceof UsageError || e instanceof ConfigError || e instanceof AccountError || e instanceof EmailTakenError || e instanceof DatabaseTooNewError) {
+    if (e instanceof UsageError || e instanceof CliError || e instanceof ConfigError || e instanceof AccountError || e instanceof EmailTakenError || e instanceof DatabaseTooNewError) {
       io.err(`atelier ${command}: ${e.message}`);
       return e instanceof UsageError ? 2 : 1;
     }

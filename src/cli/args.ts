@@ -1,8 +1,14 @@
 /** Small helpers for the subcommands: parsing with --help, and usage errors. */
 import { parseArgs, type ParseArgsConfig } from "node:util";
 
+/** The command line itself is wrong (exit 2). */
 export class UsageError extends Error {
   override name = "UsageError";
+}
+
+/** A well-formed command that cannot be carried out: unknown user or key, already revoked… (exit 1). */
+export class CliError extends Error {
+  override name = "CliError";
 }
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -14,11 +20,50 @@ export const COMMON_OPTIONS = {
 } as const satisfies Options;
 
 export function parseCommand<O extends Options>(argv: string[], options: O, usage: string) {
+  const all: Options = { ...COMMON_OPTIONS, ...options };
   try {
-    return parseArgs({ args: argv, options: { ...COMMON_OPTIONS, ...options }, allowPositionals: true, strict: true });
+    return parseArgs({ args: withNegativeNumbers(argv, all), options: { ...COMMON_OPTIONS, ...options }, allowPositionals: true, strict: true });
   } catch (e) {
     throw new UsageError(`${(e as Error).message}\n\n${usage}`);
   }
+}
+
+const NEGATIVE_NUMBER = /^-\d/;
+
+/**
+ * node:util reads "-3" as an unknown option ("Unknown option '-3'"), which hides what the operator
+ * typed: a negative number. Such words become values (`--credits -1` → `--credits=-1`) or
+ * positionals (moved behind `--`, order kept), so the command's own check names the argument and
+ * the rule ("N must be a positive integer, got \"-3\"").
+ */
+function withNegativeNumbers(argv: string[], options: Options): string[] {
+  if (!argv.some((a) => NEGATIVE_NUMBER.test(a))) return argv;
+  const flags: string[] = [];
+  const positionals: string[] = [];
+  const takesValue = (word: string) => {
+    const name = word.startsWith("--") ? word.slice(2) : Object.keys(options).find((k) => options[k]?.short === word.slice(1));
+    return name !== undefined && !name.includes("=") && options[name]?.type === "string";
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const word = argv[i]!;
+    if (word === "--") {
+      positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    if (word.startsWith("-") && !NEGATIVE_NUMBER.test(word)) {
+      const next = argv[i + 1];
+      if (takesValue(word) && next !== undefined) {
+        flags.push(`${word}=${next}`);
+        i++;
+      } else flags.push(word);
+    } else positionals.push(word);
+  }
+  return [...flags, "--", ...positionals];
+}
+
+/** For commands that take no positional arguments: a stray word is a mistake, not something to ignore. */
+export function noPositionals(command: string, positionals: string[], usage: string): void {
+  if (positionals.length > 0) throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(positionals.join(" "))}\n\n${usage}`);
 }
 
 export function positiveInteger(name: string, raw: string | undefined, allowZero = false): number {

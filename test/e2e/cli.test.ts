@@ -126,6 +126,55 @@ describe("CLI round trip while the server runs", () => {
   });
 });
 
+describe("exit codes as the README states them", () => {
+  /** In-process (cheaper than a process each): code, stdout and stderr of one command on the server's data. */
+  async function run(...args: string[]) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runCli([...args, "--data", server.dataDir], { out: (s) => out.push(s), err: (s) => err.push(s) });
+    return { code, stdout: out.join("\n"), stderr: err.join("\n") };
+  }
+
+  test("1 for a command that cannot be carried out (unknown user or key, already revoked, unknown upstream)", async () => {
+    expect(await run("user", "add", "exit-codes@example.com")).toMatchObject({ code: 0 });
+    const prefix = lastLine((await run("key", "create", "exit-codes@example.com")).stdout).slice(0, "sk-atl-".length + 8);
+    expect(await run("key", "revoke", prefix)).toMatchObject({ code: 0 });
+    for (const [args, message] of [
+      [["credits", "grant", "nobody@example.com", "3"], "no user with email nobody@example.com"],
+      [["key", "list", "nobody@example.com"], "no user with email nobody@example.com"],
+      [["key", "revoke", "sk-atl-nothing0"], "no key with prefix sk-atl-nothing0"],
+      [["key", "revoke", prefix], "already revoked"],
+      [["upstreams", "enable", "nope", "acct"], "no upstream 'nope'"],
+      [["user", "add", "EXIT-CODES@example.com"], "already exists"],
+    ] as const) {
+      const r = await run(...args);
+      expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 1, stdout: "" });
+      expect(r.stderr).toContain(message);
+    }
+  });
+
+  test("2 for a wrong command line: a negative number is named as such, stray arguments are not ignored", async () => {
+    for (const [args, message] of [
+      // node:util alone would say "Unknown option '-3'".
+      [["credits", "grant", "exit-codes@example.com", "-3"], 'N must be a positive integer, got "-3"'],
+      [["user", "add", "neg@example.com", "--credits", "-1"], '--credits must be a non-negative integer, got "-1"'],
+      [["credits", "grant", "exit-codes@example.com", "abc"], 'N must be a positive integer, got "abc"'],
+      [["credits", "grant", "exit-codes@example.com", "0"], 'N must be a positive integer, got "0"'],
+      [["user", "list", "extra"], 'user list takes no arguments, got "extra"'],
+      [["openapi", "extra"], "openapi takes no arguments"],
+      [["key", "create", "exit-codes@example.com", "--bogus"], "Unknown option '--bogus'"],
+    ] as const) {
+      const r = await run(...args);
+      expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 2, stdout: "" });
+      expect(r.stderr).toContain(message);
+    }
+    expect(server.services.store.users.byEmail("neg@example.com")).toBeNull();
+    // A value that merely starts with a dash still works where text is expected.
+    expect(await run("credits", "grant", "exit-codes@example.com", "2", "--note", "-2 was a typo")).toMatchObject({ code: 0, stderr: "" });
+    expect(server.services.store.credits.ledger(server.services.store.users.byEmail("exit-codes@example.com")!.id)[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
+  });
+});
+
 describe("--help everywhere", () => {
   const commands = [
     ["--help"],
