@@ -52,6 +52,7 @@ export function page(o: PageOptions): Html {
   <meta name="viewport" content="width=device-width, initial-scale=1">
   ${o.viewer ? html`<meta name="csrf-token" content="${o.viewer.csrf}">` : ""}
   <title>${o.title} — Atelier</title>
+  <link rel="icon" href="data:,">
   <link rel="stylesheet" href="/assets/workbench.css">
   <script src="/assets/common.js" defer></script>
   ${(o.scripts ?? []).map((s) => html`<script src="/assets/${s}" defer></script>`)}

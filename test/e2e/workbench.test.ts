@@ -328,9 +328,9 @@ describe("workbench in a real browser", () => {
       await admin.goto(`${server.url}${path}`);
       expect({ path, width: await admin.evaluate(() => document.documentElement.scrollWidth) }).toEqual({ path, width: 375 });
     }
-    await shot(admin, "13-admin-models-phone");
+    await shot(admin, "12b-admin-models-phone");
     await admin.goto(`${server.url}/admin`);
-    await shot(admin, "14-admin-users-phone");
+    await shot(admin, "12c-admin-users-phone");
     await admin.setViewportSize({ width: 1280, height: 860 });
     // Users are not admins.
     const res = await user.goto(`${server.url}/admin`);

@@ -122,6 +122,16 @@ describe("sessions", () => {
   }, 30_000);
 });
 
+describe("page head", () => {
+  test("declares an (empty) icon, so browsers do not ask for /favicon.ico and log a 404 per visit", async () => {
+    const { handle } = makeApp();
+    const text = await (await handle("/signin")).text();
+    expect(text).toContain('<link rel="icon" href="data:,">');
+    // The page's CSP must allow it (img-src covers icons).
+    expect((await handle("/signin")).headers.get("content-security-policy")).toContain("img-src 'self' data:");
+  }, 30_000);
+});
+
 describe("malformed cookies", () => {
   test("a session cookie with a broken %-escape is no session, not a 500", async () => {
     const { handle } = makeApp();
