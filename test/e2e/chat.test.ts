@@ -303,6 +303,14 @@ describe("validation", () => {
 });
 
 describe("engine behaviour", () => {
+  test("a json_schema demanding a gigantic reply is cut with finish_reason length; the server stays up", async () => {
+    const schema = { type: "object", properties: { title: { type: "string", minLength: 1_000_000_000 } }, required: ["title"] };
+    const completion = await client.chat.completions.create({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "huge", schema } } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(completion.choices[0]!.finish_reason).toBe("length");
+    expect(completion.choices[0]!.message.content!.length).toBeLessThan(2_000_000);
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+  });
+
   test("max_tokens cuts the reply short with finish_reason length", async () => {
     const completion = await client.chat.completions.create({ ...ask("a fairly long sentence that surely needs more than two tokens"), max_tokens: 2 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(completion.choices[0]!.finish_reason).toBe("length");

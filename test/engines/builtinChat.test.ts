@@ -3,7 +3,7 @@ import { describe, expect, test } from "bun:test";
 import { findChatRuleViolation, chatParamsFrom, countChars } from "../../src/core/chatRequest";
 import { BUILTIN_CHAT, type CatalogModel } from "../../src/core/models";
 import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX } from "../../src/engines/builtin/chatEngine";
-import { valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
+import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
 import type { ChatMessage } from "../../src/engines/types";
 
 const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, upstream: "builtin", upstreamModel: BUILTIN_CHAT, params: {} };
@@ -60,6 +60,29 @@ describe("valueFromSchema", () => {
     const out = JSON.stringify(fill(tree));
     expect(out.length).toBeLessThan(500);
     expect(out).toContain("null");
+  });
+});
+
+describe("valueFromSchema under hostile schemas", () => {
+  test("a huge minLength or arrays nested deep are cut at MAX_VALUE_CHARS instead of exhausting memory", () => {
+    const long = fillFromSchema({ type: "string", minLength: 1_000_000_000 }, { text: "hi" });
+    expect(long.complete).toBe(false);
+    expect((long.value as string).length).toBeLessThanOrEqual(MAX_VALUE_CHARS);
+    let nested: Record<string, unknown> = { type: "string", minLength: 50 };
+    for (let i = 0; i < 10; i++) nested = { type: "array", minItems: 20, items: nested };
+    const deep = fillFromSchema(nested, { text: "hi" });
+    expect(deep.complete).toBe(false);
+    expect(JSON.stringify(deep.value).length).toBeLessThan(MAX_VALUE_CHARS * 2);
+    // An object whose 30 properties each point back at it: 30^12 values without a total bound.
+    const wide = { $defs: { n: { type: "object", properties: Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`p${i}`, { $ref: "#/$defs/n" }])) } }, $ref: "#/$defs/n" };
+    expect(fillFromSchema(wide, { text: "hi" }).complete).toBe(false);
+    expect(fillFromSchema({ type: "string", minLength: 8 }, { text: "hi" })).toEqual({ value: "hixxxxxx", complete: true });
+  });
+
+  test("the engine answers such a schema with a cut reply and finish_reason length", async () => {
+    const res = await chat("hi", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", minLength: 1_000_000_000 } } } });
+    expect(res.finishReason).toBe("length");
+    expect(res.content.length).toBeLessThanOrEqual(MAX_VALUE_CHARS + 2);
   });
 });
 

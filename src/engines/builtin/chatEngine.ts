@@ -9,7 +9,7 @@
  */
 import { completionTokenLimit, countChars, type ChatParams, type ResponseFormat } from "../../core/chatRequest";
 import type { ChatEngine, ChatJob, ChatMessage, ChatResult } from "../types";
-import { valueFromSchema } from "./jsonFromSchema";
+import { fillFromSchema } from "./jsonFromSchema";
 
 const CHARS_PER_TOKEN = 4;
 const TOKENS_PER_MESSAGE = 4;
@@ -47,19 +47,24 @@ function lastUserMessage(messages: ChatMessage[]): string {
   return "";
 }
 
-/** The untruncated reply for the requested format. */
-function composeReply(messages: ChatMessage[], format: ResponseFormat | undefined): string {
+/** The reply for the requested format; `complete` is false when a json_schema reply hit its size cap. */
+function composeReply(messages: ChatMessage[], format: ResponseFormat | undefined): { text: string; complete: boolean } {
   const said = lastUserMessage(messages);
-  if (format?.type === "json_object") return JSON.stringify({ reply: REPLY_PREFIX + said, message_count: messages.length });
-  if (format?.type === "json_schema") return JSON.stringify(valueFromSchema(format.json_schema.schema, { text: said }));
-  return REPLY_PREFIX + said;
+  if (format?.type === "json_object") return { text: JSON.stringify({ reply: REPLY_PREFIX + said, message_count: messages.length }), complete: true };
+  if (format?.type === "json_schema") {
+    const { value, complete } = fillFromSchema(format.json_schema.schema, { text: said });
+    return { text: JSON.stringify(value), complete };
+  }
+  return { text: REPLY_PREFIX + said, complete: true };
 }
 
 export class BuiltinChatEngine implements ChatEngine {
   async chat(job: ChatJob): Promise<ChatResult> {
     const params = readParams(job.params);
-    let content = composeReply(job.messages, params.response_format);
-    let finishReason: ChatResult["finishReason"] = "stop";
+    const reply = composeReply(job.messages, params.response_format);
+    let content = reply.text;
+    // A schema that demands more than the engine writes gets a cut reply, as a model's output limit would.
+    let finishReason: ChatResult["finishReason"] = reply.complete ? "stop" : "length";
 
     // A stop sequence ends the reply before it, as with a real model.
     const cut = Math.min(...(params.stop ?? []).map((s) => content.indexOf(s)).filter((i) => i >= 0));

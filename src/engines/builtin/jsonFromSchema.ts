@@ -4,7 +4,10 @@
  * practice: object/array/string/number/integer/boolean/null, enum/const, nullable type lists,
  * anyOf/oneOf (first branch), allOf (merged), local $ref ($defs/definitions), string and
  * number bounds. The schema is client input: depth and array sizes are capped so a recursive
- * or huge schema cannot make the reply explode.
+ * or huge schema cannot make the reply explode, and so is the size of the whole value
+ * (MAX_VALUE_CHARS, MAX_VALUES): `minLength: 1000000000`, or arrays nested a dozen deep, would otherwise
+ * build a reply large enough to take the server down. A value cut at that size no longer
+ * matches the schema, and says so (`complete: false`), like a model stopped by its output limit.
  */
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
@@ -12,10 +15,23 @@ type Schema = Record<string, unknown>;
 
 const MAX_DEPTH = 12;
 const MAX_ARRAY_ITEMS = 20;
+/** Upper bound on the characters of one generated value (about 250k tokens). */
+export const MAX_VALUE_CHARS = 1_000_000;
+/** Upper bound on the number of values (each costs a schema lookup; this keeps one reply well under a second). */
+export const MAX_VALUES = 20_000;
+/** What each value costs besides its text: punctuation, a key, a scalar. */
+const VALUE_OVERHEAD = 8;
 
 export interface SchemaFillContext {
   /** Text used for free-form string fields (the built-in engine passes the last user message). */
   text: string;
+}
+
+/** The context while filling: what is left of the size budget, and whether anything was cut. */
+interface Filling extends SchemaFillContext {
+  left: number;
+  valuesLeft: number;
+  cut: boolean;
 }
 
 function isSchema(v: unknown): v is Schema {
@@ -84,7 +100,7 @@ function typeOf(schema: Schema): string | undefined {
   return undefined;
 }
 
-function fillString(schema: Schema, ctx: SchemaFillContext): string {
+function fillString(schema: Schema, ctx: Filling): string {
   switch (schema.format) {
     case "date-time":
       return "2026-01-01T00:00:00Z";
@@ -104,7 +120,17 @@ function fillString(schema: Schema, ctx: SchemaFillContext): string {
   const max = num(schema.maxLength);
   let s = ctx.text;
   if (max !== undefined && s.length > max) s = [...s].slice(0, Math.max(0, max)).join("");
-  while (s.length < min) s += "x";
+  const room = Math.max(0, ctx.left);
+  if (s.length > room) {
+    s = [...s].slice(0, room).join("");
+    ctx.cut = true;
+  }
+  if (s.length < min) {
+    const padded = Math.min(min, room);
+    if (padded < min) ctx.cut = true;
+    if (padded > s.length) s += "x".repeat(padded - s.length);
+  }
+  ctx.left -= s.length;
   return s;
 }
 
@@ -133,7 +159,13 @@ function fillNumber(schema: Schema, integer: boolean): number {
   return candidates.find(fits) ?? (Number.isFinite(lo) ? lo : Number.isFinite(hi) ? hi : 0);
 }
 
-function fill(root: Schema, raw: Schema, ctx: SchemaFillContext, depth: number): Json {
+function fill(root: Schema, raw: Schema, ctx: Filling, depth: number): Json {
+  if (ctx.left <= 0 || ctx.valuesLeft <= 0) {
+    ctx.cut = true;
+    return null;
+  }
+  ctx.left -= VALUE_OVERHEAD;
+  ctx.valuesLeft -= 1;
   if (depth > MAX_DEPTH) return null;
   const schema = mergeAllOf(root, deref(root, raw, depth), depth);
   if ("const" in schema) return (schema.const ?? null) as Json;
@@ -184,5 +216,12 @@ function fill(root: Schema, raw: Schema, ctx: SchemaFillContext, depth: number):
 
 /** A JSON value matching `schema` as far as the supported keywords go. */
 export function valueFromSchema(schema: Record<string, unknown>, ctx: SchemaFillContext): Json {
-  return fill(schema, schema, ctx, 0);
+  return fillFromSchema(schema, ctx).value;
+}
+
+/** The value, and whether it is complete (false: cut at MAX_VALUE_CHARS, so it may not match). */
+export function fillFromSchema(schema: Record<string, unknown>, ctx: SchemaFillContext): { value: Json; complete: boolean } {
+  const filling: Filling = { ...ctx, left: MAX_VALUE_CHARS, valuesLeft: MAX_VALUES, cut: false };
+  const value = fill(schema, schema, filling, 0);
+  return { value, complete: !filling.cut };
 }
