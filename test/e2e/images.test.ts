@@ -232,6 +232,25 @@ describe("through fetch", () => {
     expect(server.balance(u.userId)).toBe(0);
   });
 
+  test("one credit, eight concurrent generations and edits: exactly one succeeds, the rest are 402 without retry, the balance never goes negative", async () => {
+    const u = await server.userWithKey({ credits: 1 });
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        post(i % 2 ? "/v1/images/generations" : "/v1/images/edits", u.key, i % 2 ? { prompt: "race", size: "64x64" } : { prompt: "race", images: [{ image_url: dataUrl(makePng(64, 64, pattern)) }] }).then(async (r) => ({
+          status: r.status,
+          retry: r.headers.get("x-should-retry"),
+          code: r.status === 200 ? null : ((await r.json()) as { error: { code: string } }).error.code,
+        })),
+      ),
+    );
+    expect(results.filter((r) => r.status === 200)).toHaveLength(1);
+    expect(results.filter((r) => r.status !== 200)).toEqual(Array(7).fill({ status: 402, retry: "false", code: "insufficient_credits" }));
+    const credits = server.services.store.credits;
+    expect(credits.balance(u.userId)).toBe(0);
+    expect(credits.ledgerSum(u.userId)).toBe(0);
+    expect(server.services.store.requests.count({ userId: u.userId })).toBe(1);
+  });
+
   test("response_format url is refused with a clear 400; b64_json is the default", async () => {
     const u = await server.userWithKey({ credits: 1 });
     const res = await post("/v1/images/generations", u.key, { prompt: "x", response_format: "url" });
