@@ -10,6 +10,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { addUser } from "../../src/core/accounts";
 import { makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
@@ -426,5 +427,38 @@ describe("workbench in a real browser", () => {
     const stale = await fetch(`${server.url}/session`, { headers: { cookie: `atelier_session=${cookie.value}` } });
     expect(stale.status).toBe(401);
     await shot(user, "14-signed-out");
+  }, TEST_TIMEOUT_MS);
+
+  test("the playground after the session ended, or with a page from an earlier session, says so (not 'send an API key')", async () => {
+    // A fresh account: the throttling test above has used up the painter's sign-in attempts.
+    const email = "returning@example.com";
+    await addUser(server.services.store, Date.now, { email, password: PASSWORD, credits: 3 });
+    const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+    try {
+      const page = await context.newPage();
+      watchForInjection(page);
+      const signIn = async (p: Page) => {
+        await p.goto(`${server.url}/signin`);
+        await p.getByLabel("Email").fill(email);
+        await p.getByLabel("Password").fill(PASSWORD);
+        await p.getByRole("button", { name: "Sign in" }).click();
+        await p.waitForURL(/playground/);
+      };
+      await signIn(page);
+      const before = server.balance(server.services.store.users.byEmail(email)!.id);
+      await context.clearCookies();
+      await page.getByLabel("Prompt").first().fill("after the session ended");
+      await page.getByRole("button", { name: "Generate (1 credit)" }).click();
+      await containsText(page.locator("#gen-result [data-error]"), "Your session has ended. Sign in again");
+
+      // Signed in again in another tab: this page still holds the old session's CSRF token.
+      await signIn(await context.newPage());
+      await page.getByRole("button", { name: "Generate (1 credit)" }).click();
+      await containsText(page.locator("#gen-result [data-error]"), "This page belongs to an earlier session. Reload it");
+      expect(server.balance(server.services.store.users.byEmail(email)!.id)).toBe(before);
+      await shot(page, "15-playground-session-ended");
+    } finally {
+      await context.close();
+    }
   }, TEST_TIMEOUT_MS);
 });

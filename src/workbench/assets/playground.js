@@ -112,6 +112,10 @@
     let body = null;
     try { body = await res.json(); } catch { /* not JSON */ }
     if (!res.ok) {
+      const code = body && body.error ? body.error.code : null;
+      // The API's own words for these two speak of API keys and headers, which mean nothing here.
+      if (res.status === 401) throw new Error("Your session has ended. Sign in again, then come back to the playground.");
+      if (code === "csrf_token_invalid") throw new Error("This page belongs to an earlier session. Reload it and try again.");
       const msg = body && body.error && body.error.message ? body.error.message : `The server answered ${res.status}.`;
       throw new Error(msg);
     }
