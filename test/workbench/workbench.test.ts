@@ -291,6 +291,34 @@ describe("admin forms", () => {
   }, 30_000);
 });
 
+describe("admin users page with many users", () => {
+  test("says when only the first 200 are shown; search finds the rest; a form error shows the row it is about", async () => {
+    const { handle, form, store } = makeApp();
+    await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
+    for (let i = 1; i <= 205; i++) store.users.create({ email: `user${String(i).padStart(3, "0")}@example.com`, passwordHash: null, role: "user", credits: 0 }, 1_800_000_000_000);
+    const boss = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
+    const rowsOf = (text: string) => (text.match(/<tr data-user-email=/g) ?? []).length;
+
+    const all = await (await handle("/admin", { headers: { cookie: boss } })).text();
+    expect(rowsOf(all)).toBe(200);
+    expect(all).toContain("Showing the first 200 users; search by email to find the others.");
+    expect(all).not.toContain("user205@example.com");
+    const found = await (await handle("/admin?q=user205", { headers: { cookie: boss } })).text();
+    expect(rowsOf(found)).toBe(1);
+    expect(found).not.toContain("Showing the first");
+
+    const last = store.users.byEmail("user205@example.com")!;
+    const csrf = await csrfOf(await handle("/admin", { headers: { cookie: boss } }));
+    const bad = await form(`/admin/users/${last.id}/credits`, { _csrf: csrf, amount: "-5", op: "grant" }, { cookie: boss });
+    expect(bad.status).toBe(400);
+    const text = await bad.text();
+    expect(text).toContain("Enter a whole number of credits from 1 to 1000000 for user205@example.com.");
+    expect(rowsOf(text)).toBe(1);
+    expect(text).toContain('data-user-email="user205@example.com"');
+    expect(store.credits.balance(last.id)).toBe(0);
+  }, 30_000);
+});
+
 describe("history", () => {
   test("paginated 25 per page and filterable; only the user's own requests", async () => {
     const { handle, form, store } = makeApp();

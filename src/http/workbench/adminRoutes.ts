@@ -5,10 +5,14 @@ import { InsufficientCreditsError } from "../../store/credits";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import type { Viewer } from "../../workbench/layout";
+import type { UserRow } from "../../store/users";
 import { formFields, htmlResponse, redirect, requireCsrf, requireViewer } from "./respond";
 import { upstreamViews } from "./upstreamViews";
 
 const hide = { detail: { hide: true } };
+
+/** The users table shows this many; past it the page says so and search narrows it down. */
+export const USERS_SHOWN = 200;
 
 const NOTICES: Record<string, string> = {
   granted: "Credits granted.",
@@ -21,7 +25,9 @@ const NOTICES: Record<string, string> = {
 export function adminRoutes(services: Services) {
   const { store, clock, catalog, workbench } = services;
   const usersPage = (v: Viewer, search: string, extra: { error?: string | null; notice?: string | null }, status = 200) =>
-    htmlResponse(adminUsersPage(v, { users: store.users.list({ search, limit: 200 }), search, ...extra }), status);
+    usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
+  const usersPageFor = (v: Viewer, found: UserRow[], search: string, extra: { error?: string | null; notice?: string | null }, status: number) =>
+    htmlResponse(adminUsersPage(v, { users: found.slice(0, USERS_SHOWN), more: found.length > USERS_SHOWN, search, ...extra }), status);
 
   const targetUser = (raw: string) => {
     const id = Number(raw);
@@ -43,7 +49,8 @@ export function adminRoutes(services: Services) {
       if (!user) return usersPage(g.viewer, "", { error: "No such user." }, 404);
       const amount = Number(f.amount);
       if (!Number.isInteger(amount) || amount < 1 || amount > 1_000_000) {
-        return usersPage(g.viewer, "", { error: "Enter a whole number of credits from 1 to 1000000." }, 400);
+        // Shown filtered to that user, so the row the error is about is on screen among many.
+        return usersPage(g.viewer, user.email, { error: `Enter a whole number of credits from 1 to 1000000 for ${user.email}.` }, 400);
       }
       const note = (f.note ?? "").trim().slice(0, 200) || undefined;
       const actor = `admin:${g.viewer.user.email}`;
@@ -52,7 +59,7 @@ export function adminRoutes(services: Services) {
           store.credits.deduct(user.id, amount, clock(), note, actor);
         } catch (e) {
           if (e instanceof InsufficientCreditsError) {
-            return usersPage(g.viewer, "", { error: `Cannot deduct ${amount}: ${user.email} has only ${user.credits} credits.` }, 400);
+            return usersPage(g.viewer, user.email, { error: `Cannot deduct ${amount}: ${user.email} has only ${user.credits} credits.` }, 400);
           }
           throw e;
         }

@@ -60,7 +60,7 @@ function userRow(v: Viewer, u: UserRow): Html {
 </tr>`;
 }
 
-export function adminUsersPage(v: Viewer, s: { users: UserRow[]; search: string; error?: string | null; notice?: string | null }): Html {
+export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean; search: string; error?: string | null; notice?: string | null }): Html {
   return adminPage(
     v,
     "users",
@@ -80,6 +80,7 @@ export function adminUsersPage(v: Viewer, s: { users: UserRow[]; search: string;
     <tbody>${s.users.map((u) => userRow(v, u))}</tbody>
   </table></div>`
   }
+  ${s.more ? html`<p class="muted" role="status">Showing the first ${s.users.length} users${s.search ? " that match" : ""}; search by email to find the others.</p>` : ""}
 </section>`,
   );
 }
