@@ -4,7 +4,7 @@
  * --config and --data and works while a server runs on the same data directory.
  */
 import { createApp, createServices } from "./app";
-import { CliError, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
+import { CliError, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
 import { ConfigError, loadConfig, type Config } from "./config";
 import { AccountError, addUser, createKey } from "./core/accounts";
 import { createLogger, silentLogger } from "./logger";
@@ -100,7 +100,7 @@ async function user(argv: string[], io: Io): Promise<number> {
   if (!sub) return io.err(usage), 2;
   if (sub === "add") {
     if (!email || positionals.length > 2) throw new UsageError(`user add takes one email\n\n${usage}`);
-    const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true);
+    const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true, MAX_CREDITS);
     const config = configFrom(values);
     if (values.password !== undefined && values.password.length < config.workbench.min_password_length) {
       throw new UsageError(`--password must be at least ${config.workbench.min_password_length} characters`);
@@ -142,11 +142,11 @@ function credits(argv: string[], io: Io): number {
   if (!sub) return io.err(usage), 2;
   if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${usage}`);
   if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${usage}`);
-  const n = positiveInteger("N", amount);
+  const n = positiveInteger("N", amount, false, MAX_CREDITS);
   return withStore(values, (store) => {
     const u = requireUser(store, email);
     const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
-    io.out(`granted ${n} credits to ${u.email}; balance ${balance}`);
+    io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);
     return 0;
   });
 }

@@ -66,10 +66,18 @@ export function noPositionals(command: string, positionals: string[], usage: str
   if (positionals.length > 0) throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(positionals.join(" "))}\n\n${usage}`);
 }
 
-export function positiveInteger(name: string, raw: string | undefined, allowZero = false): number {
+/**
+ * Most credits one CLI command adds. Balances are read into JavaScript numbers, exact only up to
+ * 2^53; a cap far below that keeps every balance and ledger sum exact (a grant of
+ * 9007199254740991 made the next grants of 1 vanish).
+ */
+export const MAX_CREDITS = 1_000_000_000;
+
+export function positiveInteger(name: string, raw: string | undefined, allowZero = false, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(raw);
   if (raw === undefined || !/^\d+$/.test(raw) || !Number.isSafeInteger(n) || (!allowZero && n === 0)) {
     throw new UsageError(`${name} must be a ${allowZero ? "non-negative" : "positive"} integer, got ${JSON.stringify(raw ?? "")}`);
   }
+  if (n > max) throw new UsageError(`${name} must be at most ${max}, got ${raw}`);
   return n;
 }

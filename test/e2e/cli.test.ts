@@ -160,6 +160,9 @@ describe("exit codes as the README states them", () => {
       [["user", "add", "neg@example.com", "--credits", "-1"], '--credits must be a non-negative integer, got "-1"'],
       [["credits", "grant", "exit-codes@example.com", "abc"], 'N must be a positive integer, got "abc"'],
       [["credits", "grant", "exit-codes@example.com", "0"], 'N must be a positive integer, got "0"'],
+      // Balances are JavaScript numbers: a huge grant would make later small ones vanish.
+      [["credits", "grant", "exit-codes@example.com", "9007199254740991"], "N must be at most 1000000000"],
+      [["user", "add", "huge@example.com", "--credits", "1000000001"], "--credits must be at most 1000000000"],
       [["user", "list", "extra"], 'user list takes no arguments, got "extra"'],
       [["openapi", "extra"], "openapi takes no arguments"],
       [["key", "create", "exit-codes@example.com", "--bogus"], "Unknown option '--bogus'"],
@@ -169,6 +172,7 @@ describe("exit codes as the README states them", () => {
       expect(r.stderr).toContain(message);
     }
     expect(server.services.store.users.byEmail("neg@example.com")).toBeNull();
+    expect(server.services.store.users.byEmail("huge@example.com")).toBeNull();
     // A value that merely starts with a dash still works where text is expected.
     expect(await run("credits", "grant", "exit-codes@example.com", "2", "--note", "-2 was a typo")).toMatchObject({ code: 0, stderr: "" });
     expect(server.services.store.credits.ledger(server.services.store.users.byEmail("exit-codes@example.com")!.id)[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
