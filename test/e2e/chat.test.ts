@@ -311,6 +311,15 @@ describe("engine behaviour", () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
+  test("a json_schema with self-referencing allOf branches or a malformed $ref is answered, not a frozen server or a 500", async () => {
+    const reply = (schema: Record<string, unknown>) =>
+      client.chat.completions.create({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "s", schema } } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const branching = await reply({ allOf: Array.from({ length: 30 }, () => ({ $ref: "#" })) });
+    expect(branching.choices[0]!.finish_reason).toBe("length");
+    const malformed = await reply({ type: "object", properties: { a: { $ref: "#/%ZZ" } }, required: ["a"] });
+    expect(JSON.parse(malformed.choices[0]!.message.content!)).toEqual({ a: "hi" });
+  });
+
   test("max_tokens cuts the reply short with finish_reason length", async () => {
     const completion = await client.chat.completions.create({ ...ask("a fairly long sentence that surely needs more than two tokens"), max_tokens: 2 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(completion.choices[0]!.finish_reason).toBe("length");

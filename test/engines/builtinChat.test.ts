@@ -77,6 +77,12 @@ describe("valueFromSchema under hostile schemas", () => {
     const wide = { $defs: { n: { type: "object", properties: Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`p${i}`, { $ref: "#/$defs/n" }])) } }, $ref: "#/$defs/n" };
     expect(fillFromSchema(wide, { text: "hi" }).complete).toBe(false);
     expect(fillFromSchema({ type: "string", minLength: 8 }, { text: "hi" })).toEqual({ value: "hixxxxxx", complete: true });
+    // allOf branches referring back to the root: 30^12 merges without the budget (the event loop froze).
+    expect(fillFromSchema({ allOf: Array.from({ length: 30 }, () => ({ $ref: "#" })) }, { text: "hi" }).complete).toBe(false);
+  });
+
+  test("a $ref that is not valid percent-encoding resolves to nothing instead of throwing (it was a 500)", () => {
+    expect(fillFromSchema({ type: "object", properties: { a: { $ref: "#/%ZZ" } }, required: ["a"] }, { text: "hi" })).toEqual({ value: { a: "hi" }, complete: true });
   });
 
   test("the engine answers such a schema with a cut reply and finish_reason length", async () => {

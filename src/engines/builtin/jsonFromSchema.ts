@@ -47,15 +47,23 @@ function resolveRef(root: Schema, ref: string): Schema | undefined {
   if (!ref.startsWith("#")) return undefined;
   let at: unknown = root;
   for (const raw of ref.slice(1).split("/").filter(Boolean)) {
-    const key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    let key: string;
+    try {
+      key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    } catch {
+      return undefined; // not valid percent-encoding: a reference to nothing
+    }
     if (!isSchema(at)) return undefined;
     at = at[key];
   }
   return isSchema(at) ? at : undefined;
 }
 
-/** allOf branches folded into one schema (properties and required lists merged). */
-function mergeAllOf(root: Schema, schema: Schema, depth: number): Schema {
+/**
+ * allOf branches folded into one schema (properties and required lists merged). Each branch
+ * spends the value budget: `allOf: [{$ref: "#"}, {$ref: "#"}, {$ref: "#"}]` branches 3^depth times.
+ */
+function mergeAllOf(root: Schema, schema: Schema, depth: number, ctx: Filling): Schema {
   const parts = Array.isArray(schema.allOf) ? schema.allOf.filter(isSchema) : [];
   if (parts.length === 0) return schema;
   const merged: Schema = { ...schema };
@@ -63,7 +71,12 @@ function mergeAllOf(root: Schema, schema: Schema, depth: number): Schema {
   const properties: Schema = isSchema(schema.properties) ? { ...schema.properties } : {};
   const required = new Set(Array.isArray(schema.required) ? schema.required.filter((r): r is string => typeof r === "string") : []);
   for (const raw of parts) {
-    const part = mergeAllOf(root, deref(root, raw, depth), depth + 1);
+    if (ctx.valuesLeft <= 0) {
+      ctx.cut = true;
+      break;
+    }
+    ctx.valuesLeft -= 1;
+    const part = mergeAllOf(root, deref(root, raw, depth), depth + 1, ctx);
     for (const [k, v] of Object.entries(part)) {
       if (k === "properties" && isSchema(v)) Object.assign(properties, v);
       else if (k === "required" && Array.isArray(v)) v.forEach((r) => typeof r === "string" && required.add(r));
@@ -167,7 +180,7 @@ function fill(root: Schema, raw: Schema, ctx: Filling, depth: number): Json {
   ctx.left -= VALUE_OVERHEAD;
   ctx.valuesLeft -= 1;
   if (depth > MAX_DEPTH) return null;
-  const schema = mergeAllOf(root, deref(root, raw, depth), depth);
+  const schema = mergeAllOf(root, deref(root, raw, depth), depth, ctx);
   if ("const" in schema) return (schema.const ?? null) as Json;
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return (schema.enum[0] ?? null) as Json;
   const branches = Array.isArray(schema.anyOf) ? schema.anyOf : Array.isArray(schema.oneOf) ? schema.oneOf : undefined;
