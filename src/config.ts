@@ -223,10 +223,26 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   return config;
 }
 
-/** Cross-field rules TypeBox cannot express: unique ids and models naming real upstreams. */
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === "http:" || url.protocol === "https:") && url.host !== "";
+  } catch {
+    return false;
+  }
+}
+
+/** Cross-field rules TypeBox cannot express: unique ids and models naming real upstreams, usable URLs. */
 function checkReferences(config: Config): void {
+  const publicUrl = config.server.public_url;
+  if (publicUrl !== undefined && !isHttpUrl(publicUrl)) {
+    throw new ConfigError(`server.public_url: must be an absolute http:// or https:// URL, got ${JSON.stringify(publicUrl)}`);
+  }
   const upstreamIds = new Set<string>();
   config.upstreams.forEach((u, i) => {
+    // "localhost:7860" parses as a URL with the scheme "localhost:"; say so at start, not on the first request.
+    // The value is not echoed: a base URL may carry credentials.
+    if (!isHttpUrl(u.base_url)) throw new ConfigError(`upstreams[${i}].base_url: must be an absolute http:// or https:// URL`);
     if (upstreamIds.has(u.id)) throw new ConfigError(`upstreams[${i}].id: duplicate upstream id ${JSON.stringify(u.id)}`);
     upstreamIds.add(u.id);
     const accountIds = new Set<string>();

@@ -90,6 +90,14 @@ describe("loadConfig", () => {
     expect(loadConfig({ file: file(`[server]\ndefault_image_model = "builtin-image"\n`), env: {} }).server.default_image_model).toBe("builtin-image");
   });
 
+  test("public_url and upstream base_url must be absolute http(s) URLs (a base URL is not echoed: it may hold credentials)", () => {
+    expect(errorOf(`[server]\npublic_url = "atelier.example.com"\n`)).toContain('server.public_url: must be an absolute http:// or https:// URL, got "atelier.example.com"');
+    expect(loadConfig({ file: file(`[server]\npublic_url = "https://atelier.example.com"\n`), env: {} }).server.public_url).toBe("https://atelier.example.com");
+    const message = errorOf(`[[upstreams]]\nid = "sd"\nkind = "sdwebui"\nbase_url = "localhost:7860"\n[[upstreams.accounts]]\nid = "a"\n`);
+    expect(message).toContain("upstreams[0].base_url: must be an absolute http:// or https:// URL");
+    expect(message).not.toContain("localhost:7860");
+  });
+
   test("invalid TOML, a missing file and a bad ATELIER_PORT are reported", () => {
     expect(errorOf(`[server\n`)).toContain("invalid TOML");
     expect(() => loadConfig({ file: join(dir, "absent.toml"), env: {} })).toThrow(/cannot read config file/);
