@@ -251,6 +251,17 @@ describe("through fetch", () => {
     expect(server.services.store.requests.count({ userId: u.userId })).toBe(1);
   });
 
+  test("the 32000-character prompt limit counts characters, not UTF-16 units (32000 emoji pass, 32001 fail)", async () => {
+    const u = await server.userWithKey({ credits: 2 });
+    const ok = await post("/v1/images/generations", u.key, { prompt: "🎨".repeat(32000), size: "64x64" });
+    expect(ok.status).toBe(200);
+    expect(jobs.at(-1)!.prompt).toBe("🎨".repeat(32000));
+    const over = await post("/v1/images/generations", u.key, { prompt: "🎨".repeat(32001), size: "64x64" });
+    expect(over.status).toBe(400);
+    expect(((await over.json()) as { error: { param: string } }).error.param).toBe("prompt");
+    expect(server.balance(u.userId)).toBe(1);
+  });
+
   test("response_format url is refused with a clear 400; b64_json is the default", async () => {
     const u = await server.userWithKey({ credits: 1 });
     const res = await post("/v1/images/generations", u.key, { prompt: "x", response_format: "url" });

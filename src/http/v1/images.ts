@@ -7,6 +7,7 @@ import { Elysia, t, type TSchema } from "elysia";
 import { Type } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import type { Services } from "../../app";
+import { countChars } from "../../core/chatRequest";
 import { GateRejected } from "../../core/gate";
 import { newId } from "../../core/ids";
 import {
@@ -31,6 +32,7 @@ import { ApiError, badRequest, insufficientCredits, modelNotFound, paramFromPoin
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
 
 export const MAX_REFERENCE_IMAGES = 10;
+export const MAX_PROMPT_CHARS = 32000;
 export const MAX_EDIT_IMAGES = 16;
 
 /**
@@ -50,7 +52,7 @@ const literals = <const V extends string[]>(values: V, description: string, exam
   );
 
 const commonFields = {
-  prompt: t.String({ minLength: 1, maxLength: 32000, description: "What to draw (1 to 32000 characters).", examples: ["A lighthouse at dusk, watercolor"] }),
+  prompt: t.String({ minLength: 1, maxLength: MAX_PROMPT_CHARS, description: `What to draw (1 to ${MAX_PROMPT_CHARS} characters).`, examples: ["A lighthouse at dusk, watercolor"] }),
   model: t.Optional(t.String({ minLength: 1, description: "Image model id; the server's default image model when absent.", examples: ["builtin-image"] })),
   size: t.Optional(
     t.Union([t.String(), t.Null()], {
@@ -174,9 +176,22 @@ function describeRule(schema: TSchema, message: string): string {
   return `expected ${types.map((x) => (x === "null" ? "null" : /^[aeiou]/.test(x) ? `an ${x}` : `a ${x}`)).join(" or ")}`;
 }
 
+/**
+ * TypeBox counts maxLength in UTF-16 units; JSON Schema, the OpenAPI document and the issue count
+ * characters, so a prompt of 20000 emoji (40000 units) was refused. A prompt within the limit in
+ * code points is checked as a placeholder of that many characters instead.
+ */
+function promptByCharacters(value: Record<string, unknown>): Record<string, unknown> {
+  const prompt = value.prompt;
+  if (typeof prompt !== "string" || prompt.length <= MAX_PROMPT_CHARS) return value;
+  const chars = countChars(prompt);
+  return chars <= MAX_PROMPT_CHARS ? { ...value, prompt: "x".repeat(chars) } : value;
+}
+
 /** TypeBox check with the same error shape Elysia's validation gets: param from the first failing path. */
-function validate(schema: TSchema, value: unknown): void {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
+function validate(schema: TSchema, body: unknown): void {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
+  const value = promptByCharacters(body as Record<string, unknown>);
   if (Value.Check(schema, value)) return;
   const first = Value.Errors(schema, value).First();
   if (!first) throw badRequest("Invalid request body.", null, "invalid_value");
