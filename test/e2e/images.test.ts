@@ -262,6 +262,19 @@ describe("through fetch", () => {
     expect(server.balance(u.userId)).toBe(1);
   });
 
+  test("indexed image parts (image[0], image[1], as qs-style form encoders send a list) are accepted in index order", async () => {
+    const u = await server.userWithKey({ credits: 1 });
+    const form = new FormData();
+    form.append("prompt", "indexed");
+    form.append("image[1]", new Blob([makePng(32, 32, pattern)]), "b.png");
+    form.append("image[0]", new Blob([makePng(64, 48, pattern)]), "a.png");
+    const res = await fetch(`${server.url}/v1/images/edits`, { method: "POST", headers: { authorization: `Bearer ${u.key}` }, body: form });
+    expect(res.status).toBe(200);
+    expect(jobs.at(-1)!.images.map((i) => `${i.width}x${i.height}`)).toEqual(["64x48", "32x32"]);
+    expect(((await res.json()) as { size: string }).size).toBe("64x48");
+    expect(server.balance(u.userId)).toBe(0);
+  });
+
   test("response_format url is refused with a clear 400; b64_json is the default", async () => {
     const u = await server.userWithKey({ credits: 1 });
     const res = await post("/v1/images/generations", u.key, { prompt: "x", response_format: "url" });

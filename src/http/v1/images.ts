@@ -125,7 +125,7 @@ const Binary = (description: string) => t.String({ format: "binary", description
 const ImageEditMultipartRequest = t.Object(
   {
     image: t.Optional(t.Union([Binary("One image file (PNG, JPEG or WebP, at most 10 MiB)."), t.Array(Binary("An image file."))], { description: "The image to edit, or several." })),
-    "image[]": t.Optional(t.Array(Binary("An image file."), { maxItems: MAX_EDIT_IMAGES, description: `Several images (what the openai clients send for an array); at most ${MAX_EDIT_IMAGES} in all.` })),
+    "image[]": t.Optional(t.Array(Binary("An image file."), { maxItems: MAX_EDIT_IMAGES, description: `Several images (what the openai clients send for an array); indexed parts \`image[0]\`, \`image[1]\`… are accepted too. At most ${MAX_EDIT_IMAGES} in all.` })),
     mask: t.Optional(Binary("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
     prompt: commonFields.prompt,
     model: commonFields.model,
@@ -261,11 +261,25 @@ async function fileToImage(value: unknown, param: string): Promise<ImageInput> {
 
 const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
 
+/** `image[0]`, `image[1]`…: how form encoders with indexed arrays (qs, PHP style) send a list. */
+const INDEXED_IMAGE = /^image\[(\d{1,3})\]$/;
+
+/** The indexed image parts in index order. */
+function indexedImages(form: Record<string, unknown>): unknown[] {
+  return Object.keys(form)
+    .flatMap((k) => {
+      const m = INDEXED_IMAGE.exec(k);
+      return m ? [{ index: Number(m[1]), values: asList(form[k]) }] : [];
+    })
+    .sort((a, b) => a.index - b.index)
+    .flatMap((e) => e.values);
+}
+
 /** Multipart text parts arrive as strings (or repeated); `n` becomes a number so one schema fits. */
 function multipartText(form: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(form)) {
-    if (k === "image" || k === "image[]" || k === "mask") continue;
+    if (k === "image" || k === "image[]" || k === "mask" || INDEXED_IMAGE.test(k)) continue;
     if (v instanceof Blob) throw badRequest(`'${k}' must be a text field, not a file.`, k, "invalid_value");
     if (Array.isArray(v)) throw badRequest(`'${k}' was sent more than once.`, k, "invalid_value");
     out[k] = v;
@@ -405,8 +419,9 @@ export function imagesRoutes(services: Services) {
             const text = multipartText(form);
             validate(MultipartTextFields, text);
             fields = commonJobFields(services, text as CommonFields);
-            const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined;
-            const files = [...asList(form.image), ...asList(form["image[]"])];
+            const indexed = indexedImages(form);
+            const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined && indexed.length === 0;
+            const files = [...asList(form.image), ...asList(form["image[]"]), ...indexed];
             if (files.length === 0) throw badRequest("Send the image to edit as the multipart file 'image' (or several as 'image[]').", "image", "missing_required_parameter");
             if (files.length > MAX_EDIT_IMAGES) throw badRequest(`At most ${MAX_EDIT_IMAGES} images can be edited together; got ${files.length}.`, "image", "too_many_images");
             images = [];
