@@ -103,6 +103,11 @@ describe("sessions", () => {
     expect(out.status).toBe(303);
     expect(out.headers.get("set-cookie")).toContain("Max-Age=0");
     expect((await handle("/session", { headers: { cookie: cookie2 } })).status).toBe(401);
+    // Sign out again from a stale tab: simply signed out, not a "session has ended" 403 page.
+    const stale = await form("/signout", { _csrf: csrf }, { cookie: cookie2 });
+    expect(stale.status).toBe(303);
+    expect(stale.headers.get("location")).toBe("/signin?signed_out=1");
+    expect(stale.headers.get("set-cookie")).toContain("Max-Age=0");
   }, 30_000);
 
   test("secure_cookies = always marks the cookie Secure", async () => {

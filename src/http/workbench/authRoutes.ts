@@ -60,6 +60,8 @@ export function authRoutes(services: Services) {
       return redirect("/playground", { "set-cookie": cookie });
     }, hide)
     .post("/signout", ({ request, body }) => {
+      // A stale tab whose session already ended: the wish is met, so no "session has ended" error page.
+      if (!viewerOf(services, request)) return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
       const guarded = requireCsrf(services, request, body);
       if (guarded.response) return guarded.response;
       return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
