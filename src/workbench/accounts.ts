@@ -12,6 +12,8 @@ import { AttemptLimiter } from "./rateLimit";
 export type SignInResult =
   | { ok: true; user: UserRow }
   | { ok: false; reason: "invalid" }
+  /** Only after the right password: it tells nothing to someone who does not know it. */
+  | { ok: false; reason: "disabled" }
   | { ok: false; reason: "throttled"; retryAfterMs: number };
 
 export type SignUpResult = { ok: true; user: UserRow } | { ok: false; message: string; field: "email" | "password" | null };
@@ -52,7 +54,8 @@ export class WorkbenchAccounts {
     const user = account.length <= 254 ? this.store.users.byEmail(account) : null;
     this.dummyHash ??= hashPassword(crypto.randomUUID());
     const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
-    if (!user || !valid || user.disabled) return { ok: false, reason: "invalid" };
+    if (!user || !valid) return { ok: false, reason: "invalid" };
+    if (user.disabled) return { ok: false, reason: "disabled" };
     this.perAccount.reset(account);
     return { ok: true, user };
   }

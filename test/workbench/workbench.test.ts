@@ -124,6 +124,13 @@ describe("sessions", () => {
     expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
     const signin = await form("/signin", { email: "d@example.com", password: "long enough pw" });
     expect(signin.status).toBe(401);
+    // With the right password the user learns why; with a wrong one, nothing.
+    expect(await signin.text()).toContain("This account is disabled. Ask an administrator to enable it.");
+    const wrong = await form("/signin", { email: "d@example.com", password: "not the password" });
+    expect(wrong.status).toBe(401);
+    const wrongText = await wrong.text();
+    expect(wrongText).toContain("Incorrect email or password.");
+    expect(wrongText).not.toContain("disabled");
   }, 30_000);
 });
 

@@ -34,7 +34,8 @@ export function authRoutes(services: Services) {
           const minutes = Math.ceil(result.retryAfterMs / 60_000);
           return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error: `Too many sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.` }, 429);
         }
-        return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error: "Incorrect email or password." }, 401);
+        const error = result.reason === "disabled" ? "This account is disabled. Ask an administrator to enable it." : "Incorrect email or password.";
+        return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error }, 401);
       }
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect(safeNext(query.next), { "set-cookie": cookie });
