@@ -284,6 +284,14 @@ describe("validation", () => {
     await expectError({ ...ask("hi"), response_format: { type: "json_schema", json_schema: { name: "x", schema: "{}" } } }, 400, "response_format.json_schema.schema");
   });
 
+  test("a missing model or messages is missing_required_parameter; a model of the wrong type is not called missing", async () => {
+    await expectError({ messages: [{ role: "user", content: "hi" }] }, 400, "model", "missing_required_parameter");
+    await expectError({ model: null, messages: [{ role: "user", content: "hi" }] }, 400, "model", "missing_required_parameter");
+    await expectError({ model: "builtin-chat" }, 400, "messages", "missing_required_parameter");
+    const wrongType = await expectError({ model: 5, messages: [{ role: "user", content: "hi" }] }, 400, "model", "invalid_value");
+    expect(wrongType.message).not.toContain("required");
+  });
+
   test("null parameters, n = 1 and unknown fields are accepted", async () => {
     const { res } = await post({ ...ask("hi"), n: 1, temperature: null, stop: null, response_format: null, logit_bias: { "50256": -100 }, metadata: { a: "b" } });
     expect(res.status).toBe(200);

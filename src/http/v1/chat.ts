@@ -84,7 +84,7 @@ const ResponseFormatSchema = t.Object(
 
 const ChatCompletionRequest = t.Object(
   {
-    model: t.String({ minLength: 1, description: "A chat model id from GET /v1/models.", error: "is required: a chat model id from GET /v1/models", examples: ["builtin-chat"] }),
+    model: t.String({ minLength: 1, description: "A chat model id from GET /v1/models.", error: "must be a chat model id (a non-empty string) from GET /v1/models", examples: ["builtin-chat"] }),
     messages: t.Array(ChatMessageSchema, {
       minItems: CHAT_LIMITS.minMessages,
       maxItems: CHAT_LIMITS.maxMessages,
@@ -164,13 +164,18 @@ const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v ===
  */
 function checkContainers(fields: Record<string, unknown>): void {
   const { messages, response_format: format } = fields;
-  if (messages !== undefined) {
-    if (!Array.isArray(messages)) {
-      throw badRequest(`Invalid 'messages': must be an array of ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "invalid_value");
-    }
-    const bad = messages.findIndex((m) => !isPlainObject(m));
-    if (bad >= 0) throw badRequest(`Invalid 'messages[${bad}]': each message must be an object {"role", "content"}.`, `messages[${bad}]`, "invalid_value");
+  // Absent (or null) required fields: said plainly, with OpenAI's code for them.
+  if (fields.model === undefined) {
+    throw badRequest("Missing 'model': this field is required; send a chat model id from GET /v1/models.", "model", "missing_required_parameter");
   }
+  if (messages === undefined) {
+    throw badRequest(`Missing 'messages': this field is required; send ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "missing_required_parameter");
+  }
+  if (!Array.isArray(messages)) {
+    throw badRequest(`Invalid 'messages': must be an array of ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "invalid_value");
+  }
+  const bad = messages.findIndex((m) => !isPlainObject(m));
+  if (bad >= 0) throw badRequest(`Invalid 'messages[${bad}]': each message must be an object {"role", "content"}.`, `messages[${bad}]`, "invalid_value");
   if (format !== undefined) {
     if (!isPlainObject(format)) {
       throw badRequest(`Invalid 'response_format': must be an object such as {"type": "json_object"}.`, "response_format", "invalid_value");
