@@ -315,6 +315,10 @@ describe("admin users page with many users", () => {
     expect(rowsOf(all)).toBe(200);
     expect(all).toContain("Showing the first 200 users; search by email to find the others.");
     expect(all).not.toContain("user205@example.com");
+    // Every row's buttons say whom they act on (a screen reader lists "Grant", "Grant", … otherwise).
+    for (const label of ["Grant credits to user001@example.com", "Deduct credits from user001@example.com", "Disable user001@example.com", "Make user001@example.com an admin"]) {
+      expect(all).toContain(`aria-label="${label}"`);
+    }
     const found = await (await handle("/admin?q=user205", { headers: { cookie: boss } })).text();
     expect(rowsOf(found)).toBe(1);
     expect(found).not.toContain("Showing the first");

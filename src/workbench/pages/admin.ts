@@ -44,8 +44,8 @@ function userRow(v: Viewer, u: UserRow): Html {
       <input id="amount-${u.id}" name="amount" type="number" min="1" max="1000000" step="1" required class="amount" placeholder="N">
       <label class="visually-hidden" for="note-${u.id}">Note for ${u.email}</label>
       <input id="note-${u.id}" name="note" type="text" maxlength="200" placeholder="note" class="note">
-      <button type="submit" name="op" value="grant" class="small">Grant</button>
-      <button type="submit" name="op" value="deduct" class="small">Deduct</button>
+      <button type="submit" name="op" value="grant" class="small" aria-label="Grant credits to ${u.email}">Grant</button>
+      <button type="submit" name="op" value="deduct" class="small" aria-label="Deduct credits from ${u.email}">Deduct</button>
     </form>
   </td>
   <td class="actions">
@@ -53,8 +53,8 @@ function userRow(v: Viewer, u: UserRow): Html {
       self
         ? html`<span class="muted">you</span>`
         : html`<form method="post" action="/admin/users/${u.id}/${u.disabled ? "enable" : "disable"}" class="inline"${u.disabled ? "" : html` data-confirm="Disable ${u.email}? Their keys and sessions stop working."`}>
-      ${csrfField(v)}<button type="submit" class="small${u.disabled ? "" : " danger"}">${u.disabled ? "Enable" : "Disable"}</button></form>
-    ${u.role === "admin" ? "" : html`<form method="post" action="/admin/users/${u.id}/admin" class="inline" data-confirm="Make ${u.email} an admin?">${csrfField(v)}<button type="submit" class="small">Make admin</button></form>`}`
+      ${csrfField(v)}<button type="submit" class="small${u.disabled ? "" : " danger"}" aria-label="${u.disabled ? "Enable" : "Disable"} ${u.email}">${u.disabled ? "Enable" : "Disable"}</button></form>
+    ${u.role === "admin" ? "" : html`<form method="post" action="/admin/users/${u.id}/admin" class="inline" data-confirm="Make ${u.email} an admin?">${csrfField(v)}<button type="submit" class="small" aria-label="Make ${u.email} an admin">Make admin</button></form>`}`
     }
   </td>
 </tr>`;
@@ -124,7 +124,7 @@ function accountRow(v: Viewer, upstreamId: string, a: AccountStatus): Html {
   <td>${last ? html`<span class="nowrap">${isoTime(last.at)}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
   <td>${
     a.state === "disabled"
-      ? html`<form method="post" action="/admin/upstreams/${encodeURIComponent(upstreamId)}/accounts/${encodeURIComponent(a.id)}/enable" class="inline">${csrfField(v)}<button type="submit" class="small">Enable</button></form>`
+      ? html`<form method="post" action="/admin/upstreams/${encodeURIComponent(upstreamId)}/accounts/${encodeURIComponent(a.id)}/enable" class="inline">${csrfField(v)}<button type="submit" class="small" aria-label="Enable account ${a.id} of ${upstreamId}">Enable</button></form>`
       : ""
   }</td>
 </tr>`;
