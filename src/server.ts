@@ -67,6 +67,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
       services.budget.release(capped);
     }
     response.headers.set("x-request-id", meta.id);
+    // @elysiajs/cors echoes a preflight's requested headers verbatim, "undefined" when it asked for none.
+    if (response.headers.get("access-control-allow-headers") === "undefined") response.headers.delete("access-control-allow-headers");
     if (config.server.log_requests) {
       logger.info("request", {
         request_id: meta.id,

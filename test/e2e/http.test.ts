@@ -290,6 +290,16 @@ describe("x-request-id and CORS", () => {
     expect(res.headers.get("x-request-id")).toMatch(/^req_/);
   });
 
+  test("a preflight that asks for no headers gets no Allow-Headers value (not the string 'undefined')", async () => {
+    const res = await fetch(`${server.url}${POST_ROUTE}`, {
+      method: "OPTIONS",
+      headers: { origin: "https://elsewhere.example", "access-control-request-method": "GET" },
+    });
+    expect(res.status).toBeLessThan(300);
+    expect(res.headers.get("access-control-allow-headers")).toBeNull();
+    expect(res.headers.get("access-control-allow-origin")).toBe("https://elsewhere.example");
+  });
+
   test("responses, errors included, let a browser read the body and the retry headers", async () => {
     for (const headers of [auth(), {}]) {
       const res = await fetch(`${server.url}/v1/models`, { headers: { ...headers, origin: "https://elsewhere.example" } });
