@@ -6,12 +6,13 @@
 import { createApp, createServices } from "./app";
 import { CliError, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
 import { ConfigError, loadConfig, type Config } from "./config";
-import { AccountError, addUser, createKey } from "./core/accounts";
+import { AccountError, addUser, createKey, hashPassword } from "./core/accounts";
 import { createLogger, silentLogger } from "./logger";
 import { startServer } from "./server";
 import { enableUpstreamAccount, showUpstreams } from "./cli/upstreams";
 import { createStore, type Store } from "./store";
 import { DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
+import { SessionStore } from "./store/sessions";
 import { EmailTakenError } from "./store/users";
 
 const COMMON_HELP = `Options on every command:
@@ -27,6 +28,7 @@ Commands:
   serve                                   run the HTTP server
   user add <email> [--password P] [--admin] [--credits N]
   user list
+  user password <email> --password P     set or replace the workbench password
   credits grant <email> <N> [--note TEXT]
   key create <email> [--name NAME]        prints the full key alone on the last line
   key list <email>
@@ -89,7 +91,7 @@ async function serve(argv: string[], io: Io): Promise<number> {
 }
 
 async function user(argv: string[], io: Io): Promise<number> {
-  const usage = `Usage:\n  atelier user add <email> [--password P] [--admin] [--credits N]\n  atelier user list\n\n${COMMON_HELP}`;
+  const usage = `Usage:\n  atelier user add <email> [--password P] [--admin] [--credits N]\n  atelier user list\n  atelier user password <email> --password P   (ends the user's workbench sessions)\n\n${COMMON_HELP}`;
   const { values, positionals } = parseCommand(
     argv,
     { password: { type: "string" }, admin: { type: "boolean" }, credits: { type: "string" } },
@@ -115,6 +117,9 @@ async function user(argv: string[], io: Io): Promise<number> {
         actor: "cli",
       });
       io.out(`created ${row.role} ${row.email} (id ${row.id}) with ${row.credits} credits`);
+      if (values.password === undefined) {
+        io.out(`no password: ${row.email} can use API keys but cannot sign in to the workbench until \`atelier user password ${row.email} --password …\``);
+      }
     } finally {
       store.close();
     }
@@ -128,6 +133,23 @@ async function user(argv: string[], io: Io): Promise<number> {
       for (const u of store.users.list({ limit: -1 })) {
         io.out([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", fmtTime(u.created_at)].join("\t"));
       }
+      return 0;
+    });
+  }
+  if (sub === "password") {
+    if (!email || positionals.length > 2) throw new UsageError(`user password takes one email\n\n${usage}`);
+    const config = configFrom(values);
+    if (values.password === undefined) throw new UsageError(`user password needs --password\n\n${usage}`);
+    if (values.password.length < config.workbench.min_password_length) {
+      throw new UsageError(`--password must be at least ${config.workbench.min_password_length} characters`);
+    }
+    const hash = await hashPassword(values.password);
+    return withStore(values, (store) => {
+      const u = requireUser(store, email);
+      store.users.setPasswordHash(u.id, hash);
+      // Whoever knew the old password is signed out everywhere.
+      new SessionStore(store.db).deleteForUser(u.id);
+      io.out(`password set for ${u.email}; their workbench sessions were ended`);
       return 0;
     });
   }
