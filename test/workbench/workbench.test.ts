@@ -295,6 +295,13 @@ describe("admin forms", () => {
     expect(store.users.byId(w.id)!.disabled).toBe(0);
     expect((await act(boss, `/admin/users/${w.id}/admin`, { _csrf: bossCsrf })).status).toBe(303);
     expect(store.users.byId(w.id)!.role).toBe("admin");
+    // A mistaken "Make admin" can be undone; the page offers it for the other admin.
+    expect(await (await handle("/admin", { headers: { cookie: boss } })).text()).toContain(`action="/admin/users/${w.id}/demote"`);
+    const demoted = await act(boss, `/admin/users/${w.id}/demote`, { _csrf: bossCsrf });
+    expect(demoted.headers.get("location")).toBe("/admin?done=demoted");
+    expect(store.users.byId(w.id)!.role).toBe("user");
+    expect((await act(boss, `/admin/users/${b.id}/demote`, { _csrf: bossCsrf })).status).toBe(400);
+    expect(store.users.byId(b.id)!.role).toBe("admin");
 
     expect((await act(boss, `/admin/users/${b.id}/disable`, { _csrf: bossCsrf })).status).toBe(400);
     expect(store.users.byId(b.id)!.disabled).toBe(0);

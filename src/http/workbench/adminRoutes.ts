@@ -20,6 +20,7 @@ const NOTICES: Record<string, string> = {
   disabled: "The account is disabled; its sessions ended and its keys stop working.",
   enabled: "The account is enabled.",
   admin: "The user is now an admin.",
+  demoted: "The user is no longer an admin.",
 };
 
 export function adminRoutes(services: Services) {
@@ -86,6 +87,10 @@ export function adminRoutes(services: Services) {
         case "admin":
           store.users.setRole(user.id, "admin");
           return redirect("/admin?done=admin");
+        // Undoes "Make admin" (never on yourself, above: the last admin cannot demote themselves).
+        case "demote":
+          store.users.setRole(user.id, "user");
+          return redirect("/admin?done=demoted");
         default:
           return usersPage(g.viewer, "", { error: "Unknown action." }, 404);
       }

@@ -54,7 +54,11 @@ function userRow(v: Viewer, u: UserRow): Html {
         ? html`<span class="muted">you</span>`
         : html`<form method="post" action="/admin/users/${u.id}/${u.disabled ? "enable" : "disable"}" class="inline"${u.disabled ? "" : html` data-confirm="Disable ${u.email}? Their keys and sessions stop working."`}>
       ${csrfField(v)}<button type="submit" class="small${u.disabled ? "" : " danger"}" aria-label="${u.disabled ? "Enable" : "Disable"} ${u.email}">${u.disabled ? "Enable" : "Disable"}</button></form>
-    ${u.role === "admin" ? "" : html`<form method="post" action="/admin/users/${u.id}/admin" class="inline" data-confirm="Make ${u.email} an admin?">${csrfField(v)}<button type="submit" class="small" aria-label="Make ${u.email} an admin">Make admin</button></form>`}`
+    ${
+      u.role === "admin"
+        ? html`<form method="post" action="/admin/users/${u.id}/demote" class="inline" data-confirm="Remove admin rights from ${u.email}?">${csrfField(v)}<button type="submit" class="small" aria-label="Remove admin rights from ${u.email}">Remove admin</button></form>`
+        : html`<form method="post" action="/admin/users/${u.id}/admin" class="inline" data-confirm="Make ${u.email} an admin?">${csrfField(v)}<button type="submit" class="small" aria-label="Make ${u.email} an admin">Make admin</button></form>`
+    }`
     }
   </td>
 </tr>`;
