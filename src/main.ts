@@ -7,6 +7,7 @@ import { createApp, createServices } from "./app";
 import { CliError, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
 import { ConfigError, loadConfig, type Config } from "./config";
 import { AccountError, addUser, createKey, hashPassword } from "./core/accounts";
+import { hashApiKey, looksLikeApiKey } from "./core/apiKeys";
 import { createLogger, silentLogger } from "./logger";
 import { startServer } from "./server";
 import { enableUpstreamAccount, showUpstreams } from "./cli/upstreams";
@@ -32,7 +33,7 @@ Commands:
   credits grant <email> <N> [--note TEXT]
   key create <email> [--name NAME]        prints the full key alone on the last line
   key list <email>
-  key revoke <prefix>
+  key revoke <prefix or key>
   upstreams [--json]                      upstream accounts: in-flight, capacity, state, recent failures
   upstreams enable <upstream> <account>   re-enable an account disabled after a 401/403
   openapi                                 print the OpenAPI document
@@ -174,7 +175,7 @@ function credits(argv: string[], io: Io): number {
 }
 
 function key(argv: string[], io: Io): number {
-  const usage = `Usage:\n  atelier key create <email> [--name NAME]\n  atelier key list <email>\n  atelier key revoke <prefix>\n\n${COMMON_HELP}`;
+  const usage = `Usage:\n  atelier key create <email> [--name NAME]\n  atelier key list <email>\n  atelier key revoke <prefix or key>\n\n${COMMON_HELP}`;
   const { values, positionals } = parseCommand(argv, { name: { type: "string" } }, usage);
   const [sub, arg] = positionals;
   if (values.help) return io.out(usage), 0;
@@ -199,8 +200,16 @@ function key(argv: string[], io: Io): number {
       return 0;
     }
     if (sub === "revoke") {
+      // The whole key works too (someone revoking a leaked key has it at hand); it is matched by hash.
+      if (looksLikeApiKey(arg)) {
+        const owner = store.keys.ownerByHash(hashApiKey(arg));
+        if (!owner) throw new CliError("no such key (it was never issued by this atelier)");
+        if (!store.keys.revoke(owner.key_id, Date.now())) throw new CliError(`that key is already revoked`);
+        io.out(`revoked ${store.keys.listForUser(owner.user_id).find((k) => k.id === owner.key_id)?.prefix ?? "the key"} of ${owner.email}`);
+        return 0;
+      }
       const k = store.keys.byPrefix(arg);
-      if (!k) throw new CliError(`no key with prefix ${arg}`);
+      if (!k) throw new CliError(`no key with prefix ${arg} (give the prefix that \`atelier key list\` shows, or the whole key)`);
       if (!store.keys.revoke(k.id, Date.now())) throw new CliError(`key ${arg} is already revoked`);
       io.out(`revoked ${k.prefix}`);
       return 0;

@@ -153,6 +153,19 @@ describe("exit codes as the README states them", () => {
     }
   });
 
+  test("key revoke also takes the whole key (matched by hash), as someone revoking a leaked key has it", async () => {
+    const key = lastLine((await run("key", "create", "exit-codes@example.com", "--name", "leaked")).stdout);
+    const revoked = await run("key", "revoke", key);
+    expect(revoked).toMatchObject({ code: 0, stderr: "" });
+    expect(revoked.stdout).toBe(`revoked ${key.slice(0, "sk-atl-".length + 8)} of exit-codes@example.com`);
+    expect(await run("key", "revoke", key)).toMatchObject({ code: 1, stderr: "atelier key: that key is already revoked" });
+    const unknown = await run("key", "revoke", `sk-atl-${"x".repeat(43)}`);
+    expect(unknown).toMatchObject({ code: 1, stdout: "" });
+    expect(unknown.stderr).toContain("no such key");
+    const refused = await clientFor(key).models.list().catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.AuthenticationError);
+  });
+
   test("2 for a wrong command line: a negative number is named as such, stray arguments are not ignored", async () => {
     for (const [args, message] of [
       // node:util alone would say "Unknown option '-3'".
