@@ -98,6 +98,13 @@ describe("sessions", () => {
     // Only local destinations: no open redirect.
     const offsite = await form("/signin?next=%2F%2Fevil.test", { email: "new@example.com", password: "long enough pw" });
     expect(offsite.headers.get("location")).toBe("/playground");
+    // Characters a Location header cannot carry are percent-encoded, not a 500 (and never a second header).
+    const crlf = await form("/signin?next=%2Fkeys%0D%0ASet-Cookie%3A%20x%3D1", { email: "new@example.com", password: "long enough pw" });
+    expect(crlf.status).toBe(303);
+    expect(crlf.headers.get("location")).toBe("/keys%0D%0ASet-Cookie:%20x=1");
+    const euro = await handle("/signin?next=%2F%E2%82%AC", { headers: { cookie: cookieOf(crlf) } });
+    expect(euro.status).toBe(303);
+    expect(euro.headers.get("location")).toBe("/%E2%82%AC");
     const csrf = await csrfOf(await handle("/keys", { headers: { cookie: cookie2 } }));
     const out = await form("/signout", { _csrf: csrf }, { cookie: cookie2 });
     expect(out.status).toBe(303);

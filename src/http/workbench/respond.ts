@@ -85,5 +85,6 @@ export function csrfRejected(): Response {
 /** Only local paths as the post-sign-in destination (no open redirect). */
 export function safeNext(next: string | undefined): string {
   if (!next || !next.startsWith("/") || next.startsWith("//") || next.startsWith("/\\")) return "/playground";
-  return next;
+  // A Location header takes printable ASCII only: a decoded CR/LF, space or "€" made the redirect a 500.
+  return next.replace(/[^\x21-\x7e]/gu, (c) => encodeURIComponent(c));
 }
