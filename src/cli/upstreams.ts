@@ -10,7 +10,7 @@
 import type { Config } from "../config";
 import { formatStatusTable, storedStatus } from "../engines/status";
 import type { Store } from "../store";
-import { CliError } from "./args";
+import { UsageError } from "./args";
 
 export function showUpstreams(config: Config, store: Store, now: number, json: boolean): string[] {
   const status = storedStatus(
@@ -23,9 +23,9 @@ export function showUpstreams(config: Config, store: Store, now: number, json: b
 
 export function enableUpstreamAccount(config: Config, store: Store, upstreamId: string, accountId: string): string {
   const upstream = config.upstreams.find((u) => u.id === upstreamId);
-  if (!upstream) throw new CliError(`no upstream '${upstreamId}' in the configuration (known: ${config.upstreams.map((u) => u.id).join(", ") || "none"})`);
+  if (!upstream) throw new UsageError(`no upstream '${upstreamId}' in the configuration (known: ${config.upstreams.map((u) => u.id).join(", ") || "none"})`);
   if (!upstream.accounts.some((a) => a.id === accountId)) {
-    throw new CliError(`upstream '${upstreamId}' has no account '${accountId}' (known: ${upstream.accounts.map((a) => a.id).join(", ")})`);
+    throw new UsageError(`upstream '${upstreamId}' has no account '${accountId}' (known: ${upstream.accounts.map((a) => a.id).join(", ")})`);
   }
   return store.upstreams.enableAccount(upstreamId, accountId)
     ? `enabled ${upstreamId}/${accountId}; a running server uses it from its next request`
