@@ -12,7 +12,8 @@ import { createLogger, silentLogger } from "./logger";
 import { startServer } from "./server";
 import { enableUpstreamAccount, showUpstreams } from "./cli/upstreams";
 import { createStore, type Store } from "./store";
-import { DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
+import { existsSync } from "node:fs";
+import { databasePath, DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
 import { SessionStore } from "./store/sessions";
 import { EmailTakenError } from "./store/users";
 
@@ -52,8 +53,16 @@ function configFrom(values: Values, extra: { port?: number; host?: string } = {}
   return loadConfig({ file: values.config, overrides: { data_dir: values.data, ...extra } });
 }
 
+/**
+ * Runs fn on the existing database. Only `serve` and `user add` create one: a mistyped --data
+ * would otherwise make a new empty database and answer "no user with email …".
+ */
 function withStore<T>(values: Values, fn: (store: Store) => T): T {
   const config = configFrom(values);
+  const file = databasePath(config.server.data_dir);
+  if (!existsSync(file)) {
+    throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
+  }
   const store = createStore(openDatabase(config.server.data_dir), latestVersion());
   try {
     return fn(store);

@@ -152,6 +152,20 @@ describe("exit codes as the README states them", () => {
     }
   });
 
+  test("a mistyped --data is an error, not a new empty database", async () => {
+    const parent = tempDir();
+    scratch.push(parent);
+    const dir = join(parent, "typo");
+    for (const args of [["key", "create", "exit-codes@example.com"], ["user", "list"], ["credits", "grant", "exit-codes@example.com", "1"]]) {
+      const out: string[] = [];
+      const err: string[] = [];
+      expect(await runCli([...args, "--data", dir], { out: (s) => out.push(s), err: (s) => err.push(s) })).toBe(1);
+      expect(out).toEqual([]);
+      expect(err.join("\n")).toContain(`no database at ${join(dir, "atelier.db")}: check --data`);
+    }
+    expect(existsSync(dir)).toBe(false);
+  });
+
   test("key revoke also takes the whole key (matched by hash), as someone revoking a leaked key has it", async () => {
     const key = lastLine((await run("key", "create", "exit-codes@example.com", "--name", "leaked")).stdout);
     const revoked = await run("key", "revoke", key);
