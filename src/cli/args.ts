@@ -40,10 +40,8 @@ function withNegativeNumbers(argv: string[], options: Options): string[] {
   if (!argv.some((a) => NEGATIVE_NUMBER.test(a))) return argv;
   const flags: string[] = [];
   const positionals: string[] = [];
-  const takesValue = (word: string) => {
-    const name = word.startsWith("--") ? word.slice(2) : Object.keys(options).find((k) => options[k]?.short === word.slice(1));
-    return name !== undefined && !name.includes("=") && options[name]?.type === "string";
-  };
+  // Only long options: none of ours has a short form that takes a value.
+  const takesValue = (word: string) => word.startsWith("--") && !word.includes("=") && options[word.slice(2)]?.type === "string";
   for (let i = 0; i < argv.length; i++) {
     const word = argv[i]!;
     if (word === "--") {
