@@ -7,6 +7,7 @@
 import { readDimensions } from "../core/image/codec";
 import { AttemptFailure } from "./pool";
 import type { GeneratedImage, ImageMime } from "./types";
+import { concatChunks } from "../core/bytes";
 
 /** Removes the given secrets, Bearer/Basic credentials and key-looking tokens from text. */
 export function redact(text: string, secrets: (string | undefined)[]): string {
@@ -126,13 +127,7 @@ async function readBounded(res: Response, limit: number, call: { signal: AbortSi
     if (e instanceof AttemptFailure || call.signal.aborted) throw e;
     throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${redact(e instanceof Error ? e.message : String(e), call.secrets)}`);
   }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
+  return concatChunks(chunks, total);
 }
 
 /** Downloads an image an upstream answered with as a URL, bounded in size and time. */

@@ -6,6 +6,7 @@
 import { authenticateApiRequest, type ApiAuthDeps } from "./auth";
 import { ApiError, badRequest, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
 import { metaOf } from "./requestMeta";
+import { concatChunks } from "../core/bytes";
 
 export class BodyBudget {
   private inflight = 0;
@@ -96,13 +97,7 @@ async function readLimited(request: Request, budget: BodyBudget): Promise<Uint8A
     await reader.cancel().catch(() => {});
     throw e;
   }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
+  return concatChunks(chunks, total);
 }
 
 export type BodyKind = "json" | "multipart";
