@@ -15,7 +15,7 @@ else
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+$SUDO apt-get install -y -qq chromium >/dev/null
 if [ ! -x /usr/bin/chromium ]; then
   echo "ensure-chromium: installing chromium did not produce /usr/bin/chromium" >&2
   exit 1
