@@ -72,9 +72,20 @@ export interface ChatResult {
   trace?: UpstreamTrace;
 }
 
+/** An input an engine cannot take: which one (index into job.images, or the mask) and why. */
+export interface InputProblem {
+  image: number | "mask";
+  message: string;
+}
+
 export interface ImageEngine {
   generate(job: ImageJob): Promise<GeneratedImage>;
   edit(job: ImageJob): Promise<GeneratedImage>;
+  /**
+   * Optional, cheap (headers only): limits the engine knows before it starts, checked before
+   * the charge so such a request is a 400 that costs nothing.
+   */
+  inputProblem?(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null;
 }
 
 export interface ChatEngine {

@@ -20,6 +20,7 @@ function recording(inner: ImageEngine): ImageEngine {
   return {
     generate: (job) => (jobs.push(job), inner.generate(job)),
     edit: (job) => (jobs.push(job), inner.edit(job)),
+    inputProblem: inner.inputProblem?.bind(inner),
   };
 }
 
@@ -337,6 +338,7 @@ const editJsonCases: Case[] = [
   { name: "JSON edit mask of another size", body: { prompt: "x", images: [{ image_url: okUrl }], mask: { image_url: dataUrl(makePng(32, 32, () => [0, 0, 0, 0])) } }, param: "mask", code: "invalid_mask" },
   { name: "JSON edit with stream: true", body: { prompt: "x", stream: true, images: [{ image_url: okUrl }] }, param: "stream", code: "stream_unsupported" },
   { name: "JSON edit with images null", body: { prompt: "x", images: null }, param: "images", code: "missing_required_parameter" },
+  { name: "JSON edit base wider than builtin-image edits (refused before the charge)", body: { prompt: "x", images: [{ image_url: dataUrl(makePng(2049, 16)) }] }, param: "images[0]", code: "image_not_supported" },
   { name: "JSON edit mask without alpha", body: { prompt: "x", images: [{ image_url: okUrl }], mask: { image_url: dataUrl(makePng(64, 64, pattern, false)) } }, param: "mask", code: "invalid_mask" },
 ];
 
@@ -359,6 +361,7 @@ describe("bad input is refused with the right param and never charged", () => {
   const jpg = new Uint8Array(jpeg.encode({ width: 64, height: 64, data: Buffer.from(new Uint8Array(64 * 64 * 4).fill(50)) }, 80).data);
   const multipartCases: { name: string; parts: [string, string | Blob, string?][]; param: string; code?: string }[] = [
     { name: "no image", parts: [["prompt", "x"]], param: "image" },
+    { name: "image taller than builtin-image edits", parts: [["prompt", "x"], ["image", new Blob([makePng(16, 2049)]), "tall.png"]], param: "image", code: "image_not_supported" },
     { name: "image[] with truncated pixel data", parts: [["prompt", "x"], ["image[]", new Blob([png64]), "a.png"], ["image[]", new Blob([truncatedPng]), "b.png"]], param: "image[1]", code: "invalid_image" },
     { name: "image is not an image", parts: [["prompt", "x"], ["image", new Blob(["just text"]), "a.png"]], param: "image", code: "invalid_image_format" },
     { name: "second image[] is bad", parts: [["prompt", "x"], ["image[]", new Blob([png64]), "a.png"], ["image[]", new Blob(["nope"]), "b.png"]], param: "image[1]" },

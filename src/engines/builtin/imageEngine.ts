@@ -12,6 +12,7 @@ import {
   type ImageEngine,
   type ImageInput,
   type ImageJob,
+  type InputProblem,
 } from "../types";
 import { accumulateReference, blendReferences, repaintMasked, resampleCover, restyle } from "./compose";
 import { planScene, renderScene } from "./scene";
@@ -42,6 +43,14 @@ export class BuiltinImageEngine implements ImageEngine {
    * Output has the first image's dimensions whatever `size` says: a masked edit promises that
    * unmasked pixels stay identical, which resizing would break.
    */
+  inputProblem(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null {
+    const base = job.images[0];
+    if (kind === "edit" && base && (!fits(base.width, 1) || !fits(base.height, 1))) {
+      return { image: 0, message: `the built-in engine edits images up to ${BUILTIN_MAX_SIDE}x${BUILTIN_MAX_SIDE} pixels; this one is ${base.width}x${base.height}` };
+    }
+    return null;
+  }
+
   async edit(job: ImageJob): Promise<GeneratedImage> {
     const [first, ...others] = job.images;
     if (!first) throw new UpstreamRejected("an edit needs at least one image");

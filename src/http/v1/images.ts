@@ -337,9 +337,13 @@ export function imagesRoutes(services: Services) {
     imageParams: string[],
   ) {
     const requestId = newId("img_");
+    const paramOf = (i: number | "mask") => (i === "mask" ? "mask" : (imageParams[i] ?? `image[${i}]`));
     const checkInputs = () => {
-      job.images.forEach((image, i) => assertDecodable(image, imageParams[i] ?? `image[${i}]`));
+      job.images.forEach((image, i) => assertDecodable(image, paramOf(i)));
       if (job.mask) assertDecodable(job.mask, "mask");
+      const kind = endpoint === "/v1/images/edits" ? "edit" : "generate";
+      const problem = services.engines.imageEngine(job.model)?.inputProblem?.(job, kind);
+      if (problem) throw new ImageInputError(`'${paramOf(problem.image)}': ${problem.message}.`, paramOf(problem.image), "image_not_supported");
     };
     const outcome = await runImageRequest(
       flow,
