@@ -31,8 +31,13 @@ export interface ApiAuthDeps {
  * route's own auth step, and the server authenticates API bodies before the app sees them).
  */
 export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Principal {
+  // The server (before the body), the parse hook and the route's resolve all ask; one lookup
+  // (hash + query) per request serves them all.
+  const meta = metaOf(request);
+  if (meta.principal) return meta.principal;
   const principal = resolvePrincipal(request, deps);
-  metaOf(request).userId = principal.userId;
+  meta.principal = principal;
+  meta.userId = principal.userId;
   return principal;
 }
 

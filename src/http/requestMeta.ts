@@ -3,11 +3,14 @@
  * the request id (also echoed as x-request-id), the start time and, once known, the user.
  */
 import { newId } from "../core/ids";
+import type { Principal } from "./auth";
 
 export interface RequestMeta {
   id: string;
   startedAt: number;
   userId?: number;
+  /** Who the caller is, once authenticated: later steps of the same request reuse it. */
+  principal?: Principal;
   /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */
   clientAddress?: string;
   /** Bytes reserved in the body budget for this request; released when the response is done. */
