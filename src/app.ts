@@ -20,7 +20,7 @@ import { docsRoutes } from "./http/docs";
 import { ApiError, badRequest, errorResponse, methodNotAllowed, notFound, paramFromPointer, serverError } from "./http/errors";
 import { opsRoutes } from "./http/ops";
 import { polishOpenApiDocument } from "./http/openapiDocument";
-import { metaOf } from "./http/requestMeta";
+import { metaOf, pathOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
 import { chatRoutes } from "./http/v1/chat";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
@@ -128,7 +128,7 @@ function toApiError(code: string | number, error: unknown, request: Request, log
   }
   if (code === "PARSE") return badRequest("We could not parse the body of your request; send valid JSON with Content-Type: application/json.", null, "invalid_json");
   if (code === "NOT_FOUND") {
-    const path = new URL(request.url).pathname;
+    const path = pathOf(request);
     const methods = allowed();
     if (methods.length > 0) return methodNotAllowed(request.method, path, methods);
     return notFound(`Unknown route ${request.method} ${path}. See /docs for the API.`, null, "unknown_route");
@@ -164,14 +164,14 @@ export function createApp(services: Services) {
   const app = new Elysia({ name: "atelier", handler: { standardHostname: false }, precompile: true })
     .onError({ as: "global" }, ({ code, error, request }) => {
       const allowed = () => {
-        const path = new URL(request.url).pathname;
+        const path = pathOf(request);
         matchers ??= routeMatchers(app as unknown as Elysia);
         return [...new Set(matchers.filter((m) => m.test(path)).map((m) => m.method))];
       };
       const apiError = toApiError(code, error, request, logger, allowed);
       const res = errorResponse(apiError, { "x-request-id": metaOf(request).id });
       // CORS headers that the cors plugin set for this request would otherwise be lost.
-      if (new URL(request.url).pathname.startsWith("/v1/")) {
+      if (pathOf(request).startsWith("/v1/")) {
         res.headers.set("access-control-allow-origin", request.headers.get("origin") ?? "*");
         res.headers.set("access-control-expose-headers", EXPOSED_HEADERS);
       }
@@ -180,7 +180,7 @@ export function createApp(services: Services) {
     .use(
       cors({
         // Only the API is cross-origin; the workbench stays same-origin.
-        origin: (request: Request) => new URL(request.url).pathname.startsWith("/v1/"),
+        origin: (request: Request) => pathOf(request).startsWith("/v1/"),
         methods: ["GET", "POST", "OPTIONS"],
         allowedHeaders: true,
         exposeHeaders: EXPOSED_HEADERS,
@@ -193,7 +193,7 @@ export function createApp(services: Services) {
     })
     // Registered before the openapi plugin so that it covers the plugin's /openapi.json route.
     .onAfterHandle({ as: "global" }, ({ request, responseValue }) => {
-      if (new URL(request.url).pathname === "/openapi.json") return polishOpenApiDocument(responseValue);
+      if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue);
     })
     .use(
       openapi({

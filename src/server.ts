@@ -12,7 +12,7 @@ import { createStore } from "./store";
 import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, capChunkedBody } from "./http/body";
 import { ApiError, errorResponse, serverError } from "./http/errors";
-import { attachMeta } from "./http/requestMeta";
+import { attachMeta, pathOf } from "./http/requestMeta";
 
 export interface RunningServer {
   url: string;
@@ -46,7 +46,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     const capped = capChunkedBody(request, config.server.max_body_bytes);
     const meta = attachMeta(capped);
     meta.clientAddress = server.requestIP(request)?.address;
-    const path = new URL(request.url).pathname;
+    const path = pathOf(capped);
     if (LONG_RUNNING.test(path)) server.timeout(request, 0);
     let response: Response;
     try {

@@ -13,6 +13,8 @@ export interface RequestMeta {
   principal?: Principal;
   /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */
   clientAddress?: string;
+  /** The URL's path, parsed once for the hooks that route on it (CORS, 405, logging). */
+  path?: string;
   /** Bytes reserved in the body budget for this request; released when the response is done. */
   reservedBodyBytes: number;
 }
@@ -28,4 +30,10 @@ export function attachMeta(request: Request, now = performance.now()): RequestMe
 /** The meta of a request; one is created on first use (e.g. app.handle() in unit tests). */
 export function metaOf(request: Request): RequestMeta {
   return metas.get(request) ?? attachMeta(request);
+}
+
+/** The request's path, parsed from its URL once per request. */
+export function pathOf(request: Request): string {
+  const meta = metaOf(request);
+  return (meta.path ??= new URL(request.url).pathname);
 }
