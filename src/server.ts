@@ -1,6 +1,6 @@
 /**
  * Runs the app on a real socket: request ids and logging around every request, the body
- * pre-check that keeps Bun from answering over-size bodies itself, crash recovery at start,
+ * guard (size, budget and rate, before Bun could answer over-size bodies itself), crash recovery at start,
  * and a graceful stop on SIGTERM/SIGINT.
  */
 import type { Server } from "bun";
@@ -10,7 +10,8 @@ import type { Logger } from "./logger";
 import { openDatabase, latestVersion } from "./store/database";
 import { createStore } from "./store";
 import { authenticateApiRequest } from "./http/auth";
-import { admitDeclaredBody, capChunkedBody } from "./http/body";
+import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
+import { newId } from "./core/ids";
 import { ApiError, errorResponse, serverError } from "./http/errors";
 import { attachMeta, pathOf } from "./http/requestMeta";
 
@@ -41,39 +42,48 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const app = createApp(services);
   const inflight = new Set<Promise<unknown>>();
 
+  const { server: serverConfig } = config;
+  const apiBody: BodyRules = { maxBytes: serverConfig.max_body_bytes, graceMs: serverConfig.body_grace_ms, minBytesPerSecond: serverConfig.min_body_bytes_per_s };
+  // Anyone may post to the workbench's forms without a key: they get small bodies only, so
+  // anonymous sockets cannot spend the in-flight budget that key holders' uploads rely on.
+  const formBody: BodyRules = { ...apiBody, maxBytes: serverConfig.max_form_body_bytes };
+
   const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
-    // `request` is what the socket gave (requestIP/timeout need it); the app sees `capped`.
-    const capped = capChunkedBody(request, config.server.max_body_bytes);
-    const meta = attachMeta(capped);
-    meta.clientAddress = server.requestIP(request)?.address;
-    const path = pathOf(capped);
-    if (LONG_RUNNING.test(path)) server.timeout(request, 0);
+    // `request` is what the socket gave (requestIP/timeout need it); the app sees `guarded`.
+    const meta = attachMeta(request);
+    let guarded = request;
+    let path: string | undefined;
     let response: Response;
     try {
-      // An API request with a body proves who it is before we read (and buffer) any of it, so
-      // anonymous clients cannot spend the in-flight body budget that key holders rely on.
-      if (path.startsWith("/v1/") && capped.body !== null && capped.headers.get("content-length") !== "0") {
-        authenticateApiRequest(capped, services.auth);
-      }
-      admitDeclaredBody(capped, services.budget);
-      response = await app.handle(capped);
+      meta.clientAddress = server.requestIP(request)?.address;
+      path = pathOf(request);
+      const isApi = path.startsWith("/v1/");
+      if (LONG_RUNNING.test(path)) server.timeout(request, 0);
+      const rules = isApi ? apiBody : formBody;
+      guarded = guardBody(request, rules, services.budget);
+      // An API request with a body proves who it is before we read (and buffer) any of it.
+      if (isApi && meta.bodyUnread) authenticateApiRequest(guarded, services.auth);
+      admitDeclaredBody(guarded, services.budget, rules.maxBytes);
+      response = await app.handle(guarded);
     } catch (e) {
       const err = e instanceof ApiError ? e : serverError();
-      if (!(e instanceof ApiError)) logger.error("unhandled error", { request_id: meta.id, error: String(e) });
+      if (!(e instanceof ApiError)) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
       // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
-      const cors: Record<string, string> = path.startsWith("/v1/") ? { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS } : {};
+      const cors: Record<string, string> = path?.startsWith("/v1/") ? { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS } : {};
       response = errorResponse(err, cors);
     } finally {
-      services.budget.release(capped);
+      services.budget.release(request);
     }
     response.headers.set("x-request-id", meta.id);
+    // The unread rest of a body would be taken for the next request on this connection.
+    if (meta.bodyUnread) response.headers.set("connection", "close");
     // @elysiajs/cors echoes a preflight's requested headers verbatim, "undefined" when it asked for none.
     if (response.headers.get("access-control-allow-headers") === "undefined") response.headers.delete("access-control-allow-headers");
-    if (config.server.log_requests) {
+    if (serverConfig.log_requests) {
       logger.info("request", {
         request_id: meta.id,
         method: request.method,
-        path,
+        path: path ?? null,
         status: response.status,
         duration_ms: Math.round((performance.now() - meta.startedAt) * 10) / 10,
         user_id: meta.userId ?? null,
@@ -86,15 +96,23 @@ export async function startServer(config: Config, logger: Logger, options: Start
     hostname: config.server.host,
     port: config.server.port,
     // Bun answers a declared Content-Length above this with its own empty 413 before we see the
-    // request, so it is effectively unlimited: admitDeclaredBody and capChunkedBody enforce
+    // request, so it is effectively unlimited: admitDeclaredBody and guardBody enforce
     // max_body_bytes and answer with our JSON 413.
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: config.server.idle_timeout_s,
+    // Never Bun's development error page (it shows the stack, paths and source to anyone).
+    development: false,
     fetch(request, srv) {
       const p = handle(request, srv);
       inflight.add(p);
       p.finally(() => inflight.delete(p));
       return p;
+    },
+    // Only reached if answering itself throws (handle catches everything else): still our shape.
+    error(error) {
+      const id = newId("req_");
+      logger.error("unhandled error", { request_id: id, error: String(error), stack: error.stack });
+      return errorResponse(serverError(), { "x-request-id": id, connection: "close" });
     },
   });
 
@@ -111,8 +129,10 @@ export async function startServer(config: Config, logger: Logger, options: Start
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inflight.size });
         const graceful = server.stop(false);
-        const deadline = new Promise((r) => setTimeout(r, config.server.shutdown_grace_ms));
+        let graceTimer: ReturnType<typeof setTimeout> | undefined;
+        const deadline = new Promise((r) => (graceTimer = setTimeout(r, config.server.shutdown_grace_ms)));
         await Promise.race([Promise.all([graceful, ...inflight, services.background.idle()]), deadline]);
+        clearTimeout(graceTimer);
         await server.stop(true);
         services.upstreams.close();
         store.close();

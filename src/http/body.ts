@@ -4,9 +4,10 @@
  * budget is spent), then parsed by content type (malformed JSON → 400, anything else → 415).
  */
 import { authenticateApiRequest, type ApiAuthDeps } from "./auth";
-import { ApiError, badRequest, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
-import { metaOf } from "./requestMeta";
-import { concatChunks } from "../core/bytes";
+import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
+import { metaOf, shareMeta } from "./requestMeta";
+import { jsonNestedDeeperThan } from "./jsonDepth";
+import { MAX_JSON_DEPTH } from "../core/limits";
 
 export class BodyBudget {
   private inflight = 0;
@@ -19,10 +20,10 @@ export class BodyBudget {
     return this.inflight;
   }
 
-  /** Reserves n more bytes for a request or throws the answer to send. */
-  reserve(request: Request, n: number): void {
+  /** Reserves n more bytes for a request whose body may be at most maxBytes, or throws the answer to send. */
+  reserve(request: Request, n: number, maxBytes = this.maxBodyBytes): void {
     const meta = metaOf(request);
-    if (meta.reservedBodyBytes + n > this.maxBodyBytes) throw payloadTooLarge(this.maxBodyBytes);
+    if (meta.reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
     if (this.inflight + n > this.maxInflightBytes) {
       throw tooManyRequests(
         "The server is receiving too many large request bodies at once; retry shortly.",
@@ -41,63 +42,84 @@ export class BodyBudget {
   }
 }
 
+/** How much of a body a route may receive, and how fast it must arrive. */
+export interface BodyRules {
+  maxBytes: number;
+  /** Time the body may take before the minimum rate applies. */
+  graceMs: number;
+  /** From then on, the bytes received so far must keep up with this average rate. */
+  minBytesPerSecond: number;
+}
+
 /**
  * Checked before the body is read: a declared Content-Length over the limit is refused at once
  * (and reserved whole otherwise), so Bun never has to answer with its own empty 413.
  */
-export function admitDeclaredBody(request: Request, budget: BodyBudget): void {
+export function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number): void {
   const declared = request.headers.get("content-length");
   if (declared === null) return;
   const n = Number(declared);
-  if (!Number.isFinite(n) || n < 0) throw badRequest("Invalid Content-Length header.", null, "invalid_content_length");
-  if (n > budget.maxBodyBytes) throw payloadTooLarge(budget.maxBodyBytes);
-  if (n > 0) budget.reserve(request, n);
+  if (!/^\d+$/.test(declared) || !Number.isSafeInteger(n)) throw badRequest("Invalid Content-Length header.", null, "invalid_content_length");
+  if (n > maxBytes) throw payloadTooLarge(maxBytes);
+  if (n > 0) budget.reserve(request, n, maxBytes);
 }
 
 /**
- * A body without Content-Length (chunked) can be any size, and routes that do not read through
- * acceptBody would buffer all of it: this returns the same request with a body stream that fails
- * with our 413 once it passes the limit. Requests with a declared length come back unchanged.
+ * Wraps a request's body so that whoever reads it (our parsers or Elysia's) gets an error
+ * instead of waiting or buffering without bound:
+ * - a body without Content-Length (chunked) is counted against `maxBytes` (413) and reserved in
+ *   the budget chunk by chunk (429 when spent); a declared one was reserved by admitDeclaredBody;
+ * - after `graceMs`, the bytes received must keep up with `minBytesPerSecond` on average, or the
+ *   read fails with 408 (a slow-loris client would otherwise hold its reservation and, on the
+ *   long-running routes that have no idle timeout, its socket for ever).
+ * The request's meta records whether the body was read to the end: if not, the answer closes
+ * the connection, since the unread rest would otherwise be parsed as the next request.
  */
-export function capChunkedBody(request: Request, maxBytes: number): Request {
-  if (request.body === null || request.headers.has("content-length")) return request;
-  let seen = 0;
-  const capped = request.body.pipeThrough(
-    new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, controller) {
-        seen += chunk.byteLength;
-        if (seen > maxBytes) controller.error(payloadTooLarge(maxBytes));
-        else controller.enqueue(chunk);
-      },
-    }),
-  );
-  return new Request(request, { body: capped, duplex: "half" } as RequestInit);
+export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget): Request {
+  if (request.body === null || request.headers.get("content-length") === "0") return request;
+  const meta = metaOf(request);
+  meta.bodyUnread = true;
+  const declared = request.headers.has("content-length");
+  const source = request.body.getReader();
+  const startedAt = performance.now();
+  let received = 0;
+  const stream = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const deadline = startedAt + rules.graceMs + ((received + 1) / rules.minBytesPerSecond) * 1000;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const tooSlow = new Promise<"too slow">((resolve) => {
+        timer = setTimeout(() => resolve("too slow"), Math.max(0, deadline - performance.now()));
+      });
+      try {
+        const result = await Promise.race([source.read(), tooSlow]);
+        if (result === "too slow") throw bodyTooSlow(rules);
+        if (result.done) {
+          meta.bodyUnread = false;
+          controller.close();
+          return;
+        }
+        received += result.value.byteLength;
+        if (!declared) budget.reserve(guarded, result.value.byteLength, rules.maxBytes);
+        controller.enqueue(result.value);
+      } catch (e) {
+        source.cancel().catch(() => {});
+        controller.error(e);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    cancel(reason) {
+      return source.cancel(reason);
+    },
+  });
+  const guarded = new Request(request, { body: stream, duplex: "half" } as RequestInit);
+  shareMeta(request, guarded);
+  return guarded;
 }
 
-async function readLimited(request: Request, budget: BodyBudget): Promise<Uint8Array<ArrayBuffer>> {
-  const declared = request.headers.get("content-length");
-  if (declared !== null) {
-    // Reserved in admitDeclaredBody; Bun enforces that the body matches the declared length.
-    return new Uint8Array(await request.arrayBuffer());
-  }
-  // Chunked upload: count as we go.
-  const reader = request.body?.getReader();
-  if (!reader) return new Uint8Array(new ArrayBuffer(0));
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      budget.reserve(request, value.byteLength);
-      total += value.byteLength;
-      chunks.push(value);
-    }
-  } catch (e) {
-    await reader.cancel().catch(() => {});
-    throw e;
-  }
-  return concatChunks(chunks, total);
+async function readLimited(request: Request): Promise<Uint8Array<ArrayBuffer>> {
+  // guardBody (on the server's socket) bounds the size, the budget and the rate of this stream.
+  return new Uint8Array(await request.arrayBuffer());
 }
 
 export type BodyKind = "json" | "multipart";
@@ -109,6 +131,31 @@ function kindOf(contentType: string | null): BodyKind | null {
   if (base === "application/json" || base.endsWith("+json")) return "json";
   if (base === "multipart/form-data") return "multipart";
   return null;
+}
+
+/**
+ * A JSON body as a value: empty, too deeply nested (checked before parsing, see jsonDepth) and
+ * malformed bodies are 400 invalid_json.
+ */
+export function parseJsonBody(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) throw badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
+  if (jsonNestedDeeperThan(bytes, MAX_JSON_DEPTH)) {
+    throw badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
+  }
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (e) {
+    throw badRequest(
+      `We could not parse the JSON body of your request (${(e as Error).message}). Send valid JSON with Content-Type: application/json.`,
+      null,
+      "invalid_json",
+    );
+  }
+}
+
+/** Elysia parse hook for routes that otherwise use Elysia's own parsers: JSON goes through parseJsonBody. */
+export async function parseJsonWithLimits({ request, contentType }: { request: Request; contentType: string }): Promise<unknown> {
+  if (kindOf(contentType) === "json") return parseJsonBody(new Uint8Array(await request.arrayBuffer()));
 }
 
 /** Multipart fields as an object; a repeated field becomes an array (so `image[]` ×3 is a list). */
@@ -130,19 +177,8 @@ export function acceptBody(budget: BodyBudget, ...accepted: BodyKind[]) {
     const contentType = request.headers.get("content-type");
     const kind = kindOf(contentType);
     if (!kind || !accepted.includes(kind)) throw unsupportedMediaType(contentType, accepted.map((k) => CONTENT_TYPES[k]));
-    const bytes = await readLimited(request, budget);
-    if (kind === "json") {
-      if (bytes.byteLength === 0) throw badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
-      try {
-        return JSON.parse(new TextDecoder().decode(bytes));
-      } catch (e) {
-        throw badRequest(
-          `We could not parse the JSON body of your request (${(e as Error).message}). Send valid JSON with Content-Type: application/json.`,
-          null,
-          "invalid_json",
-        );
-      }
-    }
+    const bytes = await readLimited(request);
+    if (kind === "json") return parseJsonBody(bytes);
     try {
       const form = await new Response(bytes, { headers: { "content-type": contentType! } }).formData();
       return formToObject(form);

@@ -72,6 +72,15 @@ export const unsupportedMediaType = (got: string | null, expected: string[]) =>
 export const payloadTooLarge = (limit: number) =>
   new ApiError(413, "invalid_request_error", `The request body exceeds the limit of ${limit} bytes.`, null, "request_too_large");
 
+export const bodyTooSlow = (rules: { graceMs: number; minBytesPerSecond: number }) =>
+  new ApiError(
+    408,
+    "invalid_request_error",
+    `The request body arrived too slowly: after the first ${rules.graceMs / 1000} s it must keep up an average of ${rules.minBytesPerSecond} bytes per second.`,
+    null,
+    "request_timeout",
+  );
+
 export const insufficientCredits = () =>
   new ApiError(402, "insufficient_credits", "Insufficient credits to generate an image: each image costs 1 credit and your balance is 0.", null, "insufficient_credits", {
     "x-should-retry": "false",

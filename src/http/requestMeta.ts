@@ -4,6 +4,7 @@
  */
 import { newId } from "../core/ids";
 import type { Principal } from "./auth";
+import { badRequest } from "./errors";
 
 export interface RequestMeta {
   id: string;
@@ -17,6 +18,8 @@ export interface RequestMeta {
   path?: string;
   /** Bytes reserved in the body budget for this request; released when the response is done. */
   reservedBodyBytes: number;
+  /** The request has a body that nobody has read to the end (so far): the answer must close the connection. */
+  bodyUnread?: boolean;
 }
 
 const metas = new WeakMap<Request, RequestMeta>();
@@ -27,13 +30,28 @@ export function attachMeta(request: Request, now = performance.now()): RequestMe
   return meta;
 }
 
+/** A request rebuilt from another (e.g. with a guarded body) keeps the same meta. */
+export function shareMeta(from: Request, to: Request): void {
+  metas.set(to, metaOf(from));
+}
+
 /** The meta of a request; one is created on first use (e.g. app.handle() in unit tests). */
 export function metaOf(request: Request): RequestMeta {
   return metas.get(request) ?? attachMeta(request);
 }
 
-/** The request's path, parsed from its URL once per request. */
+/**
+ * The request's path, parsed from its URL once per request. Bun gives a relative URL when the
+ * Host header is missing (HTTP/1.0) or malformed (\`Host: a b\`): that is the client's error.
+ */
 export function pathOf(request: Request): string {
   const meta = metaOf(request);
-  return (meta.path ??= new URL(request.url).pathname);
+  if (meta.path !== undefined) return meta.path;
+  let url: URL;
+  try {
+    url = new URL(request.url);
+  } catch {
+    throw badRequest("The Host header is missing or malformed; send the server's host name, e.g. 'Host: atelier.example.com'.", null, "invalid_host");
+  }
+  return (meta.path = url.pathname);
 }

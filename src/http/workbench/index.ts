@@ -6,9 +6,13 @@ import { assetsRoutes } from "./assetsRoutes";
 import { authRoutes } from "./authRoutes";
 import { keysRoutes } from "./keysRoutes";
 import { pagesRoutes } from "./pagesRoutes";
+import { parseJsonWithLimits } from "../body";
 
 export function workbenchRoutes(services: Services) {
   const app = new Elysia({ name: "workbench" });
   if (!services.config.workbench.enabled) return app;
-  return app.use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(adminRoutes(services));
+  // Local, so it covers the workbench's routes only: the /v1 routes have their own parsers.
+  return app
+    .onParse(parseJsonWithLimits)
+    .use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(adminRoutes(services));
 }
