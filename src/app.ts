@@ -17,7 +17,8 @@ import type { Logger } from "./logger";
 import type { Store } from "./store";
 import { BodyBudget } from "./http/body";
 import { docsRoutes } from "./http/docs";
-import { ApiError, badRequest, errorResponse, methodNotAllowed, notFound, paramFromPointer, serverError } from "./http/errors";
+import { DatabaseBusyError, isDatabaseBusy } from "./store/busy";
+import { ApiError, badRequest, databaseBusy, errorResponse, methodNotAllowed, notFound, paramFromPointer, serverError } from "./http/errors";
 import { opsRoutes } from "./http/ops";
 import { polishOpenApiDocument } from "./http/openapiDocument";
 import { metaOf, pathOf } from "./http/requestMeta";
@@ -107,6 +108,7 @@ function routeMatchers(app: Elysia): { method: string; test: (path: string) => b
 /** Maps any thrown value to our error shape; logs the unexpected ones with the request id. */
 function toApiError(code: string | number, error: unknown, request: Request, logger: Logger, allowed: () => string[]): ApiError {
   if (error instanceof ApiError) return error;
+  if (isDatabaseBusy(error) || error instanceof DatabaseBusyError) return databaseBusy();
   // Elysia wraps whatever a parse hook throws (our 413/415/400 from acceptBody) in a ParseError.
   if (code === "PARSE" && error instanceof Error && error.cause instanceof ApiError) return error.cause;
   // Our own answer failed its response schema: a bug on our side, not the client's 400.

@@ -98,10 +98,23 @@ const Workbench = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Database = T.Object(
+  {
+    busy_wait_ms: T.Integer({
+      minimum: 0,
+      default: 10_000,
+      description:
+        "How long a request waits (without blocking the server) for another process's write lock on the database before answering 503 database_busy. Records of finished work keep retrying after that.",
+    }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
     limits: Limits,
+    database: Database,
     upstreams: T.Array(Upstream, { default: [] }),
     models: T.Array(Model, { default: [] }),
     workbench: Workbench,

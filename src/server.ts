@@ -12,7 +12,8 @@ import { createStore } from "./store";
 import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
 import { newId } from "./core/ids";
-import { ApiError, errorResponse, serverError } from "./http/errors";
+import { ApiError, databaseBusy, errorResponse, serverError } from "./http/errors";
+import { DatabaseBusyError, isDatabaseBusy, SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
 import { attachMeta, pathOf } from "./http/requestMeta";
 
 export interface RunningServer {
@@ -38,6 +39,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
   options.customize?.(services);
   const recovered = store.credits.recoverInterrupted(services.clock());
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
+  // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
+  store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);
 
   const app = createApp(services);
   const inflight = new Set<Promise<unknown>>();
@@ -66,8 +69,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
       admitDeclaredBody(guarded, services.budget, rules.maxBytes);
       response = await app.handle(guarded);
     } catch (e) {
-      const err = e instanceof ApiError ? e : serverError();
-      if (!(e instanceof ApiError)) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
+      const err = e instanceof ApiError ? e : isDatabaseBusy(e) || e instanceof DatabaseBusyError ? databaseBusy() : serverError();
+      if (err.status === 500) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
       // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
       const cors: Record<string, string> = path?.startsWith("/v1/") ? { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS } : {};
       response = errorResponse(err, cors);

@@ -2,6 +2,7 @@
  * Users and keys as the CLI and the workbench see them: hashing, validation and the
  * throttled last-used bookkeeping. SQL stays in the store.
  */
+import { isDatabaseBusy } from "../store/busy";
 import type { Store } from "../store";
 import type { Role, UserRow } from "../store/users";
 import { generateApiKey, hashApiKey, type NewApiKey } from "./apiKeys";
@@ -79,7 +80,12 @@ export class KeyAuthenticator {
     const now = this.clock();
     const last = this.lastWrite.get(keyId);
     if (last !== undefined && now - last < this.touchEveryMs) return;
-    this.lastWrite.set(keyId, now);
-    this.store.keys.touch(keyId, now);
+    try {
+      this.store.keys.touch(keyId, now);
+      this.lastWrite.set(keyId, now);
+    } catch (e) {
+      // Another process holds the write lock: last_used_at is a hint, try again on a later request.
+      if (!isDatabaseBusy(e)) throw e;
+    }
   }
 }

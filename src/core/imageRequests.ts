@@ -15,6 +15,7 @@ import { EngineError, EngineOutputInvalid, EngineTimeout, type GeneratedImage, t
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { decodeImage } from "./image/codec";
+import { retryWhileBusy } from "../store/busy";
 import { readImageDimensions, sniffImageMime } from "./imageInput";
 
 export type ImageEndpoint = "/v1/images/generations" | "/v1/images/edits";
@@ -54,6 +55,8 @@ export interface ImageFlowDeps {
   logger: Logger;
   clock: () => number;
   generationTimeoutMs: number;
+  /** How long the answer waits for another process's database write lock (see store/busy). */
+  busyWaitMs: number;
   describeFailure: (e: unknown) => FailureDescription;
 }
 
@@ -74,9 +77,14 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
     req.checkInputs?.();
-    store.credits.chargeForImage(
-      { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
-      deps.clock(),
+    // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
+    await retryWhileBusy(
+      () =>
+        store.credits.chargeForImage(
+          { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
+          deps.clock(),
+        ),
+      { maxWaitMs: deps.busyWaitMs },
     );
   } catch (e) {
     permit.release();
@@ -105,34 +113,68 @@ async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, queueMs: 
       generationMs = Math.round(performance.now() - started);
     }
     verifyOutput(image);
-    const t = image.trace;
-    const ok = store.requests.markSucceeded(
-      req.requestId,
-      { queueMs: Math.round(queueMs), generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs },
-      deps.clock(),
-    );
-    if (!ok) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
+    await recordSuccess(deps, req, image, queueMs, generationMs);
     return { image, queueMs, generationMs };
   } catch (e) {
-    recordFailure(deps, req, e, queueMs, generationMs);
+    await recordFailure(deps, req, e, queueMs, generationMs);
     throw e;
   }
 }
 
-function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): void {
+/**
+ * Marks the request succeeded. A finished image is delivered even while another process holds
+ * the database's write lock: the answer waits up to busyWaitMs, then the record keeps retrying
+ * in the background (if the process stops first, the row is still pending and the next start
+ * refunds it: the client then got its image for free, never charged for nothing).
+ */
+async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, image: GeneratedImage, queueMs: number, generationMs: number): Promise<void> {
+  const t = image.trace;
+  const details = { queueMs: Math.round(queueMs), generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs };
+  const recorded = deps.background.track(retryWhileBusy(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
+  const ok = await landsWithin(recorded, deps.busyWaitMs);
+  if (ok === false) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
+  if (ok === "later") {
+    deps.logger.warn("database locked: delivering the image before its success is recorded", { request_id: req.requestId });
+    recorded.then(
+      (late) => late || deps.logger.error("request was no longer pending when its success was recorded", { request_id: req.requestId }),
+      (e) => deps.logger.error("could not record an image success", { request_id: req.requestId, error: String(e) }),
+    );
+  }
+}
+
+/** Records the failure and refunds exactly once; like recordSuccess, a locked database delays only the record, not the answer. */
+async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): Promise<void> {
   const { store, logger } = deps;
-  try {
+  const failure = deps.describeFailure(e);
+  const refund = () => {
     if (e instanceof EngineError && e.trace) store.requests.recordTrace(req.requestId, e.trace);
-    const failure = deps.describeFailure(e);
-    const refunded = store.credits.refundOnce(
+    return store.credits.refundOnce(
       req.requestId,
       { status: "failed", errorCode: failure.code, errorMessage: failure.message, queueMs: Math.round(queueMs), generationMs },
       deps.clock(),
     );
-    logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded });
-  } catch (refundError) {
-    // The row stays pending; recoverInterrupted refunds it at the next start.
-    logger.error("could not record an image failure", { request_id: req.requestId, error: String(refundError) });
+  };
+  const recorded: Promise<boolean> = deps.background.track(retryWhileBusy(refund, { maxWaitMs: Infinity }));
+  const logOutcome = (refunded: boolean) => logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded });
+  // The row stays pending when this fails for good; recoverInterrupted refunds it at the next start.
+  const logError = (recordError: unknown) => logger.error("could not record an image failure", { request_id: req.requestId, error: String(recordError) });
+  try {
+    const refunded = await landsWithin(recorded, deps.busyWaitMs);
+    if (refunded === "later") recorded.then(logOutcome, logError);
+    else logOutcome(refunded);
+  } catch (recordError) {
+    logError(recordError);
+  }
+}
+
+/** The promise's value if it settles within ms, else "later" (it goes on). */
+async function landsWithin<T>(work: Promise<T>, ms: number): Promise<T | "later"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const later = new Promise<"later">((resolve) => (timer = setTimeout(() => resolve("later"), ms)));
+  try {
+    return await Promise.race([work, later]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -95,6 +95,12 @@ export const tooManyRequests = (message: string, code: string, retryAfterMs: num
   });
 };
 
+/** Another process holds the database's write lock (a CLI command, a backup): nothing was written. */
+export const databaseBusy = () => {
+  const err = tooManyRequests("", "database_busy", 1000);
+  return new ApiError(503, "server_error", "The database is busy with another process's write; nothing was changed. Retry shortly.", null, "database_busy", err.headers);
+};
+
 export const serverError = () =>
   new ApiError(500, "server_error", "The server had an error while processing your request. The request id in x-request-id identifies it in the log.", null, "internal_error");
 

@@ -15,6 +15,8 @@ export interface Store {
   upstreams: UpstreamStateStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
+  /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
+  setBusyTimeout(ms: number): void;
   close(): void;
 }
 
@@ -33,6 +35,9 @@ export function createStore(db: Db, latest: number): Store {
       } catch {
         return false;
       }
+    },
+    setBusyTimeout(ms: number) {
+      db.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(ms))}`);
     },
     close() {
       db.close();

@@ -17,6 +17,7 @@ import type { CatalogModel } from "../../core/models";
 import { EngineError, EngineTimeout, UpstreamUnavailable, type ChatEngine, type ChatJob, type ChatResult } from "../../engines/types";
 import { apiAuth } from "../auth";
 import { acceptApiBody } from "../body";
+import { retryWhileBusy } from "../../store/busy";
 import { apiErrorFromEngine } from "../engineErrors";
 import { ApiError, badRequest, modelNotFound, tooManyRequests } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
@@ -236,13 +237,15 @@ export function chatRoutes(deps: ChatDeps) {
     queueTimeoutMs: 0,
   });
 
+  /**
+   * The answer never waits for or depends on the history row: it is written in the background,
+   * retried while another process holds the database's write lock.
+   */
   function record(row: Parameters<typeof store.requests.recordChat>[0]): void {
-    try {
-      store.requests.recordChat(row, clock());
-    } catch (e) {
-      // The answer must not change because the history could not be written.
-      logger.error("could not record chat request", { request_id: row.id, error: String(e) });
-    }
+    const at = clock();
+    deps.background
+      .track(retryWhileBusy(() => store.requests.recordChat(row, at), { maxWaitMs: Infinity }))
+      .catch((e) => logger.error("could not record chat request", { request_id: row.id, error: String(e) }));
   }
 
   return new Elysia({ name: "v1.chat", prefix: "/v1" })

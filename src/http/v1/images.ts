@@ -324,6 +324,7 @@ export function imagesRoutes(services: Services) {
     logger: services.logger,
     clock: services.clock,
     generationTimeoutMs: services.config.limits.generation_timeout_ms,
+    busyWaitMs: services.config.database.busy_wait_ms,
     describeFailure: describeImageFailure,
   };
 

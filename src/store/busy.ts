@@ -1,0 +1,57 @@
+/**
+ * Another process (a CLI command, a backup, a second server) can hold SQLite's write lock for a
+ * while. bun:sqlite is synchronous, so waiting inside SQLite (busy_timeout) would freeze the
+ * whole server for that long. Instead the server's connection has no busy timeout: a write
+ * that meets the lock fails at once with SQLITE_BUSY, and the request path retries it here,
+ * asynchronously, with backoff, while every other request goes on.
+ */
+
+/** busy_timeout of the server's connection while it serves (the CLI keeps SQLite's waiting). */
+export const SERVING_BUSY_TIMEOUT_MS = 0;
+
+/** SQLITE_BUSY and its extended codes (SQLITE_BUSY_SNAPSHOT, …) from bun:sqlite. */
+export function isDatabaseBusy(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || code === "SQLITE_LOCKED");
+}
+
+/**
+ * The write lock stayed taken for the whole wait. Nothing was written. No `code` property on
+ * purpose (Elysia's onError would not see it as this class).
+ */
+export class DatabaseBusyError extends Error {
+  override name = "DatabaseBusyError";
+  constructor(readonly waitedMs: number) {
+    super(`the database stayed locked by another process for ${Math.round(waitedMs)} ms`);
+  }
+}
+
+export interface BusyRetryOptions {
+  /** Give up (DatabaseBusyError) after this long; Infinity retries until it lands. */
+  maxWaitMs: number;
+  sleep?: (ms: number) => Promise<void>;
+  now?: () => number;
+}
+
+/**
+ * Runs `write` (one synchronous transaction, all or nothing) until it does not meet the lock.
+ * Any other error is thrown at once. Backoff doubles from 2 ms to 250 ms, with jitter so that
+ * waiting requests do not retry in lockstep.
+ */
+export async function retryWhileBusy<T>(write: () => T, opts: BusyRetryOptions): Promise<T> {
+  const sleep = opts.sleep ?? ((ms: number) => Bun.sleep(ms));
+  const now = opts.now ?? (() => performance.now());
+  const started = now();
+  let delay = 2;
+  for (;;) {
+    try {
+      return write();
+    } catch (e) {
+      if (!isDatabaseBusy(e)) throw e;
+      const waited = now() - started;
+      if (waited >= opts.maxWaitMs) throw new DatabaseBusyError(waited);
+      await sleep(Math.min(delay * (0.5 + Math.random()), Math.max(1, opts.maxWaitMs - waited)));
+      delay = Math.min(delay * 2, 250);
+    }
+  }
+}

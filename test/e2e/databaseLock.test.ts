@@ -1,0 +1,146 @@
+/**
+ * Another process holding SQLite's write lock (a CLI command, a backup) for longer than the
+ * server will wait: the server keeps answering, never 500s, delivers finished images, charges
+ * nothing it cannot record, and every refund lands once the lock is gone.
+ */
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { join } from "node:path";
+import { startTestServer, type TestServer } from "../support/server";
+import { ControlledEngine } from "../support/images";
+
+const BUSY_WAIT_MS = 400;
+
+let server: TestServer;
+let engine: ControlledEngine;
+
+beforeAll(async () => {
+  engine = new ControlledEngine();
+  server = await startTestServer({
+    toml: `[database]\nbusy_wait_ms = ${BUSY_WAIT_MS}\n`,
+    config: (c) => void (c.server.log_requests = false),
+    customize: (s) => s.engines.registerImage("builtin", engine),
+  });
+});
+afterAll(async () => {
+  engine.releaseAll();
+  await server.close();
+});
+
+/** A second OS process that takes the write lock, says so, and holds it until told to stop (or ms pass). */
+async function holdWriteLock(ms: number): Promise<{ release(): Promise<void> }> {
+  const script = `
+    const { Database } = require("bun:sqlite");
+    const db = new Database(${JSON.stringify(join(server.dataDir, "atelier.db"))});
+    db.exec("BEGIN IMMEDIATE");
+    db.exec("UPDATE users SET credits = credits WHERE 0");
+    console.log("locked");
+    const timer = setTimeout(() => { db.exec("COMMIT"); process.exit(0); }, ${ms});
+    process.stdin.on("data", () => { clearTimeout(timer); db.exec("COMMIT"); process.exit(0); });
+  `;
+  const child = Bun.spawn([process.execPath, "-e", script], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  const reader = child.stdout.getReader();
+  const { value } = await reader.read();
+  expect(new TextDecoder().decode(value)).toContain("locked");
+  return {
+    async release() {
+      child.stdin.write("go\n");
+      child.stdin.flush();
+      await child.exited;
+    },
+  };
+}
+
+function generate(key: string) {
+  return fetch(`${server.url}/v1/images/generations`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ prompt: "a red fox", size: "64x64" }),
+  });
+}
+
+async function eventually(check: () => boolean, ms = 5000): Promise<void> {
+  const until = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > until) throw new Error("condition not met in time");
+    await Bun.sleep(20);
+  }
+}
+
+/** The longest /healthz round trip while `during` runs. */
+async function healthzWorstDuring(during: Promise<unknown>): Promise<number> {
+  let done = false;
+  void during.finally(() => (done = true));
+  let worst = 0;
+  while (!done) {
+    const started = performance.now();
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    worst = Math.max(worst, performance.now() - started);
+    await Bun.sleep(25);
+  }
+  return worst;
+}
+
+test("an image that finishes while the lock is held is delivered, recorded once the lock is gone, and charged once", async () => {
+  const { key, userId } = await server.userWithKey({ credits: 3 });
+  engine.hold("succeed");
+  const answer = generate(key);
+  await eventually(() => engine.waiting === 1);
+  const lock = await holdWriteLock(10_000);
+  engine.releaseAll();
+  const res = await answer;
+  expect(res.status).toBe(200);
+  expect((await res.json()).data[0].b64_json.length).toBeGreaterThan(0);
+  const [row] = server.services.store.requests.list({ userId, limit: 10 });
+  expect(row!.status).toBe("pending");
+  await lock.release();
+  await eventually(() => server.services.store.requests.list({ userId, limit: 10 })[0]!.status === "succeeded");
+  expect(server.balance(userId)).toBe(2);
+  expect(server.services.store.credits.ledgerSum(userId)).toBe(2);
+});
+
+test("a request that cannot be charged within busy_wait_ms is 503 database_busy, not charged; the server stays responsive", async () => {
+  const { key, userId } = await server.userWithKey({ credits: 3 });
+  const lock = await holdWriteLock(10_000);
+  const answer = generate(key);
+  const worst = await healthzWorstDuring(answer);
+  const res = await answer;
+  expect(res.status).toBe(503);
+  expect(res.headers.get("retry-after")).toBe("1");
+  expect((await res.json()).error).toMatchObject({ code: "database_busy", type: "server_error" });
+  // SQLite's own busy_timeout would have frozen the event loop for the whole wait.
+  expect(worst).toBeLessThan(BUSY_WAIT_MS);
+  await lock.release();
+  expect(server.balance(userId)).toBe(3);
+  expect(server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
+});
+
+test("a failure while the lock is held is answered at once and refunded exactly once when the lock is gone", async () => {
+  const { key, userId } = await server.userWithKey({ credits: 3 });
+  engine.hold("fail");
+  const answer = generate(key);
+  await eventually(() => engine.waiting === 1);
+  const lock = await holdWriteLock(10_000);
+  engine.releaseAll();
+  const res = await answer;
+  expect(res.status).toBe(502);
+  expect(server.balance(userId)).toBe(2);
+  await lock.release();
+  await eventually(() => server.balance(userId) === 3);
+  const [row] = server.services.store.requests.list({ userId, limit: 10 });
+  expect(row).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1 });
+  expect(server.services.store.credits.ledgerSum(userId)).toBe(3);
+});
+
+test("chat and key lookups go on while the lock is held; the history row lands afterwards", async () => {
+  const { key, userId } = await server.userWithKey({ credits: 0 });
+  const lock = await holdWriteLock(10_000);
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }] }),
+  });
+  expect(res.status).toBe(200);
+  expect(server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
+  await lock.release();
+  await eventually(() => server.services.store.requests.list({ userId, limit: 10 }).length === 1);
+});
