@@ -15,8 +15,13 @@
  *   re-read on every pick (one indexed query) so the CLI in another process takes effect.
  * - 400-class refusals: no retry, no effect on the account.
  *
+ * - Every failure text the pool keeps, logs, stores or throws has been through the redactor
+ *   (engines redact what they build too; this also covers errors an attempt did not expect,
+ *   and disabled reasons an older version stored).
+ *
  * No HTTP and no SQLite here: attempts are callbacks, persistence is a small interface.
  */
+import { SecretRedactor } from "./redact";
 import type { UpstreamTrace } from "./types";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "./types";
 
@@ -91,7 +96,7 @@ export type AttemptFailureKind = "rate_limited" | "auth" | "rejected" | "failed"
 
 /**
  * How one attempt against one account went wrong; engines throw it from their attempt
- * callback. `message` must already be free of secrets.
+ * callback. `message` should already be free of secrets (the pool redacts it again).
  */
 export class AttemptFailure extends Error {
   override name = "AttemptFailure";
@@ -119,6 +124,8 @@ export interface PoolResult<T> {
 }
 
 const RECENT_FAILURES = 5;
+/** Longest failure text kept per account, logged, or stored as a disabled reason. */
+const FAILURE_MESSAGE_CHARS = 300;
 const RATE_LIMIT_BASE_MS = 1000;
 const SNAPSHOT_THROTTLE_MS = 500;
 
@@ -151,6 +158,7 @@ export class AccountPool {
     private readonly store: PoolStateStore,
     private readonly clock: Clock,
     private readonly logger?: PoolLogger,
+    private readonly redactor: SecretRedactor = new SecretRedactor([]),
   ) {
     this.accounts = accounts.map((cfg) => ({
       cfg,
@@ -245,12 +253,13 @@ export class AccountPool {
       } catch (e) {
         latencyMs = this.clock() - attemptStart;
         if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"), account.cfg.id);
-        const failure =
+        const failure = this.redacted(
           e instanceof AttemptFailure
             ? e
             : timeout.aborted
               ? new AttemptFailure("timeout", `no answer within ${attemptDeadline - attemptStart} ms`)
-              : new AttemptFailure("failed", e instanceof Error ? e.message : String(e));
+              : new AttemptFailure("failed", e instanceof Error ? e.message : String(e)),
+        );
         last = { account: account.cfg.id, failure };
         this.recordFailure(account, failure);
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
@@ -261,6 +270,12 @@ export class AccountPool {
       }
     }
     return fail(last ? this.finalError(last.failure) : new UpstreamFailed("no attempt was made"));
+  }
+
+  /** The failure with its message redacted (the same object when there was nothing to remove). */
+  private redacted(f: AttemptFailure): AttemptFailure {
+    const message = this.redactor.message(f.message);
+    return message === f.message ? f : new AttemptFailure(f.kind, message, f.retryAfterMs, f.status);
   }
 
   /** The typed error a request ends with when its last attempt failed this way. */
@@ -313,11 +328,12 @@ export class AccountPool {
   private recordFailure(a: AccountRuntime, f: AttemptFailure): void {
     const now = this.clock();
     if (f.kind === "rejected") return; // the request was at fault, not the account
-    a.recentFailures.push({ at: now, kind: f.kind, message: f.message.slice(0, 300) });
+    const message = this.redactor.message(f.message, FAILURE_MESSAGE_CHARS);
+    a.recentFailures.push({ at: now, kind: f.kind, message });
     if (a.recentFailures.length > RECENT_FAILURES) a.recentFailures.shift();
-    const fields = { upstream: this.upstreamId, account: a.cfg.id, kind: f.kind, status: f.status ?? null, message: f.message.slice(0, 300) };
+    const fields = { upstream: this.upstreamId, account: a.cfg.id, kind: f.kind, status: f.status ?? null, message };
     if (f.kind === "auth") {
-      const reason = `upstream answered ${f.status ?? "401/403"}: ${f.message}`.slice(0, 300);
+      const reason = this.redactor.message(`upstream answered ${f.status ?? "401/403"}: ${f.message}`, FAILURE_MESSAGE_CHARS);
       a.disabled = { reason, at: now };
       this.store.disableAccount(this.upstreamId, a.cfg.id, reason, now);
       this.logger?.warn("upstream account disabled until an admin re-enables it", fields);
@@ -361,7 +377,7 @@ export class AccountPool {
         a.coolingUntil = 0;
         this.logger?.info("upstream account re-enabled", { upstream: this.upstreamId, account: a.cfg.id });
       }
-      a.disabled = row;
+      a.disabled = row && { ...row, reason: this.redactor.message(row.reason, FAILURE_MESSAGE_CHARS) };
     }
   }
 

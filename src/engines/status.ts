@@ -1,10 +1,12 @@
 /**
  * The pool state as people see it (`atelier upstreams`, GET /admin/api/upstreams): one shape,
  * built either from the live pools (inside the server) or from what the server last wrote to
- * the database (the CLI, in another process). Never contains a key or a password.
+ * the database (the CLI, in another process). Never contains a key or a password: the stored
+ * texts are redacted again on the way out, since an older version may have written them.
  */
 import type { Config } from "../config";
 import type { AccountHealth, AccountSnapshot, DisabledInfo, FailureRecord } from "./pool";
+import { SecretRedactor } from "./redact";
 import type { UpstreamPools } from "./upstreams";
 
 export interface AccountStatus {
@@ -30,7 +32,7 @@ export interface UpstreamStatus {
 
 const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(ms).toISOString());
 
-function fromSnapshot(s: AccountSnapshot, asOf: number | null): AccountStatus {
+function fromSnapshot(s: AccountSnapshot, asOf: number | null, redactor: SecretRedactor): AccountStatus {
   return {
     id: s.accountId,
     weight: s.weight,
@@ -38,21 +40,22 @@ function fromSnapshot(s: AccountSnapshot, asOf: number | null): AccountStatus {
     in_flight: s.inFlight,
     state: s.state,
     cooling_until: iso(s.coolingUntil),
-    disabled_reason: s.disabledReason,
+    disabled_reason: s.disabledReason === null ? null : redactor.message(s.disabledReason),
     disabled_at: iso(s.disabledAt),
     consecutive_failures: s.consecutiveFailures,
-    recent_failures: s.recentFailures.map((f) => ({ at: iso(f.at)!, kind: f.kind, message: f.message })),
+    recent_failures: s.recentFailures.map((f) => ({ at: iso(f.at)!, kind: f.kind, message: redactor.message(f.message) })),
     as_of: iso(asOf),
   };
 }
 
 /** Inside the server: the pools' own state, after re-reading the disabled flags. */
 export function liveStatus(config: Config, pools: UpstreamPools, now: number): UpstreamStatus[] {
+  const redactor = SecretRedactor.forUpstreams(config.upstreams);
   return config.upstreams.map((u) => {
     const pool = pools.get(u.id);
     pool?.refresh();
     const snaps = pool?.snapshot() ?? [];
-    return { id: u.id, kind: u.kind, accounts: snaps.map((s) => fromSnapshot(s, now)) };
+    return { id: u.id, kind: u.kind, accounts: snaps.map((s) => fromSnapshot(s, now, redactor)) };
   });
 }
 
@@ -66,6 +69,7 @@ export function storedStatus(
   stored: { snapshots: Map<string, { snapshot: AccountSnapshot; updatedAt: number }>; disabled: (upstreamId: string) => Map<string, DisabledInfo> },
   now: number,
 ): UpstreamStatus[] {
+  const redactor = SecretRedactor.forUpstreams(config.upstreams);
   return config.upstreams.map((u) => {
     const disabled = stored.disabled(u.id);
     return {
@@ -100,6 +104,7 @@ export function storedStatus(
             disabledAt: off?.at ?? null,
           },
           found?.updatedAt ?? null,
+          redactor,
         );
       }),
     };

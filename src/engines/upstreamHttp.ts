@@ -6,19 +6,9 @@
  */
 import { readDimensions } from "../core/image/codec";
 import { AttemptFailure } from "./pool";
+import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
 import type { GeneratedImage, ImageMime } from "./types";
 import { concatChunks } from "../core/bytes";
-
-/** Removes the given secrets, Bearer/Basic credentials and key-looking tokens from text. */
-export function redact(text: string, secrets: (string | undefined)[]): string {
-  let out = text;
-  for (const s of secrets) {
-    if (s && s.length >= 4) out = out.split(s).join("[redacted]");
-  }
-  return out
-    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi, "$1 [redacted]")
-    .replace(/\bsk-[A-Za-z0-9_-]{8,}/g, "sk-[redacted]");
-}
 
 /** retry-after-ms (ms), else retry-after (seconds or an HTTP date); undefined when absent. */
 export function retryAfterMs(headers: Headers, now: number): number | undefined {
@@ -31,8 +21,15 @@ export function retryAfterMs(headers: Headers, now: number): number | undefined 
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
-/** The human part of an upstream error body: OpenAI's error.message, WebUI's detail/error, or the text. */
-export function upstreamMessage(body: string): string {
+/**
+ * The human part of an upstream error body (OpenAI's error.message, WebUI's detail/error, or
+ * the text), redacted whole and only then cut to MAX_UPSTREAM_MESSAGE_CHARS.
+ */
+export function upstreamMessage(body: string, redactor: SecretRedactor): string {
+  return redactor.message(messageOf(body, redactor), MAX_UPSTREAM_MESSAGE_CHARS) || "(empty body)";
+}
+
+function messageOf(body: string, redactor: SecretRedactor): string {
   try {
     const parsed = JSON.parse(body) as unknown;
     if (parsed && typeof parsed === "object") {
@@ -41,14 +38,22 @@ export function upstreamMessage(body: string): string {
       if (err && typeof err === "object" && typeof (err as Record<string, unknown>).message === "string") return (err as { message: string }).message;
       if (typeof err === "string" && typeof o.message === "string") return `${err}: ${o.message}`;
       if (typeof o.detail === "string") return o.detail;
-      if (Array.isArray(o.detail)) return JSON.stringify(o.detail).slice(0, 500);
+      // FastAPI's validation errors: each string is redacted before JSON escaping can hide a secret.
+      if (Array.isArray(o.detail)) return JSON.stringify(redactStrings(o.detail, redactor));
       if (typeof o.message === "string") return o.message;
       if (typeof err === "string") return err;
     }
   } catch {
     // not JSON: use the text itself
   }
-  return body.trim().slice(0, 500) || "(empty body)";
+  return body.trim();
+}
+
+function redactStrings(value: unknown, redactor: SecretRedactor, depth = 0): unknown {
+  if (typeof value === "string") return redactor.message(value);
+  if (depth > 20 || value === null || typeof value !== "object") return value;
+  if (Array.isArray(value)) return value.map((v) => redactStrings(v, redactor, depth + 1));
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [redactor.message(k), redactStrings(v, redactor, depth + 1)]));
 }
 
 export interface UpstreamCall {
@@ -57,8 +62,8 @@ export interface UpstreamCall {
   headers?: Record<string, string>;
   body?: BodyInit;
   signal: AbortSignal;
-  /** Secrets of the account in use, redacted from any message. */
-  secrets: (string | undefined)[];
+  /** Removes the configured secrets from anything the upstream says. */
+  redactor: SecretRedactor;
   now: () => number;
   /** Statuses meaning "this request is refused" (no retry); others ≥ 400 are account/upstream failures. */
   rejectStatuses?: number[];
@@ -89,10 +94,10 @@ async function send(call: UpstreamCall): Promise<Response> {
     res = await fetch(call.url, { method: call.method ?? "POST", headers: call.headers, body: call.body, signal: call.signal, redirect: "follow" });
   } catch (e) {
     if (call.signal.aborted) throw e;
-    throw new AttemptFailure("failed", `could not reach the upstream: ${redact(e instanceof Error ? e.message : String(e), call.secrets)}`);
+    throw new AttemptFailure("failed", `could not reach the upstream: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
   }
   if (res.ok) return res;
-  const body = redact(upstreamMessage(await readText(res, MAX_ERROR_BODY, call).catch(() => "")), call.secrets);
+  const body = upstreamMessage(await readText(res, MAX_ERROR_BODY, call).catch(() => ""), call.redactor);
   if (res.status === 429) throw new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(res.headers, call.now()), 429);
   if (res.status === 401 || res.status === 403) throw new AttemptFailure("auth", `credentials refused (${res.status}): ${body}`, undefined, res.status);
   if ((call.rejectStatuses ?? [400]).includes(res.status)) throw new AttemptFailure("rejected", body, undefined, res.status);
@@ -105,7 +110,7 @@ async function readText(res: Response, limit: number, call: UpstreamCall): Promi
   return new TextDecoder().decode(bytes);
 }
 
-async function readBounded(res: Response, limit: number, call: { signal: AbortSignal; secrets: (string | undefined)[] }): Promise<Uint8Array> {
+async function readBounded(res: Response, limit: number, call: { signal: AbortSignal; redactor: SecretRedactor }): Promise<Uint8Array> {
   const declared = Number(res.headers.get("content-length"));
   if (Number.isFinite(declared) && declared > limit) {
     await res.body?.cancel().catch(() => {});
@@ -125,7 +130,7 @@ async function readBounded(res: Response, limit: number, call: { signal: AbortSi
     }
   } catch (e) {
     if (e instanceof AttemptFailure || call.signal.aborted) throw e;
-    throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${redact(e instanceof Error ? e.message : String(e), call.secrets)}`);
+    throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
   }
   return concatChunks(chunks, total);
 }
@@ -133,7 +138,7 @@ async function readBounded(res: Response, limit: number, call: { signal: AbortSi
 /** Downloads an image an upstream answered with as a URL, bounded in size and time. */
 export async function downloadImage(
   url: string,
-  opts: { maxBytes: number; timeoutMs: number; signal: AbortSignal; secrets: (string | undefined)[] },
+  opts: { maxBytes: number; timeoutMs: number; signal: AbortSignal; redactor: SecretRedactor },
 ): Promise<Uint8Array> {
   let parsed: URL;
   try {
@@ -150,18 +155,22 @@ export async function downloadImage(
     res = await fetch(parsed, { signal, redirect: "follow" });
   } catch (e) {
     if (opts.signal.aborted) throw e;
-    throw new AttemptFailure(timeout.aborted ? "timeout" : "failed", `downloading the upstream image failed: ${redact(e instanceof Error ? e.message : String(e), opts.secrets)}`);
+    throw new AttemptFailure(timeout.aborted ? "timeout" : "failed", `downloading the upstream image failed: ${opts.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
   }
   if (!res.ok) {
     await res.body?.cancel().catch(() => {});
     throw new AttemptFailure("failed", `downloading the upstream image answered ${res.status}`);
   }
   try {
-    return await readBounded(res, opts.maxBytes, { signal, secrets: opts.secrets });
+    return await readBounded(res, opts.maxBytes, { signal, redactor: opts.redactor });
   } catch (e) {
     if (timeout.aborted && !opts.signal.aborted) throw new AttemptFailure("timeout", `downloading the upstream image took longer than ${opts.timeoutMs} ms`);
     throw e;
   }
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 export function sniffMime(bytes: Uint8Array): ImageMime | null {

@@ -5,6 +5,7 @@
 import type { Config, UpstreamConfig } from "../config";
 import { AccountPool, type Clock, type PoolLogger, type PoolStateStore } from "./pool";
 import { OpenAIEngine } from "./openai";
+import { SecretRedactor } from "./redact";
 import type { EngineRegistry } from "./registry";
 import { SdWebUiEngine } from "./sdwebui";
 
@@ -25,7 +26,14 @@ export class UpstreamPools {
   }
 }
 
-export function poolFor(upstream: UpstreamConfig, config: Config, store: PoolStateStore, clock: Clock, logger?: PoolLogger): AccountPool {
+export function poolFor(
+  upstream: UpstreamConfig,
+  config: Config,
+  store: PoolStateStore,
+  clock: Clock,
+  logger?: PoolLogger,
+  redactor: SecretRedactor = SecretRedactor.forUpstreams(config.upstreams),
+): AccountPool {
   return new AccountPool(
     upstream.id,
     upstream.accounts.map((a) => ({ id: a.id, weight: a.weight, maxConcurrency: a.max_concurrency })),
@@ -42,6 +50,7 @@ export function poolFor(upstream: UpstreamConfig, config: Config, store: PoolSta
     store,
     clock,
     logger,
+    redactor,
   );
 }
 
@@ -51,15 +60,17 @@ export function registerUpstreamEngines(
   deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger },
 ): UpstreamPools {
   const pools = new Map<string, AccountPool>();
+  // Every account secret of every upstream: no upstream's text may leak any of them.
+  const redactor = SecretRedactor.forUpstreams(config.upstreams);
   for (const upstream of config.upstreams) {
-    const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger);
+    const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger, redactor);
     pools.set(upstream.id, pool);
     if (upstream.kind === "openai") {
-      const engine = new OpenAIEngine(upstream, pool, deps.clock);
+      const engine = new OpenAIEngine(upstream, pool, deps.clock, redactor);
       registry.registerImage(upstream.id, engine);
       registry.registerChat(upstream.id, engine);
     } else {
-      registry.registerImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock));
+      registry.registerImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor));
     }
     pool.persistSnapshot();
   }

@@ -154,6 +154,26 @@ describe("requests arriving upstream", () => {
   });
 });
 
+describe("answers that echo a key", () => {
+  test("a revised_prompt that echoes an account's key (of any account, whole or in part) is redacted", async () => {
+    const { engine, job } = build();
+    fake.setRevisedPrompt(`a red fox for ${KEY_A}, also ${KEY_B.slice(0, 12)} and ${KEY_B.slice(-9)}`);
+    const img = await engine.generate(job());
+    expect(img.revisedPrompt).toBe("a red fox for [redacted], also [redacted] and [redacted]");
+  });
+
+  test("chat content that echoes an account's key is redacted; other key-looking words stay", async () => {
+    const { registry, talk } = build();
+    const out = await registry.chatEngine(talk)!.chat({
+      model: talk,
+      messages: [{ role: "user", content: `mine is ${KEY_A.slice(3, 20)}, an example is sk-example-0000000000` }],
+      params: {},
+      signal: new AbortController().signal,
+    });
+    expect(out.content).toBe("echo: mine is [redacted], an example is sk-example-0000000000");
+  });
+});
+
 describe("faults", () => {
   test("429 with retry-after on A: served by B, A cools down for the stated time", async () => {
     const { engine, job, pool } = build();

@@ -8,10 +8,14 @@
  *   because the generations endpoint takes no images;
  * - edit → POST /images/edits with `image` (one) or `image[]` (several) and `mask`;
  * - a `url` answer is downloaded (bounded) and returned as bytes; `revised_prompt` passes through.
+ *
+ * Every string of an answer that reaches our client (`revised_prompt`, the chat message) and
+ * every error text goes through the redactor first: an upstream may echo our key.
  */
 import type { AccountConfig, UpstreamConfig } from "../../config";
 import type { AccountPool, AttemptContext, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
+import { SecretRedactor } from "../redact";
 import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageInput, ImageJob } from "../types";
 import { callJson, checkUpstreamImage, decodeBase64Image, downloadImage, joinUrl } from "../upstreamHttp";
 
@@ -28,6 +32,8 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     private readonly upstream: UpstreamConfig,
     private readonly pool: AccountPool,
     private readonly clock: Clock,
+    /** Removes configured secrets from what the upstream says; by default this upstream's. */
+    private readonly redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
   ) {
     this.accounts = new Map(upstream.accounts.map((a) => [a.id, a]));
   }
@@ -44,7 +50,8 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
         headers: { ...this.authHeaders(ctx), "content-type": "application/json" },
         body: JSON.stringify(body),
       });
-      return parseChatAnswer(answer);
+      const parsed = parseChatAnswer(answer);
+      return { ...parsed, content: this.redactor.answer(parsed.content) };
     }, job.signal);
     return { ...value, trace };
   }
@@ -86,7 +93,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
   private async imageFromAnswer(answer: unknown, ctx: AttemptContext, prompt: string): Promise<GeneratedImage> {
     const first = isRecord(answer) && Array.isArray(answer.data) ? (answer.data[0] as unknown) : undefined;
     if (!isRecord(first)) throw new AttemptFailure("failed", "upstream image answer has no data[0]");
-    const revised = typeof first.revised_prompt === "string" && first.revised_prompt.length > 0 ? first.revised_prompt : prompt;
+    const revised = typeof first.revised_prompt === "string" && first.revised_prompt.length > 0 ? this.redactor.answer(first.revised_prompt) : prompt;
     let bytes: Uint8Array;
     if (typeof first.b64_json === "string") {
       bytes = decodeBase64Image(first.b64_json);
@@ -96,7 +103,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
         maxBytes: this.upstream.max_download_bytes,
         timeoutMs: Math.min(this.upstream.download_timeout_ms, remaining),
         signal: ctx.signal,
-        secrets: this.secrets(ctx),
+        redactor: this.redactor,
       });
     } else {
       throw new AttemptFailure("failed", "upstream image answer has neither b64_json nor url");
@@ -108,7 +115,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     return {
       url: joinUrl(this.upstream.base_url, path),
       signal: ctx.signal,
-      secrets: this.secrets(ctx),
+      redactor: this.redactor,
       now: this.clock,
       rejectStatuses: [400, 413, 415, 422],
     };
@@ -120,11 +127,6 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     if (a?.api_key) headers.authorization = `Bearer ${a.api_key}`;
     else if (a?.username !== undefined && a.password !== undefined) headers.authorization = `Basic ${btoa(`${a.username}:${a.password}`)}`;
     return headers;
-  }
-
-  private secrets(ctx: AttemptContext): (string | undefined)[] {
-    const a = this.accounts.get(ctx.account.id);
-    return [a?.api_key, a?.password];
   }
 }
 

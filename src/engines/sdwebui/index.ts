@@ -13,6 +13,7 @@
 import type { AccountConfig, UpstreamConfig } from "../../config";
 import type { AccountPool, AttemptContext, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
+import { SecretRedactor } from "../redact";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../types";
 import { callJson, checkUpstreamImage, decodeBase64Image, joinUrl, toBase64 } from "../upstreamHttp";
 import { webuiMaskFromOpenAI } from "./mask";
@@ -47,6 +48,8 @@ export class SdWebUiEngine implements ImageEngine {
     private readonly upstream: UpstreamConfig,
     private readonly pool: AccountPool,
     private readonly clock: Clock,
+    /** Removes configured secrets from what the upstream says; by default this upstream's. */
+    private readonly redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
   ) {
     this.accounts = new Map(upstream.accounts.map((a) => [a.id, a]));
   }
@@ -113,7 +116,7 @@ export class SdWebUiEngine implements ImageEngine {
         headers: { ...this.authHeaders(ctx), "content-type": "application/json", accept: "application/json" },
         body: json,
         signal: ctx.signal,
-        secrets: this.secrets(ctx),
+        redactor: this.redactor,
         now: this.clock,
         // FastAPI answers 422 for a payload it refuses; that will not change on another account.
         rejectStatuses: [400, 422],
@@ -131,11 +134,6 @@ export class SdWebUiEngine implements ImageEngine {
     if (a?.username !== undefined && a.password !== undefined) return { authorization: `Basic ${btoa(`${a.username}:${a.password}`)}` };
     if (a?.api_key) return { authorization: `Bearer ${a.api_key}` };
     return {};
-  }
-
-  private secrets(ctx: AttemptContext): (string | undefined)[] {
-    const a = this.accounts.get(ctx.account.id);
-    return [a?.api_key, a?.password];
   }
 }
 
