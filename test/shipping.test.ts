@@ -40,11 +40,12 @@ const SECTIONS: [string, TObject][] = [
   ["`[[upstreams.accounts]]`", objectOf(objectOf(ConfigSchema.properties.upstreams).properties.accounts!)],
   ["`[[models]]`", objectOf(ConfigSchema.properties.models)],
   ["`[workbench]`", objectOf(ConfigSchema.properties.workbench)],
+  ["`[database]`", objectOf(ConfigSchema.properties.database)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["limits", "models", "server", "upstreams", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "limits", "models", "server", "upstreams", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {
