@@ -4,23 +4,18 @@
  * --config and --data and works while a server runs on the same data directory.
  */
 import { createApp, createServices } from "./app";
-import { CliError, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
-import { ConfigError, loadConfig, type Config } from "./config";
+import { CliError, COMMON_HELP, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "./cli/args";
+import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type Io } from "./cli/shared";
+import { ConfigError, type Config } from "./config";
 import { AccountError, addUser, createKey, hashPassword } from "./core/accounts";
 import { hashApiKey, looksLikeApiKey } from "./core/apiKeys";
 import { createLogger, silentLogger } from "./logger";
 import { startServer } from "./server";
 import { enableUpstreamAccount, showUpstreams } from "./cli/upstreams";
-import { createStore, type Store } from "./store";
-import { existsSync } from "node:fs";
-import { databasePath, DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
+import { createStore } from "./store";
+import { DatabaseTooNewError, latestVersion, openDatabase } from "./store/database";
 import { SessionStore } from "./store/sessions";
 import { EmailTakenError } from "./store/users";
-
-const COMMON_HELP = `Options on every command:
-  --config PATH   TOML configuration file (or ATELIER_CONFIG)
-  --data DIR      data directory holding atelier.db (or ATELIER_DATA; default ./data)
-  -h, --help      show help`;
 
 const USAGE = `atelier — OpenAI-compatible image generation and chat in one binary
 
@@ -41,43 +36,6 @@ Commands:
   healthcheck                             exit 0 if the local server answers /healthz (for Docker)
 
 ${COMMON_HELP}`;
-
-interface Io {
-  out: (s: string) => void;
-  err: (s: string) => void;
-}
-
-type Values = { config?: string; data?: string };
-
-function configFrom(values: Values, extra: { port?: number; host?: string } = {}): Config {
-  return loadConfig({ file: values.config, overrides: { data_dir: values.data, ...extra } });
-}
-
-/**
- * Runs fn on the existing database. Only `serve` and `user add` create one: a mistyped --data
- * would otherwise make a new empty database and answer "no user with email …".
- */
-function withStore<T>(values: Values, fn: (store: Store) => T): T {
-  const config = configFrom(values);
-  const file = databasePath(config.server.data_dir);
-  if (!existsSync(file)) {
-    throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
-  }
-  const store = createStore(openDatabase(config.server.data_dir), latestVersion());
-  try {
-    return fn(store);
-  } finally {
-    store.close();
-  }
-}
-
-function requireUser(store: Store, email: string) {
-  const user = store.users.byEmail(email);
-  if (!user) throw new CliError(`no user with email ${email}`);
-  return user;
-}
-
-const fmtTime = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
 
 async function serve(argv: string[], io: Io): Promise<number> {
   const usage = `Usage: atelier serve [--port N] [--host ADDR]\n\n  --port N      port (or ATELIER_PORT; default 8080)\n  --host ADDR   address (or ATELIER_HOST; default 0.0.0.0)\n\n${COMMON_HELP}`;
@@ -137,11 +95,11 @@ async function user(argv: string[], io: Io): Promise<number> {
   }
   if (sub === "list") {
     noPositionals("user list", positionals.slice(1), usage);
-    return withStore(values, (store) => {
-      io.out(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"].join("\t"));
+    return withExistingStore(configFrom(values), (store) => {
+      io.out(tabSeparated(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"]));
       // limit -1 is SQLite's "no limit": the store pages by 1000 by default.
       for (const u of store.users.list({ limit: -1 })) {
-        io.out([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", fmtTime(u.created_at)].join("\t"));
+        io.out(tabSeparated([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", isoTimeOrDash(u.created_at)]));
       }
       return 0;
     });
@@ -154,8 +112,8 @@ async function user(argv: string[], io: Io): Promise<number> {
       throw new UsageError(`--password must be at least ${config.workbench.min_password_length} characters`);
     }
     const hash = await hashPassword(values.password);
-    return withStore(values, (store) => {
-      const u = requireUser(store, email);
+    return withExistingStore(configFrom(values), (store) => {
+      const u = requireUserByEmail(store, email);
       store.users.setPasswordHash(u.id, hash);
       // Whoever knew the old password is signed out everywhere.
       new SessionStore(store.db).deleteForUser(u.id);
@@ -175,8 +133,8 @@ function credits(argv: string[], io: Io): number {
   if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${usage}`);
   if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${usage}`);
   const n = positiveInteger("N", amount, false, MAX_CREDITS);
-  return withStore(values, (store) => {
-    const u = requireUser(store, email);
+  return withExistingStore(configFrom(values), (store) => {
+    const u = requireUserByEmail(store, email);
     const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
     io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);
     return 0;
@@ -190,9 +148,9 @@ function key(argv: string[], io: Io): number {
   if (values.help) return io.out(usage), 0;
   if (!sub) return io.err(usage), 2;
   if (!arg || positionals.length > 2) throw new UsageError(`key ${sub} takes one argument\n\n${usage}`);
-  return withStore(values, (store) => {
+  return withExistingStore(configFrom(values), (store) => {
     if (sub === "create") {
-      const u = requireUser(store, arg);
+      const u = requireUserByEmail(store, arg);
       const name = values.name ?? "cli";
       if (name.length === 0 || name.length > 100) throw new UsageError("--name must be 1 to 100 characters");
       const { key: k } = createKey(store, Date.now, u.id, name);
@@ -201,10 +159,10 @@ function key(argv: string[], io: Io): number {
       return 0;
     }
     if (sub === "list") {
-      const u = requireUser(store, arg);
-      io.out(["PREFIX", "NAME", "CREATED", "LAST USED", "STATUS"].join("\t"));
+      const u = requireUserByEmail(store, arg);
+      io.out(tabSeparated(["PREFIX", "NAME", "CREATED", "LAST USED", "STATUS"]));
       for (const k of store.keys.listForUser(u.id)) {
-        io.out([k.prefix, k.name, fmtTime(k.created_at), fmtTime(k.last_used_at), k.revoked_at ? "revoked" : "active"].join("\t"));
+        io.out(tabSeparated([k.prefix, k.name, isoTimeOrDash(k.created_at), isoTimeOrDash(k.last_used_at), k.revoked_at ? "revoked" : "active"]));
       }
       return 0;
     }
@@ -233,7 +191,7 @@ function upstreams(argv: string[], io: Io): number {
   if (values.help) return io.out(usage), 0;
   const [sub, upstreamId, accountId] = positionals;
   const config = configFrom(values);
-  return withStore(values, (store) => {
+  return withExistingStore(configFrom(values), (store) => {
     if (sub === undefined) {
       for (const line of showUpstreams(config, store, Date.now(), values.json === true)) io.out(line);
       return 0;

@@ -19,6 +19,12 @@ export const COMMON_OPTIONS = {
   help: { type: "boolean", short: "h" },
 } as const satisfies Options;
 
+/** The help text of COMMON_OPTIONS, at the end of every command's usage. */
+export const COMMON_HELP = `Options on every command:
+  --config PATH   TOML configuration file (or ATELIER_CONFIG)
+  --data DIR      data directory holding atelier.db (or ATELIER_DATA; default ./data)
+  -h, --help      show help`;
+
 export function parseCommand<O extends Options>(argv: string[], options: O, usage: string) {
   const all: Options = { ...COMMON_OPTIONS, ...options };
   try {
