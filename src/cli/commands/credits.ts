@@ -1,0 +1,23 @@
+/** `atelier credits grant`: adds credits to a user's balance, recorded in the ledger as the CLI's. */
+import { COMMON_HELP, MAX_CREDITS, parseCommand, positiveInteger, UsageError } from "../args";
+import { configFrom, requireUserByEmail, withExistingStore, type Io } from "../shared";
+
+const USAGE = `Usage: atelier credits grant <email> <N> [--note TEXT]
+
+${COMMON_HELP}`;
+
+export function creditsCommand(argv: string[], io: Io): number {
+  const { values, positionals } = parseCommand(argv, { note: { type: "string" } }, USAGE);
+  const [sub, email, amount] = positionals;
+  if (values.help) return io.out(USAGE), 0;
+  if (!sub) return io.err(USAGE), 2;
+  if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${USAGE}`);
+  if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${USAGE}`);
+  const n = positiveInteger("N", amount, false, MAX_CREDITS);
+  return withExistingStore(configFrom(values), (store) => {
+    const u = requireUserByEmail(store, email);
+    const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
+    io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);
+    return 0;
+  });
+}
