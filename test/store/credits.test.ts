@@ -1,0 +1,344 @@
+/**
+ * The credit ledger on the real SQLite store in memory: every balance change is one
+ * transaction with its ledger row, a charge happens once per request, a refund at most once
+ * whoever asks (the request path, a second call, a recovery at startup), the balance never
+ * goes below zero and the ledger always sums to it.
+ */
+import { afterAll, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createStore, type Store } from "../../src/store";
+import { InsufficientCreditsError, type FailureRecord, type ImageCharge } from "../../src/store/credits";
+import { latestVersion, openDatabase } from "../../src/store/database";
+import { fakeClock } from "../support/fakeClock";
+import { addUser, memoryStore } from "../support/memoryStore";
+
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+const FAILED: FailureRecord = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed", queueMs: 3, generationMs: 40 };
+
+function charge(requestId: string, userId: number): ImageCharge {
+  return { requestId, userId, keyId: null, endpoint: "/v1/images/generations", model: "test-image", prompt: "a red square" };
+}
+
+function setup(credits = 3) {
+  const clock = fakeClock();
+  const store = memoryStore();
+  const user = addUser(store, credits, clock.now());
+  return { store, user, clock };
+}
+
+function ledgerOf(store: Store, requestId: string) {
+  return store.db
+    .query<{ kind: string; amount: number }, [string]>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id")
+    .all(requestId);
+}
+
+/** Balance, ledger sum and row counts: what must not move when an operation is refused. */
+function snapshot(store: Store, user: number) {
+  const count = (table: string) => store.db.query<{ n: number }, []>(`SELECT COUNT(*) AS n FROM ${table}`).get()!.n;
+  return { balance: store.credits.balance(user), sum: store.credits.ledgerSum(user), ledger: count("ledger"), requests: count("requests") };
+}
+
+describe("charge", () => {
+  test("takes exactly 1 credit with one ledger row and a pending request, at the clock's time", () => {
+    const { store, user, clock } = setup(3);
+    clock.advance(500);
+    expect(store.credits.chargeForImage(charge("r1", user), clock.now())).toBe(2);
+    expect(store.credits.balance(user)).toBe(2);
+    expect(ledgerOf(store, "r1")).toEqual([{ kind: "charge", amount: -1 }]);
+    expect(store.requests.get("r1")).toMatchObject({ status: "pending", credits_charged: 1, credits_refunded: 0, created_at: clock.now(), user_id: user });
+    expect(store.credits.ledgerSum(user)).toBe(2);
+  });
+
+  test("a second charge for the same request id fails and changes nothing", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    const before = snapshot(store, user);
+    expect(() => store.credits.chargeForImage(charge("r1", user), clock.now())).toThrow(/UNIQUE/);
+    expect(snapshot(store, user)).toEqual(before);
+    expect(ledgerOf(store, "r1")).toEqual([{ kind: "charge", amount: -1 }]);
+  });
+
+  test("at zero credits: InsufficientCreditsError, and no request, no ledger row, no negative balance", () => {
+    const { store, user, clock } = setup(1);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    const before = snapshot(store, user);
+    expect(() => store.credits.chargeForImage(charge("r2", user), clock.now())).toThrow(InsufficientCreditsError);
+    expect(snapshot(store, user)).toEqual({ ...before, balance: 0 });
+    expect(store.requests.get("r2")).toBeNull();
+  });
+
+  test("the schema refuses a negative balance, a second charge or refund row, and refunding more than was charged", () => {
+    const { store, user, clock } = setup(1);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    expect(() => store.db.query("UPDATE users SET credits = credits - 1 WHERE id = ?").run(user)).toThrow(/CHECK/);
+    const insert = (kind: string, amount: number) =>
+      store.db.query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, ?, ?, 'r1', 0)").run(user, kind, amount);
+    expect(() => insert("charge", -1)).toThrow(/UNIQUE/);
+    insert("refund", 1);
+    expect(() => insert("refund", 1)).toThrow(/UNIQUE/);
+    expect(() => insert("charge", 1)).toThrow(/CHECK/); // signs are fixed by kind
+    expect(() => store.db.query("UPDATE requests SET credits_refunded = 2 WHERE id = 'r1'").run()).toThrow(/CHECK/);
+  });
+});
+
+describe("refundOnce", () => {
+  test("returns the credit once, with one refund row; a second call changes nothing", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    clock.advance(1200);
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(true);
+    const after = snapshot(store, user);
+    expect(after.balance).toBe(3);
+    expect(store.requests.get("r1")).toMatchObject({
+      status: "failed",
+      credits_refunded: 1,
+      error_code: "upstream_failed",
+      queue_ms: 3,
+      generation_ms: 40,
+      finished_at: clock.now(),
+    });
+    clock.advance(10);
+    expect(store.credits.refundOnce("r1", { ...FAILED, errorCode: "other" }, clock.now())).toBe(false);
+    expect(snapshot(store, user)).toEqual(after);
+    expect(store.requests.get("r1")).toMatchObject({ error_code: "upstream_failed", finished_at: clock.now() - 10 });
+    expect(ledgerOf(store, "r1")).toEqual([
+      { kind: "charge", amount: -1 },
+      { kind: "refund", amount: 1 },
+    ]);
+  });
+
+  test("an unknown request or one that succeeded is not refunded", () => {
+    const { store, user, clock } = setup(3);
+    expect(store.credits.refundOnce("nope", FAILED, clock.now())).toBe(false);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    expect(store.requests.markSucceeded("r1", { queueMs: 0, generationMs: 10 }, clock.now())).toBe(true);
+    const before = snapshot(store, user);
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(false);
+    expect(snapshot(store, user)).toEqual(before);
+    expect(store.requests.get("r1")?.status).toBe("succeeded");
+  });
+
+  test("a success recorded after the refund changes nothing (the request stays failed, the credit returned)", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    store.credits.refundOnce("r1", FAILED, clock.now());
+    expect(store.requests.markSucceeded("r1", { queueMs: 0, generationMs: 10 }, clock.now())).toBe(false);
+    expect(store.requests.get("r1")?.status).toBe("failed");
+    expect(store.credits.balance(user)).toBe(3);
+  });
+
+  test("a refund that fails midway (after the status change) rolls back whole: it can still happen once", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    // A refund row already there (by hand) makes the ledger insert fail after the UPDATEs ran.
+    store.db.exec("DROP INDEX ledger_once_per_request");
+    store.db.exec("CREATE UNIQUE INDEX ledger_once_per_request ON ledger(request_id) WHERE request_id IS NOT NULL");
+    const before = snapshot(store, user);
+    expect(() => store.credits.refundOnce("r1", FAILED, clock.now())).toThrow(/UNIQUE/);
+    expect(snapshot(store, user)).toEqual(before);
+    expect(store.requests.get("r1")).toMatchObject({ status: "pending", credits_refunded: 0 });
+    store.db.exec("DROP INDEX ledger_once_per_request");
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(true);
+    expect(store.credits.balance(user)).toBe(3);
+  });
+});
+
+describe("recoverInterrupted", () => {
+  test("refunds every pending request once, marks it interrupted, and leaves finished ones alone", () => {
+    const { store, user, clock } = setup(5);
+    for (const id of ["pending1", "pending2", "ok", "failed"]) store.credits.chargeForImage(charge(id, user), clock.now());
+    store.requests.markSucceeded("ok", { queueMs: 0, generationMs: 1 }, clock.now());
+    store.credits.refundOnce("failed", FAILED, clock.now());
+    expect(store.credits.balance(user)).toBe(2);
+    clock.advance(60_000);
+    expect(store.credits.recoverInterrupted(clock.now()).sort()).toEqual(["pending1", "pending2"]);
+    expect(store.credits.balance(user)).toBe(4);
+    expect(store.requests.get("pending1")).toMatchObject({ status: "interrupted", error_code: "interrupted", credits_refunded: 1, finished_at: clock.now() });
+    expect(store.requests.get("ok")).toMatchObject({ status: "succeeded", credits_refunded: 0 });
+    expect(store.requests.get("failed")).toMatchObject({ status: "failed", error_code: "upstream_failed" });
+    // Running it again (a second restart) refunds nothing.
+    expect(store.credits.recoverInterrupted(clock.now())).toEqual([]);
+    expect(store.credits.balance(user)).toBe(4);
+    expect(store.credits.ledgerSum(user)).toBe(4);
+  });
+
+  test("refund, then recovery: no second refund", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(true);
+    expect(store.credits.recoverInterrupted(clock.now())).toEqual([]);
+    expect(store.credits.balance(user)).toBe(3);
+    expect(store.requests.get("r1")?.status).toBe("failed");
+    expect(ledgerOf(store, "r1").filter((r) => r.kind === "refund")).toHaveLength(1);
+  });
+
+  test("recovery, then the request's own refund: no second refund", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    expect(store.credits.recoverInterrupted(clock.now())).toEqual(["r1"]);
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(false);
+    expect(store.credits.balance(user)).toBe(3);
+    expect(store.requests.get("r1")?.status).toBe("interrupted");
+    expect(ledgerOf(store, "r1").filter((r) => r.kind === "refund")).toHaveLength(1);
+  });
+
+  test("a refund landing between the recovery's scan and its refund: refunded once, by whoever came first", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    store.credits.chargeForImage(charge("r2", user), clock.now());
+    // The recovery has read the pending ids; before it refunds r1, the request path refunds r1.
+    const credits = store.credits;
+    const original = credits.refundOnce.bind(credits);
+    let raced = false;
+    credits.refundOnce = (id, failure, now) => {
+      if (id === "r1" && !raced) {
+        raced = true;
+        expect(original("r1", FAILED, now)).toBe(true);
+      }
+      return original(id, failure, now);
+    };
+    expect(credits.recoverInterrupted(clock.now())).toEqual(["r2"]);
+    expect(raced).toBe(true);
+    expect(store.requests.get("r1")?.status).toBe("failed");
+    expect(store.requests.get("r2")?.status).toBe("interrupted");
+    expect(credits.balance(user)).toBe(3);
+    expect(credits.ledgerSum(user)).toBe(3);
+    for (const id of ["r1", "r2"]) expect(ledgerOf(store, id).filter((r) => r.kind === "refund")).toHaveLength(1);
+  });
+
+  test("two connections to one database file (a server and a restarting one) refund once between them", () => {
+    const dir = mkdtempSync(join(tmpdir(), "atelier-credits-"));
+    dirs.push(dir);
+    const a = createStore(openDatabase(dir), latestVersion());
+    const b = createStore(openDatabase(dir), latestVersion());
+    try {
+      const user = addUser(a, 2);
+      a.credits.chargeForImage(charge("r1", user), 1);
+      a.credits.chargeForImage(charge("r2", user), 1);
+      expect(b.credits.recoverInterrupted(2)).toEqual(["r1", "r2"]);
+      expect(a.credits.refundOnce("r1", FAILED, 3)).toBe(false);
+      expect(a.credits.refundOnce("r2", FAILED, 3)).toBe(false);
+      expect(a.credits.balance(user)).toBe(2);
+      expect(b.credits.ledgerSum(user)).toBe(2);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+});
+
+describe("grant and deduct", () => {
+  test("grant adds with one ledger row carrying note and actor; only positive integers", () => {
+    const { store, user, clock } = setup(0);
+    expect(store.credits.grant(user, 5, clock.now(), "top-up", "admin@example.test")).toBe(5);
+    expect(store.credits.ledger(user)[0]).toMatchObject({ kind: "grant", amount: 5, note: "top-up", actor: "admin@example.test", request_id: null });
+    const before = snapshot(store, user);
+    for (const bad of [0, -1, 1.5, Number.NaN]) expect(() => store.credits.grant(user, bad, clock.now())).toThrow(RangeError);
+    expect(() => store.credits.grant(9999, 1, clock.now())).toThrow(RangeError);
+    expect(snapshot(store, user)).toEqual(before);
+  });
+
+  test("deduct removes with a negative ledger row, never below zero", () => {
+    const { store, user, clock } = setup(3);
+    expect(store.credits.deduct(user, 2, clock.now(), "correction")).toBe(1);
+    expect(store.credits.ledger(user)[0]).toMatchObject({ kind: "deduct", amount: -2, note: "correction" });
+    const before = snapshot(store, user);
+    expect(() => store.credits.deduct(user, 2, clock.now())).toThrow(InsufficientCreditsError);
+    for (const bad of [0, -1, 0.5]) expect(() => store.credits.deduct(user, bad, clock.now())).toThrow(RangeError);
+    expect(snapshot(store, user)).toEqual(before);
+    expect(store.credits.deduct(user, 1, clock.now())).toBe(0);
+  });
+
+  test("ledger pages newest first", () => {
+    const { store, user, clock } = setup(0);
+    for (let i = 1; i <= 5; i++) store.credits.grant(user, i, clock.advance(1));
+    expect(store.credits.ledger(user, 2).map((r) => r.amount)).toEqual([5, 4]);
+    expect(store.credits.ledger(user, 2, 2).map((r) => r.amount)).toEqual([3, 2]);
+  });
+});
+
+describe("property: any sequence of operations", () => {
+  type Op =
+    | { t: "grant" | "deduct"; user: number; amount: number }
+    | { t: "charge"; user: number; req: number }
+    | { t: "refund" | "succeed"; req: number }
+    | { t: "recover" };
+
+  const user = fc.integer({ min: 0, max: 1 });
+  const req = fc.integer({ min: 0, max: 7 });
+  const op: fc.Arbitrary<Op> = fc.oneof(
+    fc.record({ t: fc.constantFrom("grant" as const, "deduct" as const), user, amount: fc.integer({ min: 1, max: 4 }) }),
+    fc.record({ t: fc.constant("charge" as const), user, req }),
+    fc.record({ t: fc.constant("charge" as const), user, req }),
+    fc.record({ t: fc.constantFrom("refund" as const, "succeed" as const), req }),
+    fc.record({ t: fc.constant("recover" as const) }),
+  );
+
+  test("the balance matches a model, never goes negative, and the ledger always sums to it; each request is charged once and refunded at most once", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 2, maxLength: 2 }), fc.array(op, { maxLength: 50 }), (initial, ops) => {
+        const clock = fakeClock();
+        const store = memoryStore();
+        try {
+          const users = initial.map((c) => addUser(store, c, clock.now()));
+          const balance = [...initial];
+          const requests = new Map<string, { owner: number; status: "pending" | "succeeded" | "failed" | "interrupted" }>();
+          for (const o of ops) {
+            clock.advance(1);
+            if (o.t === "grant") {
+              expect(store.credits.grant(users[o.user]!, o.amount, clock.now())).toBe((balance[o.user]! += o.amount));
+            } else if (o.t === "deduct") {
+              if (balance[o.user]! >= o.amount) expect(store.credits.deduct(users[o.user]!, o.amount, clock.now())).toBe((balance[o.user]! -= o.amount));
+              else expect(() => store.credits.deduct(users[o.user]!, o.amount, clock.now())).toThrow(InsufficientCreditsError);
+            } else if (o.t === "charge") {
+              const id = `r${o.req}`;
+              const attempt = () => store.credits.chargeForImage(charge(id, users[o.user]!), clock.now());
+              if (requests.has(id)) expect(attempt).toThrow();
+              else if (balance[o.user]! < 1) expect(attempt).toThrow(InsufficientCreditsError);
+              else {
+                expect(attempt()).toBe(--balance[o.user]!);
+                requests.set(id, { owner: o.user, status: "pending" });
+              }
+            } else if (o.t === "refund" || o.t === "succeed") {
+              const id = `r${o.req}`;
+              const r = requests.get(id);
+              const pending = r?.status === "pending";
+              const done = o.t === "refund" ? store.credits.refundOnce(id, FAILED, clock.now()) : store.requests.markSucceeded(id, { queueMs: 0, generationMs: 1 }, clock.now());
+              expect(done).toBe(pending);
+              if (pending && o.t === "refund") {
+                r.status = "failed";
+                balance[r.owner]!++;
+              } else if (pending) r.status = "succeeded";
+            } else {
+              const expected = [...requests].filter(([, r]) => r.status === "pending").map(([id]) => id);
+              expect(store.credits.recoverInterrupted(clock.now()).sort()).toEqual(expected.sort());
+              for (const id of expected) {
+                const r = requests.get(id)!;
+                r.status = "interrupted";
+                balance[r.owner]!++;
+              }
+            }
+            users.forEach((u, i) => {
+              expect(store.credits.balance(u)).toBe(balance[i]!);
+              expect(store.credits.ledgerSum(u)).toBe(balance[i]!);
+              expect(balance[i]!).toBeGreaterThanOrEqual(0);
+            });
+          }
+          for (const [id, r] of requests) {
+            const refunded = r.status === "failed" || r.status === "interrupted" ? 1 : 0;
+            expect(ledgerOf(store, id)).toEqual([{ kind: "charge", amount: -1 }, ...(refunded ? [{ kind: "refund", amount: 1 }] : [])]);
+            expect(store.requests.get(id)).toMatchObject({ status: r.status, user_id: users[r.owner], credits_charged: 1, credits_refunded: refunded });
+          }
+        } finally {
+          store.close();
+        }
+      }),
+      { numRuns: 200, seed: Number(process.env.FC_SEED ?? 20_260_110) },
+    );
+  });
+});

@@ -1,0 +1,59 @@
+/**
+ * The real SQLite store on a private in-memory database (real SQL, CHECKs and transactions;
+ * nothing on disk), plus helpers to add users and to make one store method meet a
+ * "database is locked" error as another process's write lock would.
+ */
+import { createStore, type Store } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
+
+export function memoryStore(): Store {
+  return createStore(openDatabase(":memory:"), latestVersion());
+}
+
+let users = 0;
+
+/** A user with `credits` (written as a grant, like the real CLI does); returns the id. */
+export function addUser(store: Store, credits: number, now = 1_000_000): number {
+  return store.users.create({ email: `user${++users}@example.test`, passwordHash: null, role: "user", credits }, now).id;
+}
+
+/** What bun:sqlite throws when a write meets another connection's lock (busy_timeout 0). */
+export function sqliteBusy(): Error & { code: string } {
+  return Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY", errno: 5 });
+}
+
+export interface BusyInterceptor {
+  /** Calls made so far (busy ones included). */
+  readonly calls: number;
+  /** Calls that went through to the real method. */
+  readonly landed: number;
+  restore(): void;
+}
+
+/**
+ * Replaces target[method]: call n (1-based) throws SQLITE_BUSY while busy(n) is true, before
+ * anything is written (as SQLite does: BEGIN IMMEDIATE fails first); otherwise it calls through.
+ */
+export function interceptBusy<T extends object>(target: T, method: keyof T & string, busy: (call: number) => boolean): BusyInterceptor {
+  const slot = target as unknown as Record<string, (...args: unknown[]) => unknown>;
+  const original = slot[method]!;
+  let calls = 0;
+  let landed = 0;
+  slot[method] = (...args: unknown[]) => {
+    calls++;
+    if (busy(calls)) throw sqliteBusy();
+    landed++;
+    return original.apply(target, args);
+  };
+  return {
+    get calls() {
+      return calls;
+    },
+    get landed() {
+      return landed;
+    },
+    restore: () => {
+      slot[method] = original;
+    },
+  };
+}
