@@ -4,7 +4,7 @@
  * file in cli/commands/, and every command takes --config and --data and works while a server
  * runs on the same data directory.
  */
-import { CliError, COMMON_HELP, UsageError } from "./cli/args";
+import { COMMON_HELP, UsageError } from "./cli/args";
 import { creditsCommand } from "./cli/commands/credits";
 import { healthcheckCommand } from "./cli/commands/healthcheck";
 import { keyCommand } from "./cli/commands/key";
@@ -13,10 +13,6 @@ import { serveCommand } from "./cli/commands/serve";
 import { upstreamsCommand } from "./cli/commands/upstreams";
 import { userCommand } from "./cli/commands/user";
 import type { Command, Io } from "./cli/shared";
-import { ConfigError } from "./config";
-import { AccountError } from "./core/accounts";
-import { DatabaseTooNewError } from "./store/database";
-import { EmailTakenError } from "./store/users";
 
 // test/e2e/openapi.test.ts renders the document through this entry point.
 export { renderOpenApi } from "./cli/commands/openapi";
@@ -66,12 +62,10 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   try {
     return await run(rest, io);
   } catch (e) {
-    if (e instanceof UsageError || e instanceof CliError || e instanceof ConfigError || e instanceof AccountError || e instanceof EmailTakenError || e instanceof DatabaseTooNewError) {
-      io.err(`atelier ${command}: ${e.message}`);
-      return e instanceof UsageError ? 2 : 1;
-    }
+    // One line naming the command, whatever was thrown (a bad config file, a newer database, an
+    // unknown user…); exit 2 when the command line itself is wrong, 1 when it could not be done.
     io.err(`atelier ${command}: ${e instanceof Error ? e.message : String(e)}`);
-    return 1;
+    return e instanceof UsageError ? 2 : 1;
   }
 }
 
