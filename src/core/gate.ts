@@ -113,7 +113,11 @@ export class LocalGate implements Gate {
   }
 
   admit(userId: number, signal?: AbortSignal): Promise<Permit> {
-    if (this.queue.length === 0 && this.canRun(userId)) return Promise.resolve(this.grant(userId, 0));
+    // A client already gone takes no slot (its abort event has fired and will not fire again).
+    if (signal?.aborted) return Promise.reject(new GateRejected("aborted", this.blockingLimit(userId), 0, "The client went away before it was admitted."));
+    // Every queued waiter is blocked (drain runs on each release), so a newcomer who can run
+    // overtakes nobody who could.
+    if (this.canRun(userId)) return Promise.resolve(this.grant(userId, 0));
     const limit = this.blockingLimit(userId);
     if (this.queue.length >= this.limits.queueSize || this.limits.queueTimeoutMs === 0) {
       return Promise.reject(

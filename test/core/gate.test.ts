@@ -93,13 +93,9 @@ describe("limits", () => {
     expect(gate.stats()).toEqual({ running: 2, queued: 1 });
   });
 
-  // BUG (src/core/gate.ts admit): a newcomer is admitted at once only when the queue is empty.
-  // A waiter that is blocked by its own per-user limit keeps the queue non-empty, so another
-  // user is queued although a global slot is free, and times out ("server-wide limit") unless
-  // some unrelated request ends first. The drain rule above says such a waiter must not hold up
-  // others; admit() should grant whenever canRun(userId) holds (after a drain no queued waiter
-  // can run, so this keeps FIFO). Remove `.failing` once admit() is fixed.
-  test.failing("a newcomer with a free global slot is not queued behind another user's per-user wait", async () => {
+  // A waiter blocked by its own per-user limit must not hold up another user's request while a
+  // global slot is free.
+  test("a newcomer with a free global slot is not queued behind another user's per-user wait", async () => {
     const { gate } = setup({ global: 2, perUser: 1 });
     await gate.admit(1);
     const blocked = track(gate.admit(1)); // user 1 waits for their own limit; 1 of 2 global slots is used
@@ -306,11 +302,8 @@ describe("the queue", () => {
     expect(gate.stats().running).toBe(0);
   });
 
-  // BUG (src/core/gate.ts admit): a signal that is already aborted never fires "abort" again,
-  // so a request whose client left before it reached the queue waits out the whole queue
-  // timeout (holding a queue place), or is admitted later and runs for nobody. admit() should
-  // check signal.aborted before queueing. Remove `.failing` once fixed.
-  test.failing("a client already gone when it reaches a full gate is refused at once as aborted", async () => {
+  // A signal that is already aborted never fires "abort" again: it must be checked up front.
+  test("a client already gone when it reaches a full gate is refused at once as aborted", async () => {
     const { gate } = setup({ global: 1 });
     await gate.admit(1);
     const abort = new AbortController();
