@@ -37,15 +37,16 @@ Commands:
 
 ${COMMON_HELP}`;
 
-const COMMANDS: Record<string, Command> = {
-  serve: serveCommand,
-  healthcheck: healthcheckCommand,
-  user: userCommand,
-  credits: creditsCommand,
-  key: keyCommand,
-  upstreams: upstreamsCommand,
-  openapi: openapiCommand,
-};
+// A Map, not an object literal: a word like "constructor" or "toString" must not find Object's methods.
+const COMMANDS = new Map<string, Command>([
+  ["serve", serveCommand],
+  ["healthcheck", healthcheckCommand],
+  ["user", userCommand],
+  ["credits", creditsCommand],
+  ["key", keyCommand],
+  ["upstreams", upstreamsCommand],
+  ["openapi", openapiCommand],
+]);
 
 const processIo: Io = { out: (line) => console.log(line), err: (line) => console.error(line) };
 
@@ -54,7 +55,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   // Help asked for goes to stdout with success; no command at all is a usage error.
   if (!command) return io.err(USAGE), 2;
   if (command === "--help" || command === "-h" || command === "help") return io.out(USAGE), 0;
-  const run = COMMANDS[command];
+  const run = COMMANDS.get(command);
   if (!run) {
     io.err(`atelier: unknown command '${command}'\n\n${USAGE}`);
     return 2;

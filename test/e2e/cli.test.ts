@@ -115,6 +115,8 @@ describe("CLI round trip while the server runs", () => {
       [["user", "add"], /takes one email/],
       [["user", "add", "p@example.com", "--password", "short"], /at least \d+ characters/],
       [["frobnicate"], /unknown command 'frobnicate'/],
+      [["constructor"], /unknown command 'constructor'/],
+      [["toString"], /unknown command 'toString'/],
       [["key", "create", "alice@example.com", "--bogus"], /Unknown option/],
     ];
     const results = await Promise.all(cases.map(([args]) => cli(...args)));
