@@ -26,9 +26,9 @@ export const COMMON_HELP = `Options on every command:
   -h, --help      show help`;
 
 export function parseCommand<O extends Options>(argv: string[], options: O, usage: string) {
-  const all: Options = { ...COMMON_OPTIONS, ...options };
+  const all = { ...COMMON_OPTIONS, ...options };
   try {
-    return parseArgs({ args: withNegativeNumbers(argv, all), options: { ...COMMON_OPTIONS, ...options }, allowPositionals: true, strict: true });
+    return parseArgs({ args: withNegativeNumbers(argv, all), options: all, allowPositionals: true, strict: true });
   } catch (e) {
     throw new UsageError(`${(e as Error).message}\n\n${usage}`);
   }
