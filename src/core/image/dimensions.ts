@@ -4,6 +4,7 @@
  * where the format puts it.
  */
 import type { ImageMime } from "../../engines/types";
+import { ImageDecodeError, MAX_DECODED_PIXELS } from "./rgba";
 
 export interface Dimensions {
   width: number;
@@ -19,6 +20,25 @@ export function readDimensions(bytes: Uint8Array, mime: ImageMime): Dimensions |
     case "image/webp":
       return webpDimensions(bytes);
   }
+}
+
+/**
+ * The header's dimensions if a decoder may be asked to decode these bytes: the header is
+ * readable and claims at most MAX_DECODED_PIXELS. Throws ImageDecodeError otherwise.
+ */
+export function decodableDimensions(bytes: Uint8Array, mime: ImageMime): Dimensions {
+  const dims = readDimensions(bytes, mime);
+  if (!dims) throw new ImageDecodeError(`not a decodable ${formatLabel(mime)}: its header is missing or malformed`);
+  if (dims.width * dims.height > MAX_DECODED_PIXELS) {
+    throw new ImageDecodeError(
+      `${formatLabel(mime)} is ${dims.width}x${dims.height}; at most ${MAX_DECODED_PIXELS / 1_000_000} megapixels can be decoded`,
+    );
+  }
+  return dims;
+}
+
+export function formatLabel(mime: ImageMime): string {
+  return mime === "image/png" ? "PNG" : mime === "image/jpeg" ? "JPEG" : "WebP";
 }
 
 const view = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, b.byteLength);
