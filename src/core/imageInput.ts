@@ -7,7 +7,7 @@
  */
 import type { CatalogModel } from "./models";
 import type { ImageInput, ImageMime, RequestedSize } from "../engines/types";
-import { decodeImage } from "./image/codec";
+import { verifyDecodesOffThread } from "./image/codec";
 import { readDimensions } from "./image/dimensions";
 import { pngHasAlpha } from "./image/png";
 
@@ -117,12 +117,13 @@ export function imageFromBytes(bytes: Uint8Array, param: string, declared?: Imag
 }
 
 /**
- * A header can be valid over truncated or corrupt pixel data; only a full decode tells. The
- * decoded pixels are dropped at once (engines decode again as they need).
+ * A header can be valid over truncated or corrupt pixel data; only a full decode tells. It runs
+ * in the decode pool (off the event loop, bounded by what the header allows) and its pixels
+ * are dropped there (engines decode again as they need).
  */
-export function assertDecodable(image: ImageInput, param: string): void {
+export async function assertDecodable(image: ImageInput, param: string): Promise<void> {
   try {
-    decodeImage(image.bytes, image.mime);
+    await verifyDecodesOffThread(image.bytes, image.mime);
   } catch (e) {
     throw new ImageInputError(`'${param}' is not a decodable ${image.mime} image: ${(e as Error).message}`, param, "invalid_image");
   }

@@ -14,7 +14,7 @@ import type { EngineRegistry } from "../engines/registry";
 import { EngineError, EngineOutputInvalid, EngineTimeout, type GeneratedImage, type ImageJob } from "../engines/types";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
-import { decodeImage } from "./image/codec";
+import { verifyDecodesOffThread } from "./image/codec";
 import { retryWhileBusy } from "../store/busy";
 import { readImageDimensions, sniffImageMime } from "./imageInput";
 
@@ -30,7 +30,7 @@ export interface ImageRequest {
    * Expensive input checks (full decodes) run once a gate slot is held, so they are bounded
    * by the gate, but before the charge, so a corrupt upload is a 400 that is never charged.
    */
-  checkInputs?: () => void;
+  checkInputs?: () => void | Promise<void>;
 }
 
 export interface ImageOutcome {
@@ -76,7 +76,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
 
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
-    req.checkInputs?.();
+    await req.checkInputs?.();
     // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
     await retryWhileBusy(
       () =>
@@ -112,7 +112,7 @@ async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, queueMs: 
     } finally {
       generationMs = Math.round(performance.now() - started);
     }
-    verifyOutput(image);
+    await verifyOutput(image);
     await recordSuccess(deps, req, image, queueMs, generationMs);
     return { image, queueMs, generationMs };
   } catch (e) {
@@ -198,7 +198,7 @@ async function withTimeout<T>(ms: number, fn: (signal: AbortSignal) => Promise<T
 }
 
 /** The engine's bytes must be a PNG/JPEG/WebP of the size it reports. */
-function verifyOutput(image: GeneratedImage): void {
+async function verifyOutput(image: GeneratedImage): Promise<void> {
   if (!(image.bytes instanceof Uint8Array) || image.bytes.byteLength === 0) throw new EngineOutputInvalid("the engine returned no image bytes");
   const mime = sniffImageMime(image.bytes);
   if (!mime) throw new EngineOutputInvalid("the engine's bytes are not a PNG, JPEG or WebP image");
@@ -207,10 +207,11 @@ function verifyOutput(image: GeneratedImage): void {
   if (!dims || dims.width !== image.width || dims.height !== image.height) {
     throw new EngineOutputInvalid(`the engine reported ${image.width}x${image.height} but the image header says ${dims ? `${dims.width}x${dims.height}` : "nothing readable"}`);
   }
-  // A full decode: a valid header over truncated or corrupt data must not be charged for.
+  // A full decode (in the decode pool, bounded by the header like any input): a valid header
+  // over truncated, corrupt or bomb data must not be charged for.
   let decoded: { width: number; height: number };
   try {
-    decoded = decodeImage(image.bytes, mime);
+    decoded = await verifyDecodesOffThread(image.bytes, mime);
   } catch (e) {
     throw new EngineOutputInvalid(`the engine's ${mime} does not decode: ${(e as Error).message}`);
   }

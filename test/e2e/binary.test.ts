@@ -8,6 +8,9 @@ import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync 
 import { join } from "node:path";
 import { ATELIER_FROM_SOURCE, lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
 import { tempDir } from "../support/server";
+import encodeWebp from "@jsquash/webp/encode.js";
+import { dataUrl, makePng } from "../support/images";
+import { interlacedZerosBomb } from "../support/imageBombs";
 
 const binDir = tempDir("atelier-bin-");
 const workDir = tempDir("atelier-run-");
@@ -79,6 +82,26 @@ describe("the compiled binary", () => {
     const fromSource = await runAtelier(ATELIER_FROM_SOURCE, ["openapi"], { env: {} });
     expect(fromSource.code).toBe(0);
     expect(served).toEqual(JSON.parse(fromSource.stdout));
+  });
+
+  test("decodes images in its worker pool (a second entrypoint): PNG and WebP references work, the 1 GiB PNG bomb is a 400", async () => {
+    await runAtelier(binary, ["user", "add", "decoder@example.com", "--credits", "2"], { cwd: workDir });
+    const key = lastLine((await runAtelier(binary, ["key", "create", "decoder@example.com"], { cwd: workDir })).stdout);
+    const generate = (reference_images: string[]) =>
+      fetch(`${server.url}/v1/images/generations`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ prompt: "a harbour", size: "64x64", reference_images }),
+      });
+    const pixels = new Uint8ClampedArray(32 * 32 * 4).fill(180);
+    const webp = new Uint8Array(await encodeWebp({ data: pixels, width: 32, height: 32, colorSpace: "srgb" } as ImageData, { lossless: 1 }));
+    const ok = await generate([dataUrl(makePng(40, 30)), dataUrl(webp, "webp")]);
+    expect(ok.status).toBe(200);
+    const bomb = await generate([dataUrl(interlacedZerosBomb())]);
+    expect(bomb.status).toBe(400);
+    const { error } = (await bomb.json()) as { error: { param: string; message: string } };
+    expect(error.param).toBe("reference_images[0]");
+    expect(error.message).toContain("inflates to more than the 16504 bytes its header allows");
   });
 
   test("its healthcheck command passes, and SIGTERM stops it with exit 0", async () => {

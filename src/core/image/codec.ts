@@ -2,9 +2,14 @@
  * The one entry point for turning accepted image bytes into pixels and pixels into a PNG.
  * Callers pass the sniffed MIME type; the header is checked against MAX_DECODED_PIXELS before
  * any decoder allocates, and every decoder bounds its own work by what the header allows.
+ *
+ * Servers decode through decodeImageOffThread / verifyDecodesOffThread (a worker pool, see
+ * decodePool.ts); decodeImage is the same decode on the calling thread, for the pool's workers
+ * and for code whose images are known to be small.
  */
 import type { ImageMime } from "../../engines/types";
-import { decodableDimensions, formatLabel } from "./dimensions";
+import { decodableDimensions, formatLabel, type Dimensions } from "./dimensions";
+import { sharedDecodePool } from "./decodePool";
 import { decodeJpeg } from "./jpeg";
 import { decodePng } from "./png";
 import { ImageDecodeError, type Rgba } from "./rgba";
@@ -25,4 +30,17 @@ export function decodeImage(bytes: Uint8Array, mime: ImageMime): Rgba {
     throw new ImageDecodeError(`${formatLabel(mime)} decoded to an inconsistent buffer`);
   }
   return img;
+}
+
+/** decodeImage in the shared worker pool: the event loop stays free meanwhile. */
+export function decodeImageOffThread(bytes: Uint8Array, mime: ImageMime): Promise<Rgba> {
+  return sharedDecodePool().decode(bytes, mime);
+}
+
+/**
+ * A full decode in the shared worker pool whose pixels are dropped there: proves the bytes
+ * decode, and resolves to the size they decode to.
+ */
+export function verifyDecodesOffThread(bytes: Uint8Array, mime: ImageMime): Promise<Dimensions> {
+  return sharedDecodePool().verify(bytes, mime);
 }

@@ -3,7 +3,7 @@
  * interface as the upstream engines. It is for trying the service without any upstream; it is
  * not an AI model. Same prompt, size and inputs give the same bytes.
  */
-import { decodeImage, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
+import { decodeImageOffThread, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
 import {
   EngineOutputInvalid,
   EngineTimeout,
@@ -55,13 +55,13 @@ export class BuiltinImageEngine implements ImageEngine {
     const [first, ...others] = job.images;
     if (!first) throw new UpstreamRejected("an edit needs at least one image");
     const checkpoint = checkpointFor(job.signal);
-    const base = decodeInput(first, "image 1");
+    const base = await decodeInput(first, "image 1");
     if (!fits(base.width, 1) || !fits(base.height, 1)) {
       throw new UpstreamRejected(
         `the built-in engine edits images up to ${BUILTIN_MAX_SIDE}x${BUILTIN_MAX_SIDE}; this one is ${base.width}x${base.height}`,
       );
     }
-    const mask = job.mask ? decodeInput(job.mask, "mask") : undefined;
+    const mask = job.mask ? await decodeInput(job.mask, "mask") : undefined;
     if (mask && (mask.width !== base.width || mask.height !== base.height)) {
       throw new UpstreamRejected(`the mask is ${mask.width}x${mask.height} but the image is ${base.width}x${base.height}`);
     }
@@ -78,9 +78,10 @@ export class BuiltinImageEngine implements ImageEngine {
   private async blendIn(scene: Rgba, images: ImageInput[], label: string, offset: number, checkpoint: () => void): Promise<void> {
     let mean: Rgba | undefined;
     for (const [i, image] of images.entries()) {
+      const decoded = await decodeInput(image, `${label} ${i + 1 + offset}`);
       await yieldToEventLoop();
       checkpoint();
-      const fitted = resampleCover(decodeInput(image, `${label} ${i + 1 + offset}`), scene.width, scene.height);
+      const fitted = resampleCover(decoded, scene.width, scene.height);
       if (mean) accumulateReference(mean, fitted, i + 1);
       else mean = fitted;
     }
@@ -95,7 +96,7 @@ export class BuiltinImageEngine implements ImageEngine {
     await yieldToEventLoop();
     let back: Rgba;
     try {
-      back = decodeImage(bytes, "image/png");
+      back = await decodeImageOffThread(bytes, "image/png");
     } catch (e) {
       throw new EngineOutputInvalid(`the built-in engine's PNG does not decode: ${(e as Error).message}`);
     }
@@ -110,10 +111,13 @@ function fits(side: number, min: number): boolean {
   return Number.isInteger(side) && side >= min && side <= BUILTIN_MAX_SIDE;
 }
 
-/** Inputs were checked by the http layer; a decode failure here still must not look like our fault. */
-function decodeInput(input: ImageInput, label: string): Rgba {
+/**
+ * Inputs were checked by the http layer; a decode failure here still must not look like our
+ * fault. Decoded in the decode pool: inputs may be up to 40 megapixels.
+ */
+async function decodeInput(input: ImageInput, label: string): Promise<Rgba> {
   try {
-    return decodeImage(input.bytes, input.mime);
+    return await decodeImageOffThread(input.bytes, input.mime);
   } catch (e) {
     if (e instanceof ImageDecodeError) throw new UpstreamRejected(`${label} could not be decoded: ${e.message}`);
     throw e;

@@ -11,6 +11,8 @@ export const TRANSPARENT_BELOW = 128;
 /**
  * An OpenAI mask (alpha < 128 = edit here) as a WebUI mask: an opaque PNG of the same size,
  * white where the WebUI must repaint, black where it must keep the picture.
+ * Decodes on the calling thread (its caller builds the request body synchronously): the mask
+ * already decoded once in the pool before the charge, and decodeImage is bounded by its header.
  */
 export function webuiMaskFromOpenAI(mask: ImageInput): Uint8Array {
   const rgba = decodeImage(mask.bytes, mask.mime);

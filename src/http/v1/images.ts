@@ -339,9 +339,10 @@ export function imagesRoutes(services: Services) {
   ) {
     const requestId = newId("img_");
     const paramOf = (i: number | "mask") => (i === "mask" ? "mask" : (imageParams[i] ?? `image[${i}]`));
-    const checkInputs = () => {
-      job.images.forEach((image, i) => assertDecodable(image, paramOf(i)));
-      if (job.mask) assertDecodable(job.mask, "mask");
+    const checkInputs = async () => {
+      // One at a time: a request with many images does not take the whole decode pool.
+      for (const [i, image] of job.images.entries()) await assertDecodable(image, paramOf(i));
+      if (job.mask) await assertDecodable(job.mask, "mask");
       const kind = endpoint === "/v1/images/edits" ? "edit" : "generate";
       const problem = services.engines.imageEngine(job.model)?.inputProblem?.(job, kind);
       if (problem) throw new ImageInputError(`'${paramOf(problem.image)}': ${problem.message}.`, paramOf(problem.image), "image_not_supported");

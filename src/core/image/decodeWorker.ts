@@ -1,0 +1,38 @@
+/**
+ * The decode pool's worker: decodes one image per message with the same bounded decoders the
+ * main thread has, and answers with the pixels (transferred, not copied) or only the
+ * dimensions. A separate entrypoint of the compiled binary (see package.json "build").
+ */
+import { decodeImage, ImageDecodeError } from "./codec";
+import type { DecodeAnswer, DecodeOrder } from "./decodePool";
+
+declare const self: Worker;
+
+/**
+ * After a decode this large, collect at once: its input copy and inflated data (up to hundreds
+ * of MB) would otherwise outlive the pool's reservation until allocations in a later decode
+ * set off a collection. Measured under four concurrent 25-megapixel decodes: server peak RSS
+ * 272 MiB with it, 623 MiB without, at the same throughput.
+ */
+const COLLECT_AFTER_BYTES = 64 * 1024 * 1024;
+
+self.onmessage = (event: MessageEvent<DecodeOrder>) => {
+  const { id, bytes, mime, keepPixels, cost } = event.data;
+  let answer: DecodeAnswer;
+  let transfer: ArrayBuffer[] = [];
+  try {
+    const img = decodeImage(bytes, mime);
+    if (keepPixels) {
+      // Transfer needs a buffer of its own: a view into a shared slab would detach the slab.
+      const own = img.data.byteOffset === 0 && img.data.byteLength === img.data.buffer.byteLength ? img.data : new Uint8Array(img.data);
+      answer = { id, ok: true, width: img.width, height: img.height, data: own };
+      transfer = [own.buffer as ArrayBuffer];
+    } else {
+      answer = { id, ok: true, width: img.width, height: img.height };
+    }
+  } catch (e) {
+    answer = { id, ok: false, undecodable: e instanceof ImageDecodeError, message: (e as Error).message };
+  }
+  self.postMessage(answer, transfer);
+  if (cost >= COLLECT_AFTER_BYTES) Bun.gc(true);
+};
