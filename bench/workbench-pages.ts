@@ -3,7 +3,8 @@
  * network): /playground, /credits with a full page of history and 100 ledger rows, and /admin
  * with 200 users. Prints p50/p95 per page. Run: bun bench/workbench-pages.ts
  */
-import { createApp, createServices } from "../src/app";
+import { createApp } from "../src/app";
+import { createServices } from "../src/services";
 import { loadConfig } from "../src/config";
 import { addUser } from "../src/core/accounts";
 import { silentLogger } from "../src/logger";

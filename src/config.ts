@@ -5,6 +5,7 @@
 import { Type as T, type Static } from "@sinclair/typebox";
 import { Value, ValueErrorType, type ValueError } from "@sinclair/typebox/value";
 import { resolve } from "node:path";
+import { pathFromPointer } from "./core/valuePath";
 
 const MiB = 1024 * 1024;
 
@@ -164,16 +165,6 @@ function parseIntEnv(name: string, raw: string | undefined): number | undefined 
   return n;
 }
 
-/** JSON-pointer-ish "/limits/queue_size" to "limits.queue_size", "/upstreams/0/id" to "upstreams[0].id". */
-function keyFromPointer(pointer: string): string {
-  return pointer
-    .split("/")
-    .filter(Boolean)
-    .map((part) => (/^\d+$/.test(part) ? `[${part}]` : `.${part}`))
-    .join("")
-    .replace(/^\./, "");
-}
-
 /** TypeBox's message, made specific where it is vague: unknown keys and the allowed values of a choice. */
 function describeProblem(error: ValueError): string {
   if (error.type === ValueErrorType.ObjectAdditionalProperties) return "unknown key";
@@ -230,7 +221,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   const withDefaults = Value.Default(ConfigSchema, Value.Clone(raw));
   const first = Value.Errors(ConfigSchema, withDefaults).First();
   if (first) {
-    const key = keyFromPointer(first.path) || "(top level)";
+    const key = pathFromPointer(first.path) ?? "(top level)";
     throw new ConfigError(`${file ?? "configuration"}: ${key}: ${describeProblem(first)}`);
   }
   const config = withDefaults as Config;

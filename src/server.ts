@@ -4,7 +4,8 @@
  * and a graceful stop on SIGTERM/SIGINT.
  */
 import type { Server } from "bun";
-import { createApp, createServices, EXPOSED_HEADERS, type Services } from "./app";
+import { createApp, EXPOSED_HEADERS } from "./app";
+import { createServices, type Services } from "./services";
 import type { Config } from "./config";
 import type { Logger } from "./logger";
 import { openDatabase, latestVersion } from "./store/database";

@@ -3,6 +3,8 @@
  * timeout. One small interface (admit → release), so a distributed gate can replace it.
  */
 export interface GateLimits {
+  /** What is limited, in the refusal messages ("image requests", "chat completions"). */
+  subject: string;
   /** Requests running at once, across all users. */
   global: number;
   /** Requests running at once for one user. */
@@ -75,8 +77,8 @@ export class LocalGate implements Gate {
 
   private describe(limit: "global" | "per_user"): string {
     return limit === "per_user"
-      ? `the per-user limit of ${this.limits.perUser} concurrent image requests`
-      : `the server-wide limit of ${this.limits.global} concurrent image requests`;
+      ? `the per-user limit of ${this.limits.perUser} concurrent ${this.limits.subject}`
+      : `the server-wide limit of ${this.limits.global} concurrent ${this.limits.subject}`;
   }
 
   private grant(userId: number, waitedMs: number): Permit {
@@ -121,7 +123,14 @@ export class LocalGate implements Gate {
     const limit = this.blockingLimit(userId);
     if (this.queue.length >= this.limits.queueSize || this.limits.queueTimeoutMs === 0) {
       return Promise.reject(
-        new GateRejected("queue_full", limit, 1000, `Too many concurrent requests: ${this.describe(limit)} is reached and the wait queue (${this.limits.queueSize}) is full.`),
+        new GateRejected(
+          "queue_full",
+          limit,
+          1000,
+          this.limits.queueSize === 0
+            ? `Too many ${this.limits.subject} at once: ${this.describe(limit)} is reached.`
+            : `Too many concurrent requests: ${this.describe(limit)} is reached and the wait queue (${this.limits.queueSize}) is full.`,
+        ),
       );
     }
     return new Promise<Permit>((resolve, reject) => {

@@ -11,7 +11,8 @@ import type { Logger } from "../logger";
 import type { Store } from "../store";
 import { InsufficientCreditsError } from "../store/credits";
 import type { EngineRegistry } from "../engines/registry";
-import { EngineError, EngineOutputInvalid, EngineTimeout, type GeneratedImage, type ImageJob } from "../engines/types";
+import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "../engines/types";
+import { withDeadline } from "./deadline";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
@@ -71,6 +72,9 @@ export class NoEngineError extends EngineError {
  */
 export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, clientSignal?: AbortSignal): Promise<ImageOutcome> {
   const { store } = deps;
+  // A model without an engine can never succeed: refused before anything is charged.
+  const engine = deps.engines.imageEngine(req.job.model);
+  if (!engine) throw new NoEngineError(`no engine is registered for upstream '${req.job.model.upstream}' (model ${req.job.model.id})`);
   // Checked before queueing so a broke user never takes a queue slot; the charge re-checks atomically.
   if ((store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
 
@@ -92,23 +96,21 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   }
   // From here on the credit is spent: the generation finishes (or is refunded) on its own,
   // whatever the client does. The graceful stop waits for it.
-  const work = generateCharged(deps, req, permit.waitedMs).finally(() => permit.release());
+  const work = generateCharged(deps, req, engine, permit.waitedMs).finally(() => permit.release());
   return deps.background.track(work);
 }
 
-async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, queueMs: number): Promise<ImageOutcome> {
-  const { store } = deps;
+async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: ImageEngine, queueMs: number): Promise<ImageOutcome> {
   let generationMs: number | null = null;
   try {
-    const engine = deps.engines.imageEngine(req.job.model);
-    if (!engine) throw new NoEngineError(`no engine is registered for upstream '${req.job.model.upstream}' (model ${req.job.model.id})`);
     const started = performance.now();
     let image: GeneratedImage;
     try {
-      image = await withTimeout(deps.generationTimeoutMs, (signal) => {
+      // Not the client's signal: a charged generation finishes whatever the client does.
+      image = await withDeadline(deps.generationTimeoutMs, (signal) => {
         const job: ImageJob = { ...req.job, signal };
         return req.endpoint === "/v1/images/edits" ? engine.edit(job) : engine.generate(job);
-      });
+      }).result;
     } finally {
       generationMs = Math.round(performance.now() - started);
     }
@@ -173,25 +175,6 @@ async function landsWithin<T>(work: Promise<T>, ms: number): Promise<T | "later"
   const later = new Promise<"later">((resolve) => (timer = setTimeout(() => resolve("later"), ms)));
   try {
     return await Promise.race([work, later]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Runs fn with an AbortSignal that fires at the deadline, and rejects with EngineTimeout then. */
-async function withTimeout<T>(ms: number, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
-  const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const err = new EngineTimeout(`no result after ${ms} ms`);
-      // Settle first, so an engine that resolves on abort cannot win the race.
-      reject(err);
-      controller.abort(err);
-    }, ms);
-  });
-  try {
-    return await Promise.race([fn(controller.signal), deadline]);
   } finally {
     clearTimeout(timer);
   }

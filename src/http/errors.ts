@@ -101,15 +101,11 @@ export const databaseBusy = () => {
   return new ApiError(503, "server_error", "The database is busy with another process's write; nothing was changed. Retry shortly.", null, "database_busy", err.headers);
 };
 
+/** 499 (nginx's "client closed request"): logged and recorded; nobody is there to read it. */
+export const clientClosedRequest = () => new ApiError(499, "invalid_request_error", "The client closed the connection.", null, "client_disconnected");
+
 export const serverError = () =>
   new ApiError(500, "server_error", "The server had an error while processing your request. The request id in x-request-id identifies it in the log.", null, "internal_error");
-
-/** "/messages/3/role" → "messages[3].role" */
-export function paramFromPointer(pointer: string): string | null {
-  const parts = pointer.split("/").filter(Boolean).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
-  if (parts.length === 0) return null;
-  return parts.map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : i === 0 ? p : `.${p}`)).join("");
-}
 
 export function errorResponse(err: ApiError, extraHeaders: Record<string, string> = {}): Response {
   return new Response(JSON.stringify(err.body()), {

@@ -9,7 +9,7 @@ import fc from "fast-check";
 import { GateRejected, LocalGate, type GateLimits, type Permit } from "../../src/core/gate";
 import { fakeClock } from "../support/fakeClock";
 
-const LIMITS: GateLimits = { global: 2, perUser: 1, queueSize: 4, queueTimeoutMs: 1000 };
+const LIMITS: GateLimits = { subject: "image requests", global: 2, perUser: 1, queueSize: 4, queueTimeoutMs: 1000 };
 
 beforeEach(() => jest.useFakeTimers());
 afterEach(() => jest.useRealTimers());
@@ -120,7 +120,7 @@ describe("limits", () => {
     });
     await fc.assert(
       fc.asyncProperty(limits, fc.array(op, { maxLength: 40 }), async (l, ops) => {
-        const gate = new LocalGate({ ...l, queueTimeoutMs: 60_000 }, () => 0);
+        const gate = new LocalGate({ ...l, subject: "image requests", queueTimeoutMs: 60_000 }, () => 0);
         const held: { user: number; permit: Permit }[] = [];
         const waiting: { user: number; seq: number; abort: AbortController }[] = [];
         const admittedOrder: { user: number; seq: number }[] = [];

@@ -45,7 +45,7 @@ function setup(opts: Options = {}) {
   const clock = fakeClock();
   const store = opts.store ?? memoryStore();
   const user = addUser(store, opts.credits ?? 3, clock.now());
-  const localGate = new LocalGate({ global: 2, perUser: 2, queueSize: 4, queueTimeoutMs: 5000, ...opts.gate }, clock.now);
+  const localGate = new LocalGate({ subject: "image requests", global: 2, perUser: 2, queueSize: 4, queueTimeoutMs: 5000, ...opts.gate }, clock.now);
   let admissions = 0;
   let peak = 0;
   const gate: Gate = {
@@ -212,13 +212,6 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     expect(deps.store.requests.get(req.requestId)).toMatchObject({ upstream_id: "up", account_id: "acct-2", attempts: 3 });
   });
 
-  test("no engine for the model's upstream: NoEngineError, refunded", async () => {
-    const { deps, request, money } = setup();
-    const req = request({ job: { ...request().job, model: { ...MODEL, upstream: "missing" } } });
-    expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(NoEngineError);
-    expect(money(req.requestId)).toMatchObject({ balance: 3, rows: REFUNDED, status: "failed" });
-  });
-
   test("the deadline: EngineTimeout, the engine's signal is aborted, refunded once", async () => {
     const { deps, engine, gate, request, money } = setup({ generationTimeoutMs: 30 });
     engine.behave = (job) => new Promise((_, reject) => job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted"))));
@@ -286,6 +279,14 @@ describe("failures before the charge cost nothing", () => {
     const req = request({ checkInputs: () => void seen.push(gate.stats().running, money(req.requestId).balance) });
     await runImageRequest(deps, req);
     expect(seen).toEqual([1, 1]);
+  });
+
+  test("no engine for the model's upstream: NoEngineError before anything else, nothing charged, no slot taken", async () => {
+    const { deps, gate, request, money } = setup();
+    const req = request({ job: { ...request().job, model: { ...MODEL, upstream: "missing" } } });
+    expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(NoEngineError);
+    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
+    expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
   test("no credits: InsufficientCreditsError before the gate, nothing charged, no slot taken", async () => {

@@ -250,7 +250,7 @@ describe("with a queue and a short engine deadline", () => {
     const first = [send(u.key, "one"), send(u.key, "two")];
     await until(() => slow.waiting === 2, "two running requests");
     const third = send(u.key, "three");
-    await until(() => queued.services.gate.stats().queued === 1, "the third request to queue");
+    await until(() => queued.services.gates.image.stats().queued === 1, "the third request to queue");
     await Bun.sleep(50);
     slow.releaseAll();
     await Promise.all(first);
@@ -276,10 +276,10 @@ describe("with a queue and a short engine deadline", () => {
       body: JSON.stringify({ prompt: "impatient", size: "64x64" }),
       signal: abort.signal,
     }).catch((e: Error) => e);
-    await until(() => queued.services.gate.stats().queued === 1, "the request to queue");
+    await until(() => queued.services.gates.image.stats().queued === 1, "the request to queue");
     abort.abort();
     await gaveUp;
-    await until(() => queued.services.gate.stats().queued === 0, "the queue to drop the request");
+    await until(() => queued.services.gates.image.stats().queued === 0, "the queue to drop the request");
     slow.releaseAll();
     await Promise.all(first);
     expect(queued.balance(u.userId)).toBe(3);

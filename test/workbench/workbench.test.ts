@@ -4,7 +4,8 @@
  * (same origin, CSRF header). Uses app.handle() with a controllable clock; no sockets.
  */
 import { afterEach, describe, expect, test } from "bun:test";
-import { createApp, createServices } from "../../src/app";
+import { createApp } from "../../src/app";
+import { createServices } from "../../src/services";
 import { loadConfig, type Config } from "../../src/config";
 import { addUser } from "../../src/core/accounts";
 import { createLogger } from "../../src/logger";

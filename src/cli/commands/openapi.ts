@@ -1,6 +1,7 @@
 /** `atelier openapi`: the API document, for the repository's openapi/openapi.json and for client generators. */
 import { renameSync, writeFileSync } from "node:fs";
-import { createApp, createServices } from "../../app";
+import { createApp } from "../../app";
+import { createServices } from "../../services";
 import type { Config } from "../../config";
 import { silentLogger } from "../../logger";
 import { createStore } from "../../store";

@@ -6,9 +6,8 @@
 import { Elysia, t, type TSchema } from "elysia";
 import { Type } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { countChars } from "../../core/chatRequest";
-import { GateRejected } from "../../core/gate";
 import { newId } from "../../core/ids";
 import {
   assertDecodable,
@@ -21,14 +20,14 @@ import {
   parseSize,
   QUALITIES,
 } from "../../core/imageInput";
-import { runImageRequest, type FailureDescription, type ImageEndpoint, type ImageFlowDeps } from "../../core/imageRequests";
+import { runImageRequest, type ImageEndpoint, type ImageFlowDeps } from "../../core/imageRequests";
 import type { CatalogModel } from "../../core/models";
 import type { ImageInput } from "../../engines/types";
-import { InsufficientCreditsError } from "../../store/credits";
 import { apiAuth, type Principal } from "../auth";
 import { acceptApiBody } from "../body";
-import { apiErrorFromEngine } from "../engineErrors";
-import { ApiError, badRequest, insufficientCredits, modelNotFound, paramFromPointer, tooManyRequests } from "../errors";
+import { describeFailure } from "../errorMapping";
+import { describeFirstError } from "../validation";
+import { badRequest, modelNotFound } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
 
 export const MAX_REFERENCE_IMAGES = 10;
@@ -166,16 +165,6 @@ const imageResponseSchema = () => t.Object(
 
 // ---- validation helpers ----------------------------------------------------------------------
 
-/** A readable rule for a failed union: the allowed constants, or else the allowed types. */
-function describeRule(schema: TSchema, message: string): string {
-  const branches = schema.anyOf as TSchema[] | undefined;
-  if (!branches) return message;
-  const options = branches.flatMap((s) => ("const" in s ? [JSON.stringify(s.const)] : "anyOf" in s ? (s.anyOf as TSchema[]).filter((x) => "const" in x).map((x) => JSON.stringify(x.const)) : []));
-  if (options.length > 0) return `expected one of ${options.join(", ")}`;
-  const types = [...new Set(branches.map((s) => String(s.type ?? "value")))];
-  return `expected ${types.map((x) => (x === "null" ? "null" : /^[aeiou]/.test(x) ? `an ${x}` : `a ${x}`)).join(" or ")}`;
-}
-
 /**
  * TypeBox counts maxLength in UTF-16 units; JSON Schema, the OpenAPI document and the issue count
  * characters, so a prompt of 20000 emoji (40000 units) was refused. A prompt within the limit in
@@ -188,17 +177,12 @@ function promptByCharacters(value: Record<string, unknown>): Record<string, unkn
   return chars <= MAX_PROMPT_CHARS ? { ...value, prompt: "x".repeat(chars) } : value;
 }
 
-/** TypeBox check with the same error shape Elysia's validation gets: param from the first failing path. */
+/** TypeBox check with the same error shape Elysia's validation gets (http/validation). */
 function validate(schema: TSchema, body: unknown): void {
   if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
   const value = promptByCharacters(body as Record<string, unknown>);
   if (Value.Check(schema, value)) return;
-  const first = Value.Errors(schema, value).First();
-  if (!first) throw badRequest("Invalid request body.", null, "invalid_value");
-  const param = paramFromPointer(first.path);
-  const missing = first.value === undefined && first.path !== "";
-  const rule = missing ? "this field is required" : describeRule(first.schema, first.message);
-  throw badRequest(param ? `Invalid '${param}': ${rule}.` : `Invalid request: ${rule}.`, param, missing ? "missing_required_parameter" : "invalid_value");
+  throw describeFirstError(Value.Errors(schema, value).First());
 }
 
 type CommonFields = {
@@ -291,24 +275,6 @@ function multipartText(form: Record<string, unknown>): Record<string, unknown> {
   return out;
 }
 
-// ---- error mapping ---------------------------------------------------------------------------
-
-function toApiError(e: unknown): unknown {
-  if (e instanceof ApiError) return e;
-  if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
-  if (e instanceof InsufficientCreditsError) return insufficientCredits();
-  if (e instanceof GateRejected) {
-    return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
-  }
-  return apiErrorFromEngine(e) ?? e;
-}
-
-export function describeImageFailure(e: unknown): FailureDescription {
-  const api = apiErrorFromEngine(e);
-  if (api) return { code: api.errorCode ?? "engine_error", message: api.message };
-  return { code: "internal_error", message: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
-}
-
 // ---- routes ----------------------------------------------------------------------------------
 
 const OUTPUT_FORMAT = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" } as const;
@@ -318,14 +284,14 @@ const ERROR_STATUSES = [400, 401, 402, 403, 404, 413, 415, 429, 500, 502, 503, 5
 export function imagesRoutes(services: Services) {
   const flow: ImageFlowDeps = {
     store: services.store,
-    gate: services.gate,
+    gate: services.gates.image,
     engines: services.engines,
     background: services.background,
     logger: services.logger,
     clock: services.clock,
     generationTimeoutMs: services.config.limits.generation_timeout_ms,
     busyWaitMs: services.config.database.busy_wait_ms,
-    describeFailure: describeImageFailure,
+    describeFailure,
   };
 
   async function run(
@@ -375,22 +341,18 @@ export function imagesRoutes(services: Services) {
     .post(
       "/images/generations",
       async ({ body, principal, request, set }) => {
-        try {
-          const given = withoutNulls(body);
-          validate(ImageGenerationRequest, given);
-          const b = given as CommonFields & { reference_image?: string; reference_images?: string[] };
-          const fields = commonJobFields(services, b);
-          if (b.reference_image !== undefined && b.reference_images !== undefined) {
-            throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
-          }
-          const params =
-            b.reference_image !== undefined ? ["reference_image"] : (b.reference_images ?? []).map((_, i) => `reference_images[${i}]`);
-          const sources = b.reference_image !== undefined ? [b.reference_image] : (b.reference_images ?? []);
-          const images = sources.map((u, i) => imageFromDataUrl(u, params[i]!));
-          return await run("/v1/images/generations", principal, request, set, { ...fields, images }, params);
-        } catch (e) {
-          throw toApiError(e);
+        const given = withoutNulls(body);
+        validate(ImageGenerationRequest, given);
+        const b = given as CommonFields & { reference_image?: string; reference_images?: string[] };
+        const fields = commonJobFields(services, b);
+        if (b.reference_image !== undefined && b.reference_images !== undefined) {
+          throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
         }
+        const params =
+          b.reference_image !== undefined ? ["reference_image"] : (b.reference_images ?? []).map((_, i) => `reference_images[${i}]`);
+        const sources = b.reference_image !== undefined ? [b.reference_image] : (b.reference_images ?? []);
+        const images = sources.map((u, i) => imageFromDataUrl(u, params[i]!));
+        return await run("/v1/images/generations", principal, request, set, { ...fields, images }, params);
       },
       {
         parse: acceptApiBody(services.auth, services.budget, "json"),
@@ -414,41 +376,37 @@ export function imagesRoutes(services: Services) {
     .post(
       "/images/edits",
       async ({ body, principal, request, set }) => {
-        try {
-          const isMultipart = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("multipart/");
-          const form = (body ?? {}) as Record<string, unknown>;
-          let fields: ReturnType<typeof commonJobFields>;
-          let images: ImageInput[];
-          let imageParams: string[];
-          let mask: ImageInput | undefined;
-          if (isMultipart) {
-            const text = multipartText(form);
-            validate(MultipartTextFields, text);
-            fields = commonJobFields(services, text as CommonFields);
-            const indexed = indexedImages(form);
-            const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined && indexed.length === 0;
-            const files = [...asList(form.image), ...asList(form["image[]"]), ...indexed];
-            if (files.length === 0) throw badRequest("Send the image to edit as the multipart file 'image' (or several as 'image[]').", "image", "missing_required_parameter");
-            if (files.length > MAX_EDIT_IMAGES) throw badRequest(`At most ${MAX_EDIT_IMAGES} images can be edited together; got ${files.length}.`, "image", "too_many_images");
-            images = [];
-            imageParams = files.map((_, i) => (single ? "image" : `image[${i}]`));
-            for (const [i, f] of files.entries()) images.push(await fileToImage(f, imageParams[i]!));
-            if (Array.isArray(form.mask)) throw badRequest("Send at most one 'mask'.", "mask", "invalid_mask");
-            if (form.mask !== undefined) mask = await fileToImage(form.mask, "mask");
-          } else {
-            const given = withoutNulls(form);
-            validate(ImageEditJsonRequest, given);
-            const b = given as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
-            fields = commonJobFields(services, b);
-            imageParams = b.images.map((_, i) => `images[${i}]`);
-            images = b.images.map((img, i) => imageFromDataUrl(img.image_url, imageParams[i]!));
-            if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
-          }
-          if (mask) checkMask(mask, images[0]!);
-          return await run("/v1/images/edits", principal, request, set, { ...fields, images, mask }, imageParams);
-        } catch (e) {
-          throw toApiError(e);
+        const isMultipart = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("multipart/");
+        const form = (body ?? {}) as Record<string, unknown>;
+        let fields: ReturnType<typeof commonJobFields>;
+        let images: ImageInput[];
+        let imageParams: string[];
+        let mask: ImageInput | undefined;
+        if (isMultipart) {
+          const text = multipartText(form);
+          validate(MultipartTextFields, text);
+          fields = commonJobFields(services, text as CommonFields);
+          const indexed = indexedImages(form);
+          const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined && indexed.length === 0;
+          const files = [...asList(form.image), ...asList(form["image[]"]), ...indexed];
+          if (files.length === 0) throw badRequest("Send the image to edit as the multipart file 'image' (or several as 'image[]').", "image", "missing_required_parameter");
+          if (files.length > MAX_EDIT_IMAGES) throw badRequest(`At most ${MAX_EDIT_IMAGES} images can be edited together; got ${files.length}.`, "image", "too_many_images");
+          images = [];
+          imageParams = files.map((_, i) => (single ? "image" : `image[${i}]`));
+          for (const [i, f] of files.entries()) images.push(await fileToImage(f, imageParams[i]!));
+          if (Array.isArray(form.mask)) throw badRequest("Send at most one 'mask'.", "mask", "invalid_mask");
+          if (form.mask !== undefined) mask = await fileToImage(form.mask, "mask");
+        } else {
+          const given = withoutNulls(form);
+          validate(ImageEditJsonRequest, given);
+          const b = given as CommonFields & { images: { image_url: string }[]; mask?: { image_url: string } };
+          fields = commonJobFields(services, b);
+          imageParams = b.images.map((_, i) => `images[${i}]`);
+          images = b.images.map((img, i) => imageFromDataUrl(img.image_url, imageParams[i]!));
+          if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
         }
+        if (mask) checkMask(mask, images[0]!);
+        return await run("/v1/images/edits", principal, request, set, { ...fields, images, mask }, imageParams);
       },
       {
         parse: acceptApiBody(services.auth, services.budget, "multipart", "json"),

@@ -1,6 +1,6 @@
 /** Admin pages: users (search, credits, disable/enable, make admin), all requests, pool, models. */
 import { Elysia } from "elysia";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { InsufficientCreditsError } from "../../store/credits";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";

@@ -1,6 +1,6 @@
 /** /, sign in, sign up, sign out and the one-time first-admin setup. */
 import { Elysia } from "elysia";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { AccountError, addUser } from "../../core/accounts";
 import { EmailTakenError } from "../../store/users";
 import { isSameOrigin } from "../../workbench/origin";

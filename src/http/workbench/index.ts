@@ -1,6 +1,6 @@
 /** The workbench web UI at `/`: pages, forms and assets, all same-origin and session-based. */
 import { Elysia } from "elysia";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { adminRoutes } from "./adminRoutes";
 import { assetsRoutes } from "./assetsRoutes";
 import { authRoutes } from "./authRoutes";

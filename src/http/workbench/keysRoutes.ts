@@ -1,6 +1,6 @@
 /** The API keys page: list, create (full key shown once), revoke. */
 import { Elysia } from "elysia";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { createKey } from "../../core/accounts";
 import { keysPage } from "../../workbench/pages/keys";
 import { formFields, htmlResponse, redirect, requireCsrf, requireViewer } from "./respond";

@@ -1,6 +1,6 @@
 /** Credits & history, the playground, and a small JSON view of the session for client scripts. */
 import { Elysia } from "elysia";
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { creditsPage } from "../../workbench/pages/credits";
 import { playgroundPage } from "../../workbench/pages/playground";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";

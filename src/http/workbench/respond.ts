@@ -1,5 +1,5 @@
 /** Small helpers the workbench routes share: HTML answers, redirects, form fields, guards. */
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { html, type Html } from "../../workbench/html";
 import { page, type Viewer } from "../../workbench/layout";
 import { isSameOrigin, tokensEqual } from "../../workbench/origin";

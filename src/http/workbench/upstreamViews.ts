@@ -2,7 +2,7 @@
  * The upstream pool as the admin page shows it: every configured upstream with the live state of
  * its accounts, from the same source as GET /admin/api/upstreams.
  */
-import type { Services } from "../../app";
+import type { Services } from "../../services";
 import { liveStatus } from "../../engines/status";
 import type { UpstreamView } from "../../workbench/pages/admin";
 

@@ -1,0 +1,90 @@
+/**
+ * One chat request from a validated job to the engine's reply, in the shape of the image flow
+ * (core/imageRequests.ts) without the charge: chat is free.
+ *   find the engine → admit (the chat gate) → engine (deadline, client's signal) → record → reply
+ * A failure is recorded in the history and thrown as it is; the http layer maps it (and
+ * describes it for the history row through `describeFailure`, the same table).
+ */
+import type { Logger } from "../logger";
+import type { Store } from "../store";
+import { retryWhileBusy } from "../store/busy";
+import type { EngineRegistry } from "../engines/registry";
+import { EngineError, type ChatMessage, type ChatResult, type UpstreamTrace } from "../engines/types";
+import type { BackgroundWork } from "./background";
+import type { ChatParams } from "./chatRequest";
+import { withDeadline } from "./deadline";
+import type { Gate } from "./gate";
+import type { FailureDescription } from "./imageRequests";
+import { NoEngineError } from "./imageRequests";
+import type { CatalogModel } from "./models";
+
+export interface ChatRequest {
+  requestId: string;
+  userId: number;
+  keyId: number | null;
+  model: CatalogModel;
+  messages: ChatMessage[];
+  params: ChatParams;
+  /** What the request history keeps of the conversation (the start of the last user message). */
+  historyPrompt: string;
+}
+
+export interface ChatOutcome {
+  result: ChatResult;
+  queueMs: number;
+  generationMs: number;
+}
+
+export interface ChatFlowDeps {
+  store: Pick<Store, "requests">;
+  gate: Gate;
+  engines: EngineRegistry;
+  background: BackgroundWork;
+  logger: Logger;
+  clock: () => number;
+  generationTimeoutMs: number;
+  describeFailure: (e: unknown) => FailureDescription;
+}
+
+/** The client closed the connection before the reply was ready (nobody reads the answer). */
+export class ClientDisconnected extends Error {
+  override name = "ClientDisconnected";
+}
+
+export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: AbortSignal): Promise<ChatOutcome> {
+  const started = performance.now();
+  const engine = deps.engines.chatEngine(req.model);
+  if (!engine) throw new NoEngineError(`no chat engine is registered for upstream '${req.model.upstream}' (model ${req.model.id})`);
+  const permit = await deps.gate.admit(req.userId, clientSignal);
+  const run = withDeadline(deps.generationTimeoutMs, (signal) => engine.chat({ model: req.model, messages: req.messages, params: req.params, signal }), clientSignal);
+  // The permit is released when the engine really stops, so the limit stays true even for an
+  // engine that ignores its signal; the graceful stop waits for it too.
+  deps.background.track(run.settled.finally(() => permit.release()));
+  const generationStarted = performance.now();
+  try {
+    const result = await run.result;
+    const outcome = { result, queueMs: permit.waitedMs, generationMs: Math.round(performance.now() - generationStarted) };
+    record(deps, req, { status: "succeeded", promptTokens: result.usage.promptTokens, completionTokens: result.usage.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, ...result.trace });
+    return outcome;
+  } catch (e) {
+    const gone = clientSignal?.aborted && !(e instanceof EngineError) ? new ClientDisconnected("the client closed the connection") : e;
+    const failure = deps.describeFailure(gone);
+    const trace = e instanceof EngineError ? e.trace : undefined;
+    record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, ...trace });
+    throw gone;
+  }
+}
+
+type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string } & Partial<UpstreamTrace>;
+
+/**
+ * The answer never waits for or depends on the history row: written at once when it can be,
+ * else retried in the background while another process holds the database's write lock.
+ */
+function record(deps: ChatFlowDeps, req: ChatRequest, outcome: Outcome): void {
+  const at = deps.clock();
+  const row = { id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, ...outcome };
+  deps.background
+    .track(retryWhileBusy(() => deps.store.requests.recordChat(row, at), { maxWaitMs: Infinity }))
+    .catch((e) => deps.logger.error("could not record chat request", { request_id: req.requestId, error: String(e) }));
+}

@@ -1,0 +1,108 @@
+/**
+ * The one table from a thrown value to an API error. Routes and flows just throw (core and
+ * engine errors, ApiErrors, Elysia's own); the app's onError and the server's last-resort
+ * catch both come here, and the request history describes a failure from the same table.
+ */
+import { NotFoundError, ParseError, ValidationError } from "elysia";
+import { ClientDisconnected } from "../core/chatRequests";
+import { GateRejected } from "../core/gate";
+import type { FailureDescription } from "../core/imageRequests";
+import { NoEngineError } from "../core/imageRequests";
+import { ImageInputError } from "../core/imageInput";
+import {
+  EngineError,
+  EngineOutputInvalid,
+  EngineTimeout,
+  UpstreamFailed,
+  UpstreamRateLimited,
+  UpstreamRejected,
+  UpstreamUnavailable,
+} from "../engines/types";
+import type { Logger } from "../logger";
+import { DatabaseBusyError, isDatabaseBusy } from "../store/busy";
+import { InsufficientCreditsError } from "../store/credits";
+import {
+  ApiError,
+  badRequest,
+  clientClosedRequest,
+  databaseBusy,
+  insufficientCredits,
+  methodNotAllowed,
+  notFound,
+  serverError,
+  tooManyRequests,
+} from "./errors";
+import { formatValidationError } from "./validation";
+import { metaOf, pathOf } from "./requestMeta";
+
+/** A known failure as the API error it is answered with; null for anything unexpected (a bug). */
+export function apiErrorOf(e: unknown): ApiError | null {
+  if (e instanceof ApiError) return e;
+  if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
+  if (e instanceof InsufficientCreditsError) return insufficientCredits();
+  if (e instanceof GateRejected) {
+    if (e.reason === "aborted") return clientClosedRequest();
+    return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
+  }
+  if (e instanceof ClientDisconnected) return clientClosedRequest();
+  if (e instanceof DatabaseBusyError || isDatabaseBusy(e)) return databaseBusy();
+  if (e instanceof EngineError) return apiErrorOfEngine(e);
+  return null;
+}
+
+/** Engines never choose HTTP statuses: their typed failures map here. */
+function apiErrorOfEngine(e: EngineError): ApiError {
+  if (e instanceof UpstreamRateLimited) {
+    return tooManyRequests(`The upstream is rate limiting every account: ${e.message}`, "upstream_rate_limited", e.retryAfterMs);
+  }
+  if (e instanceof UpstreamRejected) return badRequest(`The upstream rejected the request: ${e.message}`, null, "upstream_rejected");
+  if (e instanceof UpstreamUnavailable || e instanceof NoEngineError) {
+    return new ApiError(503, "upstream_error", `No upstream account is available: ${e.message}`, null, "upstream_unavailable");
+  }
+  if (e instanceof UpstreamFailed) return new ApiError(502, "upstream_error", `The upstream failed: ${e.message}`, null, "upstream_error");
+  if (e instanceof EngineTimeout) return new ApiError(504, "upstream_error", `The engine did not finish in time: ${e.message}`, null, "timeout");
+  if (e instanceof EngineOutputInvalid) return new ApiError(502, "upstream_error", `The engine returned an unusable result: ${e.message}`, null, "invalid_engine_output");
+  return new ApiError(502, "upstream_error", e.message, null, "engine_error");
+}
+
+/** The request history's code and message for a failure; nothing internal for the unexpected. */
+export function describeFailure(e: unknown): FailureDescription {
+  const api = apiErrorOf(e);
+  if (api) return { code: api.errorCode ?? "internal_error", message: api.message };
+  return { code: "internal_error", message: "internal error" };
+}
+
+/**
+ * Any value thrown while Elysia handled a request → the answer. Unexpected values are logged
+ * with the request id and answered 500 without details.
+ */
+export function toApiError(error: unknown, request: Request, logger: Logger, allowedMethods: () => string[]): ApiError {
+  const known = apiErrorOf(error);
+  if (known) return known;
+  // Elysia wraps whatever a parse hook throws (our 413/415/400 from acceptBody) in a ParseError.
+  if (error instanceof ParseError) {
+    return apiErrorOf(error.cause) ?? badRequest("We could not parse the body of your request; send valid JSON with Content-Type: application/json.", null, "invalid_json");
+  }
+  if (error instanceof ValidationError) {
+    // Our own answer failed its response schema: a bug on our side, not the client's 400.
+    if (error.type === "response") {
+      // Only where and which rule: the values could be anything, a freshly created key included.
+      const first = error.valueError;
+      logger.error("response failed its schema", { request_id: metaOf(request).id, path: first?.path ?? null, rule: first?.message ?? null });
+      return serverError();
+    }
+    return formatValidationError(error);
+  }
+  if (error instanceof NotFoundError) {
+    const path = pathOf(request);
+    const methods = allowedMethods();
+    if (methods.length > 0) return methodNotAllowed(request.method, path, methods);
+    return notFound(`Unknown route ${request.method} ${path}. See /docs for the API.`, null, "unknown_route");
+  }
+  logger.error("unhandled error", {
+    request_id: metaOf(request).id,
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  });
+  return serverError();
+}

@@ -1,0 +1,57 @@
+/**
+ * The chat body before validation: OpenAI's clients send null for "not set", and Elysia's
+ * validator would coerce a container of the wrong type ("hi" → ["h", "i"]) and report the
+ * error deep inside it; both are settled here so errors name the field the client got wrong.
+ */
+import { CHAT_LIMITS } from "../../../core/chatRequest";
+import { badRequest } from "../../errors";
+
+/** OpenAI's clients may send null for "not set": treat a top-level null like an absent field. */
+function dropNullFields({ body }: { body: unknown }): void {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return;
+  const fields = body as Record<string, unknown>;
+  for (const k of Object.keys(fields)) if (fields[k] === null) delete fields[k];
+}
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Elysia's validator coerces a body string into an array or object before checking it ("hi"
+ * becomes ["h", "i"], a lone message object becomes a one-item list), so a container of the
+ * wrong type was reported deep inside the coerced value ('messages[0].role'). Checked here,
+ * before validation, so the error names the field the client got wrong.
+ */
+function checkContainers(fields: Record<string, unknown>): void {
+  const { messages, response_format: format } = fields;
+  // Absent (or null) required fields: said plainly, with OpenAI's code for them.
+  if (fields.model === undefined) {
+    throw badRequest("Missing 'model': this field is required; send a chat model id from GET /v1/models.", "model", "missing_required_parameter");
+  }
+  if (messages === undefined) {
+    throw badRequest(`Missing 'messages': this field is required; send ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "missing_required_parameter");
+  }
+  if (!Array.isArray(messages)) {
+    throw badRequest(`Invalid 'messages': must be an array of ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, each {"role", "content"}.`, "messages", "invalid_value");
+  }
+  const bad = messages.findIndex((m) => !isPlainObject(m));
+  if (bad >= 0) throw badRequest(`Invalid 'messages[${bad}]': each message must be an object {"role", "content"}.`, `messages[${bad}]`, "invalid_value");
+  if (format !== undefined) {
+    if (!isPlainObject(format)) {
+      throw badRequest(`Invalid 'response_format': must be an object such as {"type": "json_object"}.`, "response_format", "invalid_value");
+    }
+    if (format.json_schema !== undefined && format.json_schema !== null && !isPlainObject(format.json_schema)) {
+      throw badRequest(`Invalid 'response_format.json_schema': must be an object with 'name' and 'schema'.`, "response_format.json_schema", "invalid_value");
+    }
+    const schema = isPlainObject(format.json_schema) ? format.json_schema.schema : undefined;
+    if (schema !== undefined && !isPlainObject(schema)) {
+      throw badRequest(`Invalid 'response_format.json_schema.schema': must be a JSON Schema object.`, "response_format.json_schema.schema", "invalid_value");
+    }
+  }
+}
+
+/** The transform hook: nulls dropped, then container types checked (both before validation). */
+export function normalizeBody(ctx: { body: unknown }): void {
+  dropNullFields(ctx);
+  if (isPlainObject(ctx.body)) checkContainers(ctx.body);
+}
+

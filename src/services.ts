@@ -1,0 +1,93 @@
+/**
+ * createServices(deps) builds everything the routes and the server share, once: the one wiring
+ * place of the service (config, store and logger in; gates, engines, pools, auth out).
+ */
+import type { Config } from "./config";
+import { KeyAuthenticator, type Clock } from "./core/accounts";
+import { BackgroundWork } from "./core/background";
+import { LocalGate, type Gate } from "./core/gate";
+import { ModelCatalog } from "./core/models";
+import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
+import { BuiltinImageEngine } from "./engines/builtin/imageEngine";
+import { EngineRegistry } from "./engines/registry";
+import { registerUpstreamEngines, type UpstreamPools } from "./engines/upstreams";
+import type { ApiAuthDeps } from "./http/auth";
+import { BodyBudget } from "./http/body";
+import { sessionPrincipalResolver } from "./http/workbench/sessionPrincipal";
+import type { Logger } from "./logger";
+import type { Store } from "./store";
+import { createWorkbench, type Workbench } from "./workbench/service";
+
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  clock?: Clock;
+}
+
+/** Everything the routes share, built once from AppDeps. */
+export interface Services {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  clock: Clock;
+  catalog: ModelCatalog;
+  budget: BodyBudget;
+  auth: ApiAuthDeps;
+  background: BackgroundWork;
+  engines: EngineRegistry;
+  /** Workbench sessions, sign-in and the first-admin setup token. */
+  workbench: Workbench;
+  /** One account pool per [[upstreams]] entry (its engine is registered in `engines`). */
+  upstreams: UpstreamPools;
+  /** The concurrency gates, built from [limits]: image requests queue; chat does not. */
+  gates: { image: Gate; chat: Gate };
+}
+
+/** builtin-chat answers for models whose upstream is "builtin"; upstream chat engines register by upstream id. */
+function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
+  engines.registerChat("builtin", new BuiltinChatEngine());
+  return engines;
+}
+
+/**
+ * Image requests wait in a bounded queue for a slot. Chat has no queue (an excess request gets
+ * 429 at once with retry-after; the openai clients retry those by themselves, and a chat reply
+ * is short enough that queueing would only hide the overload) and no per-user share below the
+ * server-wide limit.
+ */
+function createGates(limits: Config["limits"]): Services["gates"] {
+  return {
+    image: new LocalGate({
+      subject: "image requests",
+      global: limits.generation_concurrency,
+      perUser: limits.per_user_concurrency,
+      queueSize: limits.queue_size,
+      queueTimeoutMs: limits.queue_timeout_ms,
+    }),
+    chat: new LocalGate({ subject: "chat completions", global: limits.chat_concurrency, perUser: limits.chat_concurrency, queueSize: 0, queueTimeoutMs: 0 }),
+  };
+}
+
+export function createServices(deps: AppDeps): Services {
+  const clock = deps.clock ?? Date.now;
+  const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
+  const services: Omit<Services, "upstreams"> = {
+    config: deps.config,
+    store: deps.store,
+    logger: deps.logger,
+    clock,
+    catalog: new ModelCatalog(deps.config),
+    budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
+    auth: { keys: new KeyAuthenticator(deps.store, clock), sessionPrincipal: sessionPrincipalResolver(workbench, deps.config) },
+    workbench,
+    background: new BackgroundWork(),
+    engines: withBuiltinChat(new EngineRegistry()),
+    gates: createGates(deps.config.limits),
+  };
+  // builtin-image draws offline for models whose upstream is "builtin".
+  services.engines.registerImage("builtin", new BuiltinImageEngine());
+  const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
+  return { ...services, upstreams };
+}
+
