@@ -63,7 +63,7 @@ export class SdWebUiEngine implements ImageEngine {
   }
 
   /** The JSON body for the WebUI; exported shape for the tests to reason about. */
-  payload(job: ImageJob): { path: string; body: Record<string, unknown> } {
+  async payload(job: ImageJob): Promise<{ path: string; body: Record<string, unknown> }> {
     const params = job.model.params;
     const body: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(params)) if (!INTERPRETED_PARAMS.has(k) && !COMPUTED_FIELDS.has(k)) body[k] = v;
@@ -91,7 +91,7 @@ export class SdWebUiEngine implements ImageEngine {
     body.init_images = job.images.map((img) => toBase64(img.bytes));
     body.denoising_strength ??= DEFAULT_DENOISING_STRENGTH;
     if (job.mask) {
-      body.mask = toBase64(webuiMaskFromOpenAI(job.mask));
+      body.mask = toBase64(await webuiMaskFromOpenAI(job.mask));
       body.inpainting_mask_invert = 0; // white = repaint, as converted
       body.inpainting_fill ??= 1; // start from the original pixels
       body.inpaint_full_res ??= false;
@@ -103,7 +103,7 @@ export class SdWebUiEngine implements ImageEngine {
   private async run(job: ImageJob): Promise<GeneratedImage> {
     let built: { path: string; body: Record<string, unknown> };
     try {
-      built = this.payload(job);
+      built = await this.payload(job);
     } catch (e) {
       // Only the mask is decoded here; the images flow checked it, so this is a refusal, not a failure.
       throw new UpstreamRejected(`the mask could not be converted for the WebUI: ${e instanceof Error ? e.message : String(e)}`);

@@ -2,7 +2,7 @@
  * Mask conventions differ: OpenAI's mask marks the area to repaint with transparency, the
  * Stable Diffusion WebUI's with white. This turns the one into the other.
  */
-import { decodeImage, encodePng } from "../../core/image/codec";
+import { decodeImageOffThread, encodePng } from "../../core/image/codec";
 import type { ImageInput } from "../types";
 
 /** Alpha below this counts as transparent (to repaint); half-way keeps soft edges fair. */
@@ -11,11 +11,10 @@ export const TRANSPARENT_BELOW = 128;
 /**
  * An OpenAI mask (alpha < 128 = edit here) as a WebUI mask: an opaque PNG of the same size,
  * white where the WebUI must repaint, black where it must keep the picture.
- * Decodes on the calling thread (its caller builds the request body synchronously): the mask
- * already decoded once in the pool before the charge, and decodeImage is bounded by its header.
+ * Decodes in the decode pool, like every decode on the request path.
  */
-export function webuiMaskFromOpenAI(mask: ImageInput): Uint8Array {
-  const rgba = decodeImage(mask.bytes, mask.mime);
+export async function webuiMaskFromOpenAI(mask: ImageInput): Promise<Uint8Array> {
+  const rgba = await decodeImageOffThread(mask.bytes, mask.mime);
   const out = new Uint8Array(rgba.width * rgba.height * 4);
   for (let i = 0; i < out.length; i += 4) {
     const v = rgba.data[i + 3]! < TRANSPARENT_BELOW ? 255 : 0;
