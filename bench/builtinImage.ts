@@ -6,7 +6,7 @@
 import { encodePng, type Rgba } from "../src/core/image/codec";
 import { BuiltinImageEngine } from "../src/engines/builtin/imageEngine";
 import { BUILTIN_IMAGE, type CatalogModel } from "../src/core/models";
-import type { ImageInput, ImageJob } from "../src/engines/types";
+import type { ImageInput, ImageJob } from "../src/core/engine";
 
 const rounds = Number(process.argv[2] ?? 3);
 const engine = new BuiltinImageEngine();

@@ -6,7 +6,7 @@
 import { loadConfig } from "../src/config";
 import { addUser, createKey } from "../src/core/accounts";
 import { encodePng } from "../src/core/image/codec";
-import type { ImageEngine, ImageJob } from "../src/engines/types";
+import type { ImageEngine, ImageJob } from "../src/core/engine";
 import { createLogger } from "../src/logger";
 import { startServer } from "../src/server";
 

@@ -4,7 +4,7 @@
  * OpenAI parameters to the engine. The http layer checks types and ranges with its schema
  * first; this module sees only well-typed requests.
  */
-import type { ChatMessage } from "../engines/types";
+import type { ChatMessage } from "./engine";
 
 /** The interface's limits, fixed by the API contract (not configuration). */
 export const CHAT_LIMITS = {

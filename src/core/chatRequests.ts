@@ -8,8 +8,7 @@
 import type { Logger } from "../logger";
 import type { Store } from "../store";
 import { retryWhileBusy } from "../store/busy";
-import type { EngineRegistry } from "../engines/registry";
-import { EngineError, type ChatMessage, type ChatResult, type UpstreamTrace } from "../engines/types";
+import { EngineError, type ChatMessage, type ChatResult, type EngineLookup, type UpstreamTrace } from "./engine";
 import type { BackgroundWork } from "./background";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
@@ -38,7 +37,7 @@ export interface ChatOutcome {
 export interface ChatFlowDeps {
   store: Pick<Store, "requests">;
   gate: Gate;
-  engines: EngineRegistry;
+  engines: EngineLookup;
   background: BackgroundWork;
   logger: Logger;
   clock: () => number;

@@ -3,7 +3,7 @@
  * signal that aborts at the deadline (or when the client's signal does), and the caller's
  * promise rejects with EngineTimeout at the deadline whatever the work does with its signal.
  */
-import { EngineTimeout } from "../engines/types";
+import { EngineTimeout } from "./engine";
 
 export interface DeadlineRun<T> {
   /** The work's result, or EngineTimeout at the deadline. */

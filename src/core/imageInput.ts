@@ -6,7 +6,7 @@
  * Also: the `size` and `quality` request fields, checked against the model.
  */
 import type { CatalogModel } from "./models";
-import type { ImageInput, ImageMime, RequestedSize } from "../engines/types";
+import type { ImageInput, ImageMime, RequestedSize } from "./engine";
 import { verifyDecodesOffThread } from "./image/codec";
 import { readDimensions } from "./image/dimensions";
 import { pngHasAlpha } from "./image/png";

@@ -10,8 +10,7 @@
 import type { Logger } from "../logger";
 import type { Store } from "../store";
 import { InsufficientCreditsError } from "../store/credits";
-import type { EngineRegistry } from "../engines/registry";
-import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "../engines/types";
+import { EngineError, EngineOutputInvalid, type EngineLookup, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
@@ -51,7 +50,7 @@ export interface FailureDescription {
 export interface ImageFlowDeps {
   store: Store;
   gate: Gate;
-  engines: EngineRegistry;
+  engines: EngineLookup;
   background: BackgroundWork;
   logger: Logger;
   clock: () => number;

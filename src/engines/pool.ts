@@ -22,8 +22,8 @@
  * No HTTP and no SQLite here: attempts are callbacks, persistence is a small interface.
  */
 import { SecretRedactor } from "./redact";
-import type { UpstreamTrace } from "./types";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "./types";
+import type { UpstreamTrace } from "../core/engine";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
 
 export type Clock = () => number;
 

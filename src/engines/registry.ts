@@ -3,9 +3,9 @@
  * whose `upstream` names an [[upstreams]] entry. Engines register themselves here at startup.
  */
 import type { CatalogModel } from "../core/models";
-import type { ChatEngine, ImageEngine } from "./types";
+import type { ChatEngine, EngineLookup, ImageEngine } from "../core/engine";
 
-export class EngineRegistry {
+export class EngineRegistry implements EngineLookup {
   private readonly image = new Map<string, ImageEngine>();
   private readonly chat = new Map<string, ChatEngine>();
 

@@ -7,7 +7,7 @@
 import { readDimensions } from "../core/image/codec";
 import { AttemptFailure } from "./pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
-import type { GeneratedImage, ImageMime } from "./types";
+import type { GeneratedImage, ImageMime } from "../core/engine";
 import { concatChunks } from "../core/bytes";
 
 /** retry-after-ms (ms), else retry-after (seconds or an HTTP date); undefined when absent. */

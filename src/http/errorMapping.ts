@@ -17,7 +17,7 @@ import {
   UpstreamRateLimited,
   UpstreamRejected,
   UpstreamUnavailable,
-} from "../engines/types";
+} from "../core/engine";
 import type { Logger } from "../logger";
 import { DatabaseBusyError, isDatabaseBusy } from "../store/busy";
 import { InsufficientCreditsError } from "../store/credits";

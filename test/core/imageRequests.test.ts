@@ -15,7 +15,7 @@ import { GateRejected, LocalGate, type Gate, type GateLimits } from "../../src/c
 import { NoEngineError, runImageRequest, type ImageFlowDeps, type ImageRequest } from "../../src/core/imageRequests";
 import type { CatalogModel } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { EngineOutputInvalid, EngineTimeout, UpstreamFailed, UpstreamRejected, type GeneratedImage, type ImageJob } from "../../src/engines/types";
+import { EngineOutputInvalid, EngineTimeout, UpstreamFailed, UpstreamRejected, type GeneratedImage, type ImageJob } from "../../src/core/engine";
 import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
 import { DatabaseBusyError } from "../../src/store/busy";

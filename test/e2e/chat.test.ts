@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { BuiltinChatEngine } from "../../src/engines/builtin/chatEngine";
-import { UpstreamFailed, type ChatEngine, type ChatJob, type ChatResult } from "../../src/engines/types";
+import { UpstreamFailed, type ChatEngine, type ChatJob, type ChatResult } from "../../src/core/engine";
 import { startTestServer, type TestServer } from "../support/server";
 
 class ControlledChatEngine implements ChatEngine {

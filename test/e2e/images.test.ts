@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI, { toFile } from "openai";
 import jpeg from "jpeg-js";
-import type { ImageEngine, ImageJob } from "../../src/engines/types";
+import type { ImageEngine, ImageJob } from "../../src/core/engine";
 import { startTestServer, type TestServer } from "../support/server";
 import { dataUrl, makePng, readPng } from "../support/images";
 

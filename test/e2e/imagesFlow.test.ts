@@ -5,7 +5,7 @@
  * concurrent burst of successes and failures.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { UpstreamFailed, UpstreamRateLimited } from "../../src/engines/types";
+import { UpstreamFailed, UpstreamRateLimited } from "../../src/core/engine";
 import { startTestServer, type TestServer } from "../support/server";
 import { ControlledEngine, makePng, until } from "../support/images";
 

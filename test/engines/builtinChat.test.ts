@@ -4,7 +4,7 @@ import { findChatRuleViolation, chatParamsFrom, countChars } from "../../src/cor
 import { BUILTIN_CHAT, type CatalogModel } from "../../src/core/models";
 import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX } from "../../src/engines/builtin/chatEngine";
 import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
-import type { ChatMessage } from "../../src/engines/types";
+import type { ChatMessage } from "../../src/core/engine";
 
 const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, upstream: "builtin", upstreamModel: BUILTIN_CHAT, params: {} };
 const engine = new BuiltinChatEngine();

@@ -3,7 +3,7 @@ import { encode as encodeJpeg } from "jpeg-js";
 import { decodeImage, encodePng, pngHasAlpha, type Rgba } from "../../src/core/image/codec";
 import { BuiltinImageEngine } from "../../src/engines/builtin/imageEngine";
 import { BUILTIN_IMAGE, type CatalogModel } from "../../src/core/models";
-import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/engines/types";
+import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
 
 const engine = new BuiltinImageEngine();
 const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, upstream: "builtin", upstreamModel: BUILTIN_IMAGE, params: {} };

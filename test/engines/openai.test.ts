@@ -6,7 +6,7 @@ import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Config } from "../../src/config";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/engines/types";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";

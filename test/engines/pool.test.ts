@@ -4,7 +4,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { AccountPool, AttemptFailure, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable } from "../../src/engines/types";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable } from "../../src/core/engine";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 

@@ -11,7 +11,7 @@ import { loadConfig } from "../../src/config";
 import { AccountPool, AttemptFailure, type PoolSettings } from "../../src/engines/pool";
 import { FRAGMENT_CHARS, MAX_UPSTREAM_MESSAGE_CHARS, REDACTED, SecretRedactor } from "../../src/engines/redact";
 import { storedStatus } from "../../src/engines/status";
-import { UpstreamFailed } from "../../src/engines/types";
+import { UpstreamFailed } from "../../src/core/engine";
 import { upstreamMessage } from "../../src/engines/upstreamHttp";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";

@@ -3,7 +3,7 @@
  * image engine for tests that need slow or failing generations.
  */
 import { PNG } from "pngjs";
-import { UpstreamFailed, type GeneratedImage, type ImageEngine, type ImageJob } from "../../src/engines/types";
+import { UpstreamFailed, type GeneratedImage, type ImageEngine, type ImageJob } from "../../src/core/engine";
 
 export interface Pixels {
   width: number;

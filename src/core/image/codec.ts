@@ -7,7 +7,7 @@
  * decodePool.ts); decodeImage is the same decode on the calling thread, for the pool's workers
  * and for code whose images are known to be small.
  */
-import type { ImageMime } from "../../engines/types";
+import type { ImageMime } from "../engine";
 import { decodableDimensions, formatLabel, type Dimensions } from "./dimensions";
 import { sharedDecodePool } from "./decodePool";
 import { decodeJpeg } from "./jpeg";

@@ -18,7 +18,7 @@
  * - Header checks (format, the 40-megapixel limit, PNG layout) run before queueing, on the
  *   calling thread: a bomb that its header already betrays never takes a worker.
  */
-import type { ImageMime } from "../../engines/types";
+import type { ImageMime } from "../engine";
 import { decodableDimensions, type Dimensions } from "./dimensions";
 import { JPEG_MEMORY_LIMIT_BYTES } from "./jpeg";
 import { pngInflatedSize, readPngLayout } from "./png";

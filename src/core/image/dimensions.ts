@@ -3,7 +3,7 @@
  * never asked to allocate for a size we would refuse. Returns null when the header is not
  * where the format puts it.
  */
-import type { ImageMime } from "../../engines/types";
+import type { ImageMime } from "../engine";
 import { ImageDecodeError, MAX_DECODED_PIXELS } from "./rgba";
 
 export interface Dimensions {

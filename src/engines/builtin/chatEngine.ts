@@ -8,7 +8,7 @@
  * each text, plus 4 per prompt message for its role and framing, plus 3 to prime the reply.
  */
 import { completionTokenLimit, countChars, type ChatParams, type ResponseFormat } from "../../core/chatRequest";
-import type { ChatEngine, ChatJob, ChatMessage, ChatResult } from "../types";
+import type { ChatEngine, ChatJob, ChatMessage, ChatResult } from "../../core/engine";
 import { fillFromSchema } from "./jsonFromSchema";
 
 const CHARS_PER_TOKEN = 4;

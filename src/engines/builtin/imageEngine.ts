@@ -13,7 +13,7 @@ import {
   type ImageInput,
   type ImageJob,
   type InputProblem,
-} from "../types";
+} from "../../core/engine";
 import { accumulateReference, blendReferences, repaintMasked, resampleCover, restyle } from "./compose";
 import { planScene, renderScene } from "./scene";
 

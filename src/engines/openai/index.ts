@@ -16,7 +16,7 @@ import type { AccountConfig, UpstreamConfig } from "../../config";
 import type { AccountPool, AttemptContext, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
 import { SecretRedactor } from "../redact";
-import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageInput, ImageJob } from "../types";
+import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageInput, ImageJob } from "../../core/engine";
 import { callJson, checkUpstreamImage, decodeBase64Image, downloadImage, joinUrl } from "../upstreamHttp";
 
 /** Fields we set ourselves; a client's copy of them is not passed through. */

@@ -14,7 +14,7 @@ import type { AccountConfig, UpstreamConfig } from "../../config";
 import type { AccountPool, AttemptContext, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
 import { SecretRedactor } from "../redact";
-import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../types";
+import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
 import { callJson, checkUpstreamImage, decodeBase64Image, joinUrl, toBase64 } from "../upstreamHttp";
 import { webuiMaskFromOpenAI } from "./mask";
 

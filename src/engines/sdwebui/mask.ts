@@ -3,7 +3,7 @@
  * Stable Diffusion WebUI's with white. This turns the one into the other.
  */
 import { decodeImageOffThread, encodePng } from "../../core/image/codec";
-import type { ImageInput } from "../types";
+import type { ImageInput } from "../../core/engine";
 
 /** Alpha below this counts as transparent (to repaint); half-way keeps soft edges fair. */
 export const TRANSPARENT_BELOW = 128;

@@ -22,7 +22,7 @@ import {
 } from "../../core/imageInput";
 import { runImageRequest, type ImageEndpoint, type ImageFlowDeps } from "../../core/imageRequests";
 import type { CatalogModel } from "../../core/models";
-import type { ImageInput } from "../../engines/types";
+import type { ImageInput } from "../../core/engine";
 import { apiAuth, type Principal } from "../auth";
 import { acceptApiBody } from "../body";
 import { describeFailure } from "../errorMapping";

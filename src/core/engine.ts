@@ -3,7 +3,7 @@
  * Engines know nothing of credits or of our HTTP statuses: they return results or throw the
  * typed errors below, and the http layer maps those.
  */
-import type { CatalogModel } from "../core/models";
+import type { CatalogModel } from "./models";
 
 export type ImageMime = "image/png" | "image/jpeg" | "image/webp";
 
@@ -128,4 +128,10 @@ export class EngineTimeout extends EngineError {
 /** The engine produced something unusable (e.g. bytes that are not a decodable image). */
 export class EngineOutputInvalid extends EngineError {
   override name = "EngineOutputInvalid";
+}
+
+/** Which engine serves a catalog model (the flows' port; engines/registry implements it). */
+export interface EngineLookup {
+  imageEngine(model: CatalogModel): ImageEngine | undefined;
+  chatEngine(model: CatalogModel): ChatEngine | undefined;
 }
