@@ -14,7 +14,8 @@ import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
 import { newId } from "./core/ids";
 import { ApiError, databaseBusy, errorResponse, serverError } from "./http/errors";
-import { DatabaseBusyError, isDatabaseBusy, SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
+import { isDatabaseBusy, SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
+import { DatabaseBusyError } from "./core/store";
 import { attachMeta, pathOf } from "./http/requestMeta";
 
 export interface RunningServer {

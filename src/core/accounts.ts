@@ -2,11 +2,8 @@
  * Users and keys as the CLI and the workbench see them: hashing, validation and the
  * throttled last-used bookkeeping. SQL stays in the store.
  */
-import { isDatabaseBusy } from "../store/busy";
-import type { Store } from "../store";
-import type { Role, UserRow } from "../store/users";
 import { generateApiKey, hashApiKey, type NewApiKey } from "./apiKeys";
-import type { ApiKeyRow, KeyOwner } from "../store/apiKeys";
+import type { AccountStore, ApiKeyRow, KeyOwner, Role, UserRow } from "./store";
 
 export type Clock = () => number;
 
@@ -39,7 +36,7 @@ export async function verifyPassword(password: string, hash: string | null): Pro
 }
 
 export async function addUser(
-  store: Store,
+  store: AccountStore,
   clock: Clock,
   input: { email: string; password?: string | null; role?: Role; credits?: number; actor?: string },
 ): Promise<UserRow> {
@@ -52,7 +49,7 @@ export async function addUser(
   return store.users.create({ email, passwordHash, role: input.role ?? "user", credits, actor: input.actor }, clock());
 }
 
-export function createKey(store: Store, clock: Clock, userId: number, name: string): { key: NewApiKey; row: ApiKeyRow } {
+export function createKey(store: AccountStore, clock: Clock, userId: number, name: string): { key: NewApiKey; row: ApiKeyRow } {
   const key = generateApiKey();
   const row = store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash }, clock());
   return { key, row };
@@ -65,7 +62,7 @@ export function createKey(store: Store, clock: Clock, userId: number, name: stri
 export class KeyAuthenticator {
   private readonly lastWrite = new Map<number, number>();
   constructor(
-    private readonly store: Store,
+    private readonly store: AccountStore,
     private readonly clock: Clock,
     private readonly touchEveryMs = 60_000,
   ) {}
@@ -80,12 +77,7 @@ export class KeyAuthenticator {
     const now = this.clock();
     const last = this.lastWrite.get(keyId);
     if (last !== undefined && now - last < this.touchEveryMs) return;
-    try {
-      this.store.keys.touch(keyId, now);
-      this.lastWrite.set(keyId, now);
-    } catch (e) {
-      // Another process holds the write lock: last_used_at is a hint, try again on a later request.
-      if (!isDatabaseBusy(e)) throw e;
-    }
+    // Skipped while another process holds the write lock: tried again on a later request.
+    if (this.store.keys.touch(keyId, now)) this.lastWrite.set(keyId, now);
   }
 }

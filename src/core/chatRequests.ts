@@ -6,9 +6,8 @@
  * describes it for the history row through `describeFailure`, the same table).
  */
 import type { Logger } from "../logger";
-import type { Store } from "../store";
-import { retryWhileBusy } from "../store/busy";
-import { EngineError, type ChatMessage, type ChatResult, type EngineLookup, type UpstreamTrace } from "./engine";
+import type { FlowStore, TraceFields } from "./store";
+import { EngineError, type ChatMessage, type ChatResult, type EngineLookup } from "./engine";
 import type { BackgroundWork } from "./background";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
@@ -35,7 +34,7 @@ export interface ChatOutcome {
 }
 
 export interface ChatFlowDeps {
-  store: Pick<Store, "requests">;
+  store: Pick<FlowStore, "requests" | "whenWritable">;
   gate: Gate;
   engines: EngineLookup;
   background: BackgroundWork;
@@ -74,7 +73,7 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
   }
 }
 
-type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string } & Partial<UpstreamTrace>;
+type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string } & TraceFields;
 
 /**
  * The answer never waits for or depends on the history row: written at once when it can be,
@@ -84,6 +83,6 @@ function record(deps: ChatFlowDeps, req: ChatRequest, outcome: Outcome): void {
   const at = deps.clock();
   const row = { id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, ...outcome };
   deps.background
-    .track(retryWhileBusy(() => deps.store.requests.recordChat(row, at), { maxWaitMs: Infinity }))
+    .track(deps.store.whenWritable(() => deps.store.requests.recordChat(row, at), { maxWaitMs: Infinity }))
     .catch((e) => deps.logger.error("could not record chat request", { request_id: req.requestId, error: String(e) }));
 }

@@ -8,14 +8,12 @@
  * EngineError…) and the http layer maps them.
  */
 import type { Logger } from "../logger";
-import type { Store } from "../store";
-import { InsufficientCreditsError } from "../store/credits";
+import { InsufficientCreditsError, type FlowStore } from "./store";
 import { EngineError, EngineOutputInvalid, type EngineLookup, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
-import { retryWhileBusy } from "../store/busy";
 import { readImageDimensions, sniffImageMime } from "./imageInput";
 
 export type ImageEndpoint = "/v1/images/generations" | "/v1/images/edits";
@@ -48,7 +46,7 @@ export interface FailureDescription {
 }
 
 export interface ImageFlowDeps {
-  store: Store;
+  store: FlowStore;
   gate: Gate;
   engines: EngineLookup;
   background: BackgroundWork;
@@ -81,7 +79,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   try {
     await req.checkInputs?.();
     // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
-    await retryWhileBusy(
+    await store.whenWritable(
       () =>
         store.credits.chargeForImage(
           { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
@@ -131,7 +129,7 @@ async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: I
 async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, image: GeneratedImage, queueMs: number, generationMs: number): Promise<void> {
   const t = image.trace;
   const details = { queueMs: Math.round(queueMs), generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs };
-  const recorded = deps.background.track(retryWhileBusy(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
+  const recorded = deps.background.track(deps.store.whenWritable(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
   const ok = await landsWithin(recorded, deps.busyWaitMs);
   if (ok === false) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
   if (ok === "later") {
@@ -155,7 +153,7 @@ async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown,
       deps.clock(),
     );
   };
-  const recorded: Promise<boolean> = deps.background.track(retryWhileBusy(refund, { maxWaitMs: Infinity }));
+  const recorded: Promise<boolean> = deps.background.track(deps.store.whenWritable(refund, { maxWaitMs: Infinity }));
   const logOutcome = (refunded: boolean) => logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded });
   // The row stays pending when this fails for good; recoverInterrupted refunds it at the next start.
   const logError = (recordError: unknown) => logger.error("could not record an image failure", { request_id: req.requestId, error: String(recordError) });

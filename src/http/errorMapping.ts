@@ -19,7 +19,8 @@ import {
   UpstreamUnavailable,
 } from "../core/engine";
 import type { Logger } from "../logger";
-import { DatabaseBusyError, isDatabaseBusy } from "../store/busy";
+import { isDatabaseBusy } from "../store/busy";
+import { DatabaseBusyError } from "../core/store";
 import { InsufficientCreditsError } from "../store/credits";
 import {
   ApiError,

@@ -1,26 +1,8 @@
 import type { Db } from "./database";
-import type { UserRow } from "./users";
+import type { ApiKeyRow, KeyOwner } from "../core/store";
+import { isDatabaseBusy } from "./busy";
 
-export interface ApiKeyRow {
-  id: number;
-  user_id: number;
-  name: string;
-  prefix: string;
-  secret_hash: string;
-  created_at: number;
-  last_used_at: number | null;
-  revoked_at: number | null;
-}
-
-/** What authentication needs: the key and its owner, in one query. */
-export interface KeyOwner {
-  key_id: number;
-  key_revoked_at: number | null;
-  user_id: number;
-  email: string;
-  role: UserRow["role"];
-  disabled: number;
-}
+export type { ApiKeyRow, KeyOwner } from "../core/store";
 
 export class ApiKeyStore {
   constructor(private readonly db: Db) {}
@@ -61,7 +43,14 @@ export class ApiKeyStore {
     return this.db.query(sql).run(...(args as [number, number])).changes === 1;
   }
 
-  touch(keyId: number, now: number): void {
-    this.db.query("UPDATE api_keys SET last_used_at = ? WHERE id = ?").run(now, keyId);
+  /** last_used_at is a hint: while another process holds the write lock it is skipped (false). */
+  touch(keyId: number, now: number): boolean {
+    try {
+      this.db.query("UPDATE api_keys SET last_used_at = ? WHERE id = ?").run(now, keyId);
+      return true;
+    } catch (e) {
+      if (isDatabaseBusy(e)) return false;
+      throw e;
+    }
   }
 }

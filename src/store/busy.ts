@@ -6,6 +6,8 @@
  * asynchronously, with backoff, while every other request goes on.
  */
 
+import { DatabaseBusyError } from "../core/store";
+
 /** busy_timeout of the server's connection while it serves (the CLI keeps SQLite's waiting). */
 export const SERVING_BUSY_TIMEOUT_MS = 0;
 
@@ -13,17 +15,6 @@ export const SERVING_BUSY_TIMEOUT_MS = 0;
 export function isDatabaseBusy(e: unknown): boolean {
   const code = (e as { code?: unknown } | null)?.code;
   return typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || code === "SQLITE_LOCKED");
-}
-
-/**
- * The write lock stayed taken for the whole wait. Nothing was written. No `code` property on
- * purpose (Elysia's onError would not see it as this class).
- */
-export class DatabaseBusyError extends Error {
-  override name = "DatabaseBusyError";
-  constructor(readonly waitedMs: number) {
-    super(`the database stayed locked by another process for ${Math.round(waitedMs)} ms`);
-  }
 }
 
 export interface BusyRetryOptions {

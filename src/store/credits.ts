@@ -4,40 +4,12 @@
  * refunded <= charged, and at most one charge and one refund row per request.
  */
 import type { Db } from "./database";
+import { InsufficientCreditsError, type CreditLedger, type FailedOutcome, type ImageCharge, type LedgerRow } from "../core/store";
 
-export class InsufficientCreditsError extends Error {
-  override name = "InsufficientCreditsError";
-}
+export { InsufficientCreditsError } from "../core/store";
+export type { ImageCharge, LedgerRow } from "../core/store";
 
-export interface LedgerRow {
-  id: number;
-  user_id: number;
-  kind: "grant" | "deduct" | "charge" | "refund";
-  amount: number;
-  request_id: string | null;
-  note: string | null;
-  actor: string | null;
-  created_at: number;
-}
-
-export interface ImageCharge {
-  requestId: string;
-  userId: number;
-  keyId: number | null;
-  endpoint: string;
-  model: string;
-  prompt: string;
-}
-
-export interface FailureRecord {
-  status: "failed" | "interrupted";
-  errorCode: string;
-  errorMessage: string;
-  queueMs?: number | null;
-  generationMs?: number | null;
-}
-
-export class CreditStore {
+export class CreditStore implements CreditLedger {
   constructor(private readonly db: Db) {}
 
   balance(userId: number): number | null {
@@ -104,7 +76,7 @@ export class CreditStore {
    * transition guards the refund, so a second call (or a racing recovery) changes nothing.
    * Returns true when this call refunded.
    */
-  refundOnce(requestId: string, failure: FailureRecord, now: number): boolean {
+  refundOnce(requestId: string, failure: FailedOutcome, now: number): boolean {
     return this.db.transaction(() => {
       const req = this.db
         .query<{ user_id: number; credits_charged: number }, [string, string, string, number | null, number | null, number, string]>(

@@ -5,14 +5,19 @@ import { CreditStore } from "./credits";
 import { RequestStore } from "./requests";
 import { UserStore } from "./users";
 import { UpstreamStateStore } from "./upstreams";
+import { SessionStore } from "./sessions";
+import { retryWhileBusy } from "./busy";
+import type { AccountStore, FlowStore } from "../core/store";
 
-export interface Store {
+/** The SQLite store: implements core's store ports (FlowStore, AccountStore) and the rest. */
+export interface Store extends FlowStore, AccountStore {
   db: Db;
   users: UserStore;
   keys: ApiKeyStore;
   credits: CreditStore;
   requests: RequestStore;
   upstreams: UpstreamStateStore;
+  sessions: SessionStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
@@ -28,6 +33,8 @@ export function createStore(db: Db, latest: number): Store {
     credits: new CreditStore(db),
     requests: new RequestStore(db),
     upstreams: new UpstreamStateStore(db),
+    sessions: new SessionStore(db),
+    whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {
         const v = db.query<{ v: number | null }, []>("SELECT MAX(version) AS v FROM schema_migrations").get()?.v ?? 0;

@@ -1,4 +1,5 @@
 import type { Db } from "./database";
+import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 
 export interface RequestRow {
   id: string;
@@ -25,13 +26,6 @@ export interface RequestRow {
   finished_at: number | null;
 }
 
-export interface UpstreamTrace {
-  upstreamId?: string | null;
-  accountId?: string | null;
-  attempts?: number | null;
-  upstreamLatencyMs?: number | null;
-}
-
 export interface RequestFilter {
   userId?: number;
   kind?: RequestRow["kind"];
@@ -41,7 +35,7 @@ export interface RequestFilter {
   offset?: number;
 }
 
-export class RequestStore {
+export class RequestStore implements RequestLog {
   constructor(private readonly db: Db) {}
 
   get(id: string): RequestRow | null {
@@ -49,7 +43,7 @@ export class RequestStore {
   }
 
   /** A charged image request that succeeded: the charge stands. */
-  markSucceeded(id: string, t: { queueMs: number; generationMs: number } & UpstreamTrace, now: number): boolean {
+  markSucceeded(id: string, t: { queueMs: number; generationMs: number } & TraceFields, now: number): boolean {
     return (
       this.db
         .query(
@@ -62,7 +56,7 @@ export class RequestStore {
   }
 
   /** Upstream details for a request regardless of outcome (a failure still shows what was tried). */
-  recordTrace(id: string, t: UpstreamTrace): void {
+  recordTrace(id: string, t: TraceFields): void {
     this.db
       .query("UPDATE requests SET upstream_id = ?, account_id = ?, attempts = ?, upstream_latency_ms = ? WHERE id = ?")
       .run(t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, id);
@@ -70,11 +64,7 @@ export class RequestStore {
 
   /** Chat is free: one finished row, no ledger entry. */
   recordChat(
-    r: {
-      id: string; userId: number; keyId: number | null; model: string; status: "succeeded" | "failed";
-      promptTokens?: number | null; completionTokens?: number | null; generationMs?: number | null; queueMs?: number | null;
-      errorCode?: string | null; errorMessage?: string | null; prompt?: string | null;
-    } & UpstreamTrace,
+    r: ChatRecord,
     now: number,
   ): void {
     this.db

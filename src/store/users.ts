@@ -1,20 +1,7 @@
 import type { Db } from "./database";
+import { EmailTakenError, type Role, type UserRow } from "../core/store";
 
-export type Role = "user" | "admin";
-
-export interface UserRow {
-  id: number;
-  email: string;
-  password_hash: string | null;
-  role: Role;
-  credits: number;
-  disabled: number;
-  created_at: number;
-}
-
-export class EmailTakenError extends Error {
-  override name = "EmailTakenError";
-}
+export { EmailTakenError, type Role, type UserRow } from "../core/store";
 
 export class UserStore {
   constructor(private readonly db: Db) {}

@@ -18,7 +18,7 @@ import { EngineRegistry } from "../../src/engines/registry";
 import { EngineOutputInvalid, EngineTimeout, UpstreamFailed, UpstreamRejected, type GeneratedImage, type ImageJob } from "../../src/core/engine";
 import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
-import { DatabaseBusyError } from "../../src/store/busy";
+import { DatabaseBusyError } from "../../src/core/store";
 import { InsufficientCreditsError } from "../../src/store/credits";
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
@@ -109,7 +109,7 @@ async function failure(p: Promise<unknown>): Promise<unknown> {
 
 describe("success", () => {
   test("charges exactly 1 credit, records the request succeeded at the clock's times, and releases the slot", async () => {
-    const { deps, engine, clock, gate, background, request, money } = setup({ credits: 3 });
+    const { deps, store, engine, clock, gate, background, request, money } = setup({ credits: 3 });
     const chargedAt = clock.now();
     engine.behave = async (job) => {
       clock.advance(2500);
@@ -120,7 +120,7 @@ describe("success", () => {
     expect([outcome.image.width, outcome.image.height]).toEqual([8, 8]);
     expect(outcome.queueMs).toBe(0);
     expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
-    expect(deps.store.requests.get(req.requestId)).toMatchObject({
+    expect(store.requests.get(req.requestId)).toMatchObject({
       user_id: req.userId,
       model: "test-image",
       endpoint: "/v1/images/generations",
@@ -142,7 +142,7 @@ describe("success", () => {
   });
 
   test("an edit calls the engine's edit, not generate", async () => {
-    const { deps, engine, request, money } = setup();
+    const { deps, store, engine, request, money } = setup();
     let called = "";
     engine.generate = async (job: ImageJob) => ((called = "generate"), engine.png(job));
     engine.edit = async (job: ImageJob) => ((called = "edit"), engine.png(job));
@@ -153,7 +153,7 @@ describe("success", () => {
   });
 
   test("the time spent queued in the gate is reported and recorded", async () => {
-    const { deps, engine, clock, request } = setup({ gate: { global: 1 } });
+    const { deps, store, engine, clock, request } = setup({ gate: { global: 1 } });
     engine.hold();
     const first = runImageRequest(deps, request());
     await until(() => engine.waiting === 1, "the first generation");
@@ -167,7 +167,7 @@ describe("success", () => {
     engine.releaseAll();
     const outcome = await second;
     expect(outcome.queueMs).toBe(700);
-    expect(deps.store.requests.get(req.requestId)?.queue_ms).toBe(700);
+    expect(store.requests.get(req.requestId)?.queue_ms).toBe(700);
   });
 });
 
@@ -184,14 +184,14 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
   ];
   for (const [name, behaviour, kind] of cases) {
     test(name, async () => {
-      const { deps, engine, gate, background, logs, request, money } = setup({ credits: 2 });
+      const { deps, store, engine, gate, background, logs, request, money } = setup({ credits: 2 });
       engine.behave = behaviour(engine);
       const req = request();
       const err = await failure(runImageRequest(deps, req));
       expect(err).toBeInstanceOf(kind);
       // Refunded before the error reached the caller, once.
       expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: REFUNDED, status: "failed" });
-      expect(deps.store.requests.get(req.requestId)).toMatchObject({ error_code: (err as Error).name, credits_refunded: 1 });
+      expect(store.requests.get(req.requestId)).toMatchObject({ error_code: (err as Error).name, credits_refunded: 1 });
       expect(gate.stats()).toEqual({ running: 0, queued: 0 });
       expect(logs.find((l) => l.msg === "image request failed")).toMatchObject({ request_id: req.requestId, refunded: true });
       await background.idle();
@@ -200,7 +200,7 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
   }
 
   test("an engine failure's upstream trace is recorded with the refund", async () => {
-    const { deps, engine, request, money } = setup();
+    const { deps, store, engine, request, money } = setup();
     engine.behave = async () => {
       const e = new UpstreamFailed("attempts ran out");
       e.trace = { upstreamId: "up", accountId: "acct-2", attempts: 3 };
@@ -209,11 +209,11 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     const req = request();
     await failure(runImageRequest(deps, req));
     expect(money(req.requestId).rows).toEqual(REFUNDED);
-    expect(deps.store.requests.get(req.requestId)).toMatchObject({ upstream_id: "up", account_id: "acct-2", attempts: 3 });
+    expect(store.requests.get(req.requestId)).toMatchObject({ upstream_id: "up", account_id: "acct-2", attempts: 3 });
   });
 
   test("the deadline: EngineTimeout, the engine's signal is aborted, refunded once", async () => {
-    const { deps, engine, gate, request, money } = setup({ generationTimeoutMs: 30 });
+    const { deps, store, engine, gate, request, money } = setup({ generationTimeoutMs: 30 });
     engine.behave = (job) => new Promise((_, reject) => job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted"))));
     const req = request();
     const started = performance.now();
@@ -223,7 +223,7 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     expect(engine.calls[0]!.signal.aborted).toBe(true);
     expect(engine.calls[0]!.signal.reason).toBe(err);
     expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
-    expect(deps.store.requests.get(req.requestId)?.error_code).toBe("EngineTimeout");
+    expect(store.requests.get(req.requestId)?.error_code).toBe("EngineTimeout");
     expect(gate.stats().running).toBe(0);
   });
 
@@ -239,9 +239,9 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
   });
 
   test("a recovery that refunds the request mid-generation: no second refund, and no image for free", async () => {
-    const { deps, engine, request, money, clock } = setup();
+    const { deps, store, engine, request, money, clock } = setup();
     engine.behave = async (job) => {
-      deps.store.credits.recoverInterrupted(clock.now()); // e.g. another process recovering at startup
+      store.credits.recoverInterrupted(clock.now()); // e.g. another process recovering at startup
       return engine.png(job);
     };
     const req = request();

@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createStore, type Store } from "../../src/store";
-import { InsufficientCreditsError, type FailureRecord, type ImageCharge } from "../../src/store/credits";
+import { InsufficientCreditsError, type FailedOutcome, type ImageCharge } from "../../src/core/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
 import { addUser, memoryStore } from "../support/memoryStore";
@@ -18,7 +18,7 @@ import { addUser, memoryStore } from "../support/memoryStore";
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
-const FAILED: FailureRecord = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed", queueMs: 3, generationMs: 40 };
+const FAILED: FailedOutcome = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed", queueMs: 3, generationMs: 40 };
 
 function charge(requestId: string, userId: number): ImageCharge {
   return { requestId, userId, keyId: null, endpoint: "/v1/images/generations", model: "test-image", prompt: "a red square" };
