@@ -4,11 +4,11 @@
  * an upstream says, reading retry hints, downloading `url` answers with bounds, and checking
  * that bytes an upstream calls an image really are one.
  */
-import { readDimensions } from "../core/image/codec";
+import { concatChunks } from "../core/bytes";
+import type { GeneratedImage } from "../core/engine";
+import { readImageDimensions, sniffImageMime } from "../core/imageInput";
 import { AttemptFailure } from "./pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
-import type { GeneratedImage, ImageMime } from "../core/engine";
-import { concatChunks } from "../core/bytes";
 
 /** retry-after-ms (ms), else retry-after (seconds or an HTTP date); undefined when absent. */
 export function retryAfterMs(headers: Headers, now: number): number | undefined {
@@ -173,22 +173,17 @@ function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-export function sniffMime(bytes: Uint8Array): ImageMime | null {
-  const b = bytes;
-  if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 && b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) return "image/png";
-  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return "image/jpeg";
-  if (b.length >= 12 && b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 && b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50) return "image/webp";
-  return null;
-}
-
 /**
  * Bytes an upstream returned as its image: a PNG, JPEG or WebP by magic bytes with a readable
- * header, else a failure (so the pool retries and the charge is refunded in the end).
+ * header (core's sniff and header reader, the same as for client images), else a failed
+ * attempt, so the pool retries on another account while there is time. The images flow then
+ * verifies the result fully (core/imageRequests verifyOutput: a complete decode), as it does
+ * for every engine; this cheap check only decides whether the attempt counts as a success.
  */
 export function checkUpstreamImage(bytes: Uint8Array, revisedPrompt?: string): GeneratedImage {
-  const mime = sniffMime(bytes);
+  const mime = sniffImageMime(bytes);
   if (!mime) throw new AttemptFailure("failed", "upstream returned bytes that are not a PNG, JPEG or WebP image");
-  const dims = readDimensions(bytes, mime);
+  const dims = readImageDimensions(bytes, mime);
   if (!dims || dims.width < 1 || dims.height < 1) throw new AttemptFailure("failed", `upstream returned a ${mime} whose header is unreadable`);
   return { bytes, mime, width: dims.width, height: dims.height, ...(revisedPrompt !== undefined ? { revisedPrompt } : {}) };
 }
