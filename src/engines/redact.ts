@@ -19,6 +19,8 @@
  * first can split a secret so that no whole-secret match finds the half that stays.
  */
 
+import { accountSecrets, type AccountCredentials } from "./credentials";
+
 export const FRAGMENT_CHARS = 8;
 /** A whole secret shorter than this is not looked for (it would match ordinary words). */
 export const MIN_SECRET_CHARS = 4;
@@ -35,13 +37,6 @@ const CREDENTIAL_PATTERNS: [RegExp, string][] = [
   [/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi, `$1 ${REDACTED}`],
   [/sk-[A-Za-z0-9_-]{8,}/g, `sk-${REDACTED}`],
 ];
-
-/** The account fields that hold secrets (the shape of [[upstreams]].accounts). */
-export interface AccountSecrets {
-  api_key?: string;
-  username?: string;
-  password?: string;
-}
 
 export class SecretRedactor {
   /** Every FRAGMENT_CHARS-long window of every long enough secret spelling. */
@@ -73,21 +68,13 @@ export class SecretRedactor {
   }
 
   /** Every account secret of every upstream ([[upstreams]] in the config). */
-  static forUpstreams(upstreams: Iterable<{ accounts: AccountSecrets[] }>): SecretRedactor {
+  static forUpstreams(upstreams: Iterable<{ accounts: AccountCredentials[] }>): SecretRedactor {
     return SecretRedactor.forAccounts([...upstreams].flatMap((u) => u.accounts));
   }
 
-  /** The secrets of these accounts: keys, passwords and the Basic credential they make. */
-  static forAccounts(accounts: Iterable<AccountSecrets>): SecretRedactor {
-    const secrets: string[] = [];
-    for (const a of accounts) {
-      if (a.api_key) secrets.push(a.api_key);
-      if (a.password) {
-        secrets.push(a.password);
-        if (a.username !== undefined) secrets.push(...basicCredentials(a.username, a.password));
-      }
-    }
-    return new SecretRedactor(secrets);
+  /** The secrets of these accounts: keys, passwords and the Basic credential they make (see credentials.ts). */
+  static forAccounts(accounts: Iterable<AccountCredentials>): SecretRedactor {
+    return new SecretRedactor([...accounts].flatMap(accountSecrets));
   }
 
   /**
@@ -181,16 +168,4 @@ export class SecretRedactor {
     const withEllipsis = `${text.slice(0, end)}…`;
     return this.leaks(withEllipsis) ? text.slice(0, end) : withEllipsis;
   }
-}
-
-/** The Basic credential of user:password, as our requests send it and an upstream may echo it. */
-function basicCredentials(username: string, password: string): string[] {
-  const pair = `${username}:${password}`;
-  const out = [Buffer.from(pair, "utf8").toString("base64")];
-  try {
-    out.push(btoa(pair)); // what the engines send; differs from UTF-8 for Latin-1 characters
-  } catch {
-    // not Latin-1: the engines could not have sent it that way either
-  }
-  return out;
 }

@@ -3,6 +3,7 @@
  * under the upstream id, which is what catalog models name in `upstream`.
  */
 import type { Config, UpstreamConfig } from "../config";
+import { sendsOnlyApiKey } from "./credentials";
 import { AccountPool, type Clock, type PoolLogger, type PoolStateStore } from "./pool";
 import { OpenAIEngine } from "./openai";
 import { SecretRedactor } from "./redact";
@@ -63,6 +64,9 @@ export function registerUpstreamEngines(
   // Every account secret of every upstream: no upstream's text may leak any of them.
   const redactor = SecretRedactor.forUpstreams(config.upstreams);
   for (const upstream of config.upstreams) {
+    for (const a of upstream.accounts) {
+      if (sendsOnlyApiKey(a)) deps.logger?.warn("upstream account sets api_key and username/password; only the api_key is sent", { upstream: upstream.id, account: a.id });
+    }
     const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger, redactor);
     pools.set(upstream.id, pool);
     if (upstream.kind === "openai") {

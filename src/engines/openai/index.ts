@@ -12,7 +12,8 @@
  * Every string of an answer that reaches our client (`revised_prompt`, the chat message) and
  * every error text goes through the redactor first: an upstream may echo our key.
  */
-import type { AccountConfig, UpstreamConfig } from "../../config";
+import type { UpstreamConfig } from "../../config";
+import { AccountAuth } from "../credentials";
 import type { AccountPool, AttemptContext, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
 import { SecretRedactor } from "../redact";
@@ -26,7 +27,7 @@ const OWN_CHAT_FIELDS = new Set(["model", "messages", "stream", "n"]);
 const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"]);
 
 export class OpenAIEngine implements ImageEngine, ChatEngine {
-  private readonly accounts: Map<string, AccountConfig>;
+  private readonly auth: AccountAuth;
 
   constructor(
     private readonly upstream: UpstreamConfig,
@@ -35,7 +36,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     /** Removes configured secrets from what the upstream says; by default this upstream's. */
     private readonly redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
   ) {
-    this.accounts = new Map(upstream.accounts.map((a) => [a.id, a]));
+    this.auth = new AccountAuth(upstream.accounts);
   }
 
   async chat(job: ChatJob): Promise<ChatResult> {
@@ -121,12 +122,9 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     };
   }
 
+  /** The account's credentials (credentials.ts: one order for every kind) and what we accept. */
   private authHeaders(ctx: AttemptContext): Record<string, string> {
-    const a = this.accounts.get(ctx.account.id);
-    const headers: Record<string, string> = { accept: "application/json" };
-    if (a?.api_key) headers.authorization = `Bearer ${a.api_key}`;
-    else if (a?.username !== undefined && a.password !== undefined) headers.authorization = `Basic ${btoa(`${a.username}:${a.password}`)}`;
-    return headers;
+    return { ...this.auth.headersFor(ctx.account.id), accept: "application/json" };
   }
 }
 

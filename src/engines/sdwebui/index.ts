@@ -10,8 +10,9 @@
  * - model params from config pass through (sampler_name, scheduler, cfg_scale, negative_prompt,
  *   denoising_strength, seed, …); `checkpoint` becomes override_settings.sd_model_checkpoint.
  */
-import type { AccountConfig, UpstreamConfig } from "../../config";
-import type { AccountPool, AttemptContext, Clock } from "../pool";
+import type { UpstreamConfig } from "../../config";
+import { AccountAuth } from "../credentials";
+import type { AccountPool, Clock } from "../pool";
 import { AttemptFailure } from "../pool";
 import { SecretRedactor } from "../redact";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
@@ -42,7 +43,7 @@ export function stepsForQuality(quality: string, params: Record<string, unknown>
 }
 
 export class SdWebUiEngine implements ImageEngine {
-  private readonly accounts: Map<string, AccountConfig>;
+  private readonly auth: AccountAuth;
 
   constructor(
     private readonly upstream: UpstreamConfig,
@@ -51,7 +52,7 @@ export class SdWebUiEngine implements ImageEngine {
     /** Removes configured secrets from what the upstream says; by default this upstream's. */
     private readonly redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
   ) {
-    this.accounts = new Map(upstream.accounts.map((a) => [a.id, a]));
+    this.auth = new AccountAuth(upstream.accounts);
   }
 
   generate(job: ImageJob): Promise<GeneratedImage> {
@@ -113,7 +114,7 @@ export class SdWebUiEngine implements ImageEngine {
     const { value, trace } = await this.pool.run(async (ctx) => {
       const answer = await callJson({
         url: joinUrl(this.upstream.base_url, path),
-        headers: { ...this.authHeaders(ctx), "content-type": "application/json", accept: "application/json" },
+        headers: { ...this.auth.headersFor(ctx.account.id), "content-type": "application/json", accept: "application/json" },
         body: json,
         signal: ctx.signal,
         redactor: this.redactor,
@@ -127,13 +128,6 @@ export class SdWebUiEngine implements ImageEngine {
       return checkUpstreamImage(decodeBase64Image(first), job.prompt);
     }, job.signal);
     return { ...value, trace };
-  }
-
-  private authHeaders(ctx: AttemptContext): Record<string, string> {
-    const a = this.accounts.get(ctx.account.id);
-    if (a?.username !== undefined && a.password !== undefined) return { authorization: `Basic ${btoa(`${a.username}:${a.password}`)}` };
-    if (a?.api_key) return { authorization: `Bearer ${a.api_key}` };
-    return {};
   }
 }
 
