@@ -16,7 +16,7 @@ import { BodyBudget } from "./http/body";
 import { sessionPrincipalResolver } from "./http/workbench/sessionPrincipal";
 import type { Logger } from "./logger";
 import type { Store } from "./store";
-import { createWorkbench, type Workbench } from "./workbench/service";
+import { createWorkbench, type Workbench } from "./http/workbench/workbench";
 
 export interface AppDeps {
   config: Config;

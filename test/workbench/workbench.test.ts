@@ -12,8 +12,9 @@ import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { escapeHtml, html, raw } from "../../src/workbench/html";
-import { WorkbenchAccounts } from "../../src/workbench/accounts";
-import { isSameOrigin } from "../../src/workbench/origin";
+import { SetupToken } from "../../src/core/setupToken";
+import { SignIn } from "../../src/core/signIn";
+import { isSameOrigin } from "../../src/http/workbench/origin";
 
 const BASE = "http://wb.test";
 let store: Store | undefined;
@@ -173,25 +174,26 @@ describe("sign-in throttling", () => {
     store = createStore(openDatabase(":memory:"), latestVersion());
     await addUser(store, Date.now, { email: "known@example.com", password: "the right one" });
     let now = 1_000_000;
-    const accounts = new WorkbenchAccounts(store, config, () => now, { windowMs: 60_000, perAccount: 2, perAddress: 3, signUpsPerAddress: 1 });
+    const rules = { minPasswordLength: config.workbench.min_password_length, initialCredits: 0 };
+    const signIn = new SignIn(store, rules, new SetupToken(), () => now, { windowMs: 60_000, perAccount: 2, perAddress: 3, signUpsPerAddress: 1 });
 
     // Per address: different emails from one address.
     for (const email of ["a@example.com", "b@example.com", "c@example.com"]) {
-      expect(await accounts.signIn(email, "wrong", "10.0.0.1")).toEqual({ ok: false, reason: "invalid" });
+      expect(await signIn.withPassword(email, "wrong", "10.0.0.1")).toEqual({ ok: false, reason: "invalid" });
     }
-    const blocked = await accounts.signIn("known@example.com", "the right one", "10.0.0.1");
+    const blocked = await signIn.withPassword("known@example.com", "the right one", "10.0.0.1");
     expect(blocked.ok).toBe(false);
     expect(blocked.ok === false && blocked.reason).toBe("throttled");
     // Another address is not affected; the window passes.
-    expect((await accounts.signIn("known@example.com", "the right one", "10.0.0.2")).ok).toBe(true);
+    expect((await signIn.withPassword("known@example.com", "the right one", "10.0.0.2")).ok).toBe(true);
     now += 60_001;
-    expect((await accounts.signIn("known@example.com", "the right one", "10.0.0.1")).ok).toBe(true);
+    expect((await signIn.withPassword("known@example.com", "the right one", "10.0.0.1")).ok).toBe(true);
 
     // Per account: from many addresses, an unknown and a known email are limited alike.
     for (const email of ["known@example.com", "ghost@example.com"]) {
-      expect((await accounts.signIn(email, "wrong", "10.1.0.1")).ok).toBe(false);
-      expect((await accounts.signIn(email, "wrong", "10.1.0.2")).ok).toBe(false);
-      const third = await accounts.signIn(email, email.startsWith("known") ? "the right one" : "wrong", "10.1.0.3");
+      expect((await signIn.withPassword(email, "wrong", "10.1.0.1")).ok).toBe(false);
+      expect((await signIn.withPassword(email, "wrong", "10.1.0.2")).ok).toBe(false);
+      const third = await signIn.withPassword(email, email.startsWith("known") ? "the right one" : "wrong", "10.1.0.3");
       expect(third.ok === false && third.reason).toBe("throttled");
     }
   }, 30_000);

@@ -1,19 +1,19 @@
 /** /, sign in, sign up, sign out and the one-time first-admin setup. */
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
-import { AccountError, addUser } from "../../core/accounts";
-import { EmailTakenError } from "../../store/users";
-import { isSameOrigin } from "../../workbench/origin";
+import type { SetupResult } from "../../core/signIn";
+import { isSameOrigin } from "./origin";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
 import { clientAddress, csrfRejected, formFields, htmlResponse, redirect, requireCsrf, safeNext, viewerOf } from "./respond";
 
 const hide = { detail: { hide: true } };
 
+const SETUP_STATUS: Record<Exclude<SetupResult, { ok: true }>["reason"], number> = { closed: 410, throttled: 429, wrong_token: 401, invalid: 400 };
+
 export function authRoutes(services: Services) {
   const { config, workbench } = services;
   const wb = config.workbench;
-  // A CLI-made admin also closes setup.
-  const setupOpen = () => workbench.setup.pending && services.store.users.countAdmins() === 0;
+  const setupOpen = () => workbench.signIn.setupOpen;
   const signIn = (s: { email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
     htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
 
@@ -28,7 +28,7 @@ export function authRoutes(services: Services) {
       if (!isSameOrigin(request, config)) return csrfRejected();
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, 254);
-      const result = await workbench.accounts.signIn(email, f.password ?? "", clientAddress(request));
+      const result = await workbench.signIn.withPassword(email, f.password ?? "", clientAddress(request));
       if (!result.ok) {
         if (result.reason === "throttled") {
           const minutes = Math.ceil(result.retryAfterMs / 60_000);
@@ -52,10 +52,10 @@ export function authRoutes(services: Services) {
       const email = (f.email ?? "").slice(0, 254);
       const form = (error: string, status: number) =>
         htmlResponse(signUpPage({ email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
-      const address = clientAddress(request);
-      const wait = workbench.accounts.signUpRetryAfterMs(address);
-      if (wait > 0) return form(`Too many sign-ups from your address. Try again in ${Math.ceil(wait / 60_000)} minutes.`, 429);
-      const result = await workbench.accounts.signUp(email, f.password ?? "", address);
+      const result = await workbench.signIn.signUp(email, f.password ?? "", clientAddress(request));
+      if (!result.ok && result.reason === "throttled") {
+        return form(`Too many sign-ups from your address. Try again in ${Math.ceil(result.retryAfterMs / 60_000)} minutes.`, 429);
+      }
       if (!result.ok) return form(result.message, 400);
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect("/playground", { "set-cookie": cookie });
@@ -75,28 +75,10 @@ export function authRoutes(services: Services) {
       const email = (f.email ?? "").slice(0, 254);
       const form = (error: string, status: number) =>
         htmlResponse(setupPage({ pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
-      if (!setupOpen()) return form("Setup is already complete.", 410);
-      const address = clientAddress(request);
-      // Guessing the token is throttled like sign-in.
-      const wait = workbench.accounts.signUpRetryAfterMs(`setup:${address}`);
-      if (wait > 0) return form("Too many attempts. Try again later.", 429);
-      const password = f.password ?? "";
-      if (password.length < wb.min_password_length) return form(`Password must be at least ${wb.min_password_length} characters.`, 400);
-      const taken = workbench.setup.take(f.token ?? "");
-      if (taken === null) {
-        workbench.accounts.noteSetupAttempt(`setup:${address}`);
-        return form("That setup token is not valid. Copy it from the server log of this start.", 401);
-      }
-      try {
-        const user = await addUser(services.store, services.clock, { email, password, role: "admin", credits: wb.initial_credits, actor: "setup" });
-        services.logger.info("first admin created through /setup", { user_id: user.id });
-        const { cookie } = workbench.sessions.start(user.id, request);
-        return redirect("/admin", { "set-cookie": cookie });
-      } catch (e) {
-        workbench.setup.restore(taken);
-        if (e instanceof AccountError) return form(e.message.replace(/^email/, "Email") + ".", 400);
-        if (e instanceof EmailTakenError) return form("That email already has an account; choose another or make it admin with the CLI.", 400);
-        throw e;
-      }
+      const result = await workbench.signIn.setUpFirstAdmin(f.token ?? "", email, f.password ?? "", clientAddress(request));
+      if (!result.ok) return form(result.message, SETUP_STATUS[result.reason]);
+      services.logger.info("first admin created through /setup", { user_id: result.user.id });
+      const { cookie } = workbench.sessions.start(result.user.id, request);
+      return redirect("/admin", { "set-cookie": cookie });
     }, hide);
 }

@@ -2,7 +2,7 @@
 import type { Services } from "../../services";
 import { html, type Html } from "../../workbench/html";
 import { page, type Viewer } from "../../workbench/layout";
-import { isSameOrigin, tokensEqual } from "../../workbench/origin";
+import { isSameOrigin, tokensEqual } from "./origin";
 import { metaOf } from "../requestMeta";
 
 const SECURITY_HEADERS: Record<string, string> = {

@@ -4,8 +4,8 @@
  * session's CSRF token in `x-csrf-token`.
  */
 import type { Config } from "../../config";
-import type { Workbench } from "../../workbench/service";
-import { isSameOrigin, tokensEqual } from "../../workbench/origin";
+import type { Workbench } from "./workbench";
+import { isSameOrigin, tokensEqual } from "./origin";
 import type { Principal } from "../auth";
 import { forbidden } from "../errors";
 

@@ -1,17 +1,11 @@
 /**
- * Browser sessions: a random 256-bit id in an HttpOnly SameSite=Lax cookie; the database keeps
- * only its SHA-256 with the user, a per-session CSRF token and an expiry.
+ * The workbench session as a cookie: the session id in an HttpOnly SameSite=Lax cookie, Secure
+ * when the page is served over https. What a session is lives in core/sessions.ts.
  */
-import type { Config } from "../config";
-import type { Clock } from "../core/accounts";
-import { randomBase62 } from "../core/apiKeys";
-import type { SessionStore, SessionWithUser } from "../store/sessions";
+import type { Config } from "../../config";
+import type { Sessions, SessionWithUser } from "../../core/sessions";
 
 export const SESSION_COOKIE = "atelier_session";
-
-export function hashSessionId(id: string): string {
-  return new Bun.CryptoHasher("sha256").update(id).digest("hex");
-}
 
 export function readCookie(request: Request, name: string): string | null {
   const header = request.headers.get("cookie");
@@ -38,42 +32,33 @@ export function cookieIsSecure(config: Config, request: Request): boolean {
   return new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https";
 }
 
-export class SessionManager {
+export class SessionCookies {
   constructor(
-    private readonly sessions: SessionStore,
+    private readonly sessions: Sessions,
     private readonly config: Config,
-    private readonly clock: Clock,
   ) {}
 
-  /** Starts a session; returns the Set-Cookie value. */
+  /** Starts a session; returns the Set-Cookie value and the session's CSRF token. */
   start(userId: number, request: Request): { cookie: string; csrf: string } {
-    const id = randomBase62(43);
-    const csrf = randomBase62(32);
-    const now = this.clock();
-    const ttlMs = this.config.workbench.session_ttl_hours * 3_600_000;
-    this.sessions.deleteExpired(now);
-    this.sessions.create({ id_hash: hashSessionId(id), user_id: userId, csrf_token: csrf, created_at: now, expires_at: now + ttlMs });
+    const { id, csrf, ttlMs } = this.sessions.start(userId);
     return { cookie: this.cookie(id, Math.floor(ttlMs / 1000), request), csrf };
   }
 
   /** The signed-in session of a request, or null (no cookie, unknown, expired, or a disabled user). */
   current(request: Request): SessionWithUser | null {
     const id = readCookie(request, SESSION_COOKIE);
-    if (!id || id.length > 100) return null;
-    const found = this.sessions.find(hashSessionId(id), this.clock());
-    if (!found || found.user.disabled) return null;
-    return found;
+    return id ? this.sessions.find(id) : null;
   }
 
   /** Ends the request's session; returns the Set-Cookie value that clears the cookie. */
   end(request: Request): string {
     const id = readCookie(request, SESSION_COOKIE);
-    if (id) this.sessions.delete(hashSessionId(id));
+    if (id) this.sessions.end(id);
     return this.cookie("", 0, request);
   }
 
   endAllFor(userId: number): void {
-    this.sessions.deleteForUser(userId);
+    this.sessions.endAllFor(userId);
   }
 
   private cookie(value: string, maxAgeS: number, request: Request): string {

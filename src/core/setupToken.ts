@@ -3,7 +3,7 @@
  * one-time token, prints it in its log and keeps only its hash (in memory: a restart without an
  * admin prints a fresh one). /setup consumes it once to create the admin account.
  */
-import { randomBase62 } from "../core/apiKeys";
+import { randomBase62 } from "./apiKeys";
 
 export class SetupToken {
   private hash: string | null = null;

@@ -3,7 +3,7 @@
  * come from our own pages. Browsers send Sec-Fetch-Site and (on POST) Origin; a request from a
  * non-browser client sends neither and carries no ambient credentials worth forging.
  */
-import type { Config } from "../config";
+import type { Config } from "../../config";
 
 function hostOf(url: string): string | null {
   try {

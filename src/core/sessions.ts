@@ -1,0 +1,79 @@
+/**
+ * Workbench sessions: a random 256-bit id for the browser; storage keeps only its SHA-256 with
+ * the user, a per-session CSRF token and an expiry. (How the id travels, as a cookie, is the
+ * http layer's business: http/workbench/sessionCookies.ts.)
+ */
+import type { Clock } from "./accounts";
+import { randomBase62 } from "./apiKeys";
+import type { UserRow } from "./store";
+
+/** 43 base62 characters ≈ 256 bits; anything else presented as an id is not one of ours. */
+const SESSION_ID_CHARS = 43;
+const CSRF_TOKEN_CHARS = 32;
+
+export interface SessionRow {
+  id_hash: string;
+  user_id: number;
+  csrf_token: string;
+  created_at: number;
+  expires_at: number;
+}
+
+export interface SessionWithUser extends SessionRow {
+  user: UserRow;
+}
+
+/** The port: what sessions need from storage (store/sessions.ts implements it). */
+export interface SessionRecords {
+  create(row: SessionRow): void;
+  /** The live session and its user; expired rows are not returned. */
+  find(idHash: string, now: number): SessionWithUser | null;
+  delete(idHash: string): void;
+  deleteForUser(userId: number): void;
+  deleteExpired(now: number): number;
+}
+
+export function hashSessionId(id: string): string {
+  return new Bun.CryptoHasher("sha256").update(id).digest("hex");
+}
+
+export interface StartedSession {
+  /** The secret the browser keeps; never stored. */
+  id: string;
+  csrf: string;
+  ttlMs: number;
+}
+
+export class Sessions {
+  constructor(
+    private readonly records: SessionRecords,
+    private readonly ttlMs: number,
+    private readonly clock: Clock,
+  ) {}
+
+  start(userId: number): StartedSession {
+    const id = randomBase62(SESSION_ID_CHARS);
+    const csrf = randomBase62(CSRF_TOKEN_CHARS);
+    const now = this.clock();
+    this.records.deleteExpired(now);
+    this.records.create({ id_hash: hashSessionId(id), user_id: userId, csrf_token: csrf, created_at: now, expires_at: now + this.ttlMs });
+    return { id, csrf, ttlMs: this.ttlMs };
+  }
+
+  /** The live session of an id, or null (unknown, expired, or a disabled user). */
+  find(id: string): SessionWithUser | null {
+    if (id.length !== SESSION_ID_CHARS) return null;
+    const found = this.records.find(hashSessionId(id), this.clock());
+    if (!found || found.user.disabled) return null;
+    return found;
+  }
+
+  end(id: string): void {
+    this.records.delete(hashSessionId(id));
+  }
+
+  /** Ends every session of a user (disabled by an admin, or a new password). */
+  endAllFor(userId: number): void {
+    this.records.deleteForUser(userId);
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Sign-in, sign-up and the first admin's setup for the workbench.
+ *
+ * Sign-in answers the same way for an unknown email and a wrong password (and spends the same
+ * hashing time), and is throttled per account and per client address. Sign-ups and setup-token
+ * guesses share one budget per address. Setup is open while the one-time token is pending and
+ * no admin exists (an admin made with the CLI closes it too).
+ */
+import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword, type Clock } from "./accounts";
+import { AttemptLimiter } from "./attemptLimiter";
+import type { SetupToken } from "./setupToken";
+import { EmailTakenError, type AccountStore, type UserRow } from "./store";
+
+/** What sign-in needs from storage besides creating users. */
+export interface SignInStore extends AccountStore {
+  users: AccountStore["users"] & { byEmail(email: string): UserRow | null; countAdmins(): number };
+}
+
+export interface SignInRules {
+  /** From config ([workbench] min_password_length), the one owner of this rule. */
+  minPasswordLength: number;
+  /** Credits a new account starts with ([workbench] initial_credits). */
+  initialCredits: number;
+}
+
+export type SignInResult =
+  | { ok: true; user: UserRow }
+  | { ok: false; reason: "invalid" }
+  /** Only after the right password: it tells nothing to someone who does not know it. */
+  | { ok: false; reason: "disabled" }
+  | { ok: false; reason: "throttled"; retryAfterMs: number };
+
+export type SignUpResult =
+  | { ok: true; user: UserRow }
+  | { ok: false; reason: "throttled"; retryAfterMs: number }
+  | { ok: false; reason: "invalid"; message: string; field: "email" | "password" | null };
+
+export type SetupResult =
+  | { ok: true; user: UserRow }
+  /** "closed": an admin exists or the token was used; "wrong_token": not this start's token. */
+  | { ok: false; reason: "closed" | "throttled" | "wrong_token" | "invalid"; message: string };
+
+export interface AttemptLimits {
+  windowMs: number;
+  perAccount: number;
+  perAddress: number;
+  signUpsPerAddress: number;
+}
+
+export const DEFAULT_LIMITS: AttemptLimits = { windowMs: 15 * 60_000, perAccount: 5, perAddress: 30, signUpsPerAddress: 20 };
+
+const MAX_PASSWORD_CHARS = 1024;
+
+export class SignIn {
+  private readonly perAccount: AttemptLimiter;
+  private readonly perAddress: AttemptLimiter;
+  private readonly signUpsPerAddress: AttemptLimiter;
+  /** Verified against when the email is unknown, so both failures cost the same time. */
+  private dummyHash: Promise<string> | undefined;
+
+  constructor(
+    private readonly store: SignInStore,
+    private readonly rules: SignInRules,
+    private readonly setup: SetupToken,
+    private readonly clock: Clock,
+    limits: AttemptLimits = DEFAULT_LIMITS,
+  ) {
+    this.perAccount = new AttemptLimiter(limits.perAccount, limits.windowMs, clock);
+    this.perAddress = new AttemptLimiter(limits.perAddress, limits.windowMs, clock);
+    this.signUpsPerAddress = new AttemptLimiter(limits.signUpsPerAddress, limits.windowMs, clock);
+  }
+
+  async withPassword(emailInput: string, password: string, address: string): Promise<SignInResult> {
+    const account = normalizeEmail(emailInput).toLowerCase();
+    const wait = Math.max(this.perAccount.retryAfterMs(account), this.perAddress.retryAfterMs(address));
+    if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
+    this.perAccount.record(account);
+    this.perAddress.record(address);
+    const user = account.length <= 254 ? this.store.users.byEmail(account) : null;
+    this.dummyHash ??= hashPassword(crypto.randomUUID());
+    const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
+    if (!user || !valid) return { ok: false, reason: "invalid" };
+    if (user.disabled) return { ok: false, reason: "disabled" };
+    this.perAccount.reset(account);
+    return { ok: true, user };
+  }
+
+  async signUp(emailInput: string, password: string, address: string): Promise<SignUpResult> {
+    const wait = this.signUpsPerAddress.retryAfterMs(address);
+    if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
+    const email = normalizeEmail(emailInput);
+    const problem = validateEmail(email);
+    if (problem) return { ok: false, reason: "invalid", message: `Email ${problem}.`, field: "email" };
+    const weak = this.passwordProblem(password);
+    if (weak) return { ok: false, reason: "invalid", message: weak, field: "password" };
+    this.signUpsPerAddress.record(address);
+    try {
+      const user = await addUser(this.store, this.clock, { email, password, credits: this.rules.initialCredits, actor: "signup" });
+      return { ok: true, user };
+    } catch (e) {
+      // Said generically: this page must not confirm which emails have accounts.
+      if (e instanceof EmailTakenError) {
+        return { ok: false, reason: "invalid", message: "We could not create an account with these details. If you already have one, sign in instead.", field: null };
+      }
+      if (e instanceof AccountError) return { ok: false, reason: "invalid", message: e.message, field: null };
+      throw e;
+    }
+  }
+
+  get setupOpen(): boolean {
+    return this.setup.pending && this.store.users.countAdmins() === 0;
+  }
+
+  /** Creates the first admin with this start's setup token; the token works once. */
+  async setUpFirstAdmin(token: string, email: string, password: string, address: string): Promise<SetupResult> {
+    if (!this.setupOpen) return { ok: false, reason: "closed", message: "Setup is already complete." };
+    // Guessing the token is throttled like sign-ups.
+    const key = `setup:${address}`;
+    if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", message: "Too many attempts. Try again later." };
+    const min = this.rules.minPasswordLength;
+    if (password.length < min) return { ok: false, reason: "invalid", message: `Password must be at least ${min} characters.` };
+    // Taken, not just checked, so that two concurrent attempts cannot both succeed.
+    const taken = this.setup.take(token);
+    if (taken === null) {
+      this.signUpsPerAddress.record(key);
+      return { ok: false, reason: "wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
+    }
+    try {
+      const user = await addUser(this.store, this.clock, { email, password, role: "admin", credits: this.rules.initialCredits, actor: "setup" });
+      return { ok: true, user };
+    } catch (e) {
+      // A mistake the user can fix: the token stays valid for the next try.
+      this.setup.restore(taken);
+      if (e instanceof AccountError) return { ok: false, reason: "invalid", message: e.message.replace(/^email/, "Email") + "." };
+      if (e instanceof EmailTakenError) {
+        return { ok: false, reason: "invalid", message: "That email already has an account; choose another or make it admin with the CLI." };
+      }
+      throw e;
+    }
+  }
+
+  private passwordProblem(password: string): string | null {
+    const min = this.rules.minPasswordLength;
+    if (password.length < min) return `Password must be at least ${min} characters.`;
+    if (password.length > MAX_PASSWORD_CHARS) return `Password must be at most ${MAX_PASSWORD_CHARS} characters.`;
+    return null;
+  }
+}

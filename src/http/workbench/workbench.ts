@@ -1,0 +1,30 @@
+/** Everything the workbench routes share: session cookies and sign-in (with the setup token). Built once per app. */
+import type { Config } from "../../config";
+import type { Clock } from "../../core/accounts";
+import { Sessions } from "../../core/sessions";
+import { SetupToken } from "../../core/setupToken";
+import { SignIn } from "../../core/signIn";
+import type { Logger } from "../../logger";
+import type { Store } from "../../store";
+import { SessionCookies } from "./sessionCookies";
+
+export interface Workbench {
+  sessions: SessionCookies;
+  signIn: SignIn;
+}
+
+export function createWorkbench(deps: { config: Config; store: Store; clock: Clock; logger: Logger }): Workbench {
+  const { config, store, clock, logger } = deps;
+  const setup = new SetupToken();
+  if (config.workbench.enabled && store.users.countAdmins() === 0) {
+    const token = setup.issue();
+    logger.warn("no admin account yet: open /setup in the workbench and enter this one-time setup token (or run `atelier user add --admin`)", {
+      setup_token: token,
+    });
+  }
+  const wb = config.workbench;
+  return {
+    sessions: new SessionCookies(new Sessions(store.sessions, wb.session_ttl_hours * 3_600_000, clock), config),
+    signIn: new SignIn(store, { minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }, setup, clock),
+  };
+}
