@@ -6,7 +6,7 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { QUALITY_STEPS } from "../../src/engines/sdwebui";
+import { QUALITY_STEPS } from "../../src/engines/sdwebui/translate";
 import { UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";

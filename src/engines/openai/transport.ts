@@ -1,0 +1,64 @@
+/**
+ * How the `openai` kind is reached: the endpoints under `base_url`, the headers, which answer
+ * statuses refuse the request itself, and the bounded download of `url` answers.
+ */
+import type { UpstreamConfig } from "../../config";
+import type { AttemptContext, Clock } from "../pool";
+import type { AccountAuth } from "../credentials";
+import type { SecretRedactor } from "../redact";
+import { callJson, downloadImage, joinUrl } from "../upstreamHttp";
+
+export const CHAT_PATH = "/chat/completions";
+export const IMAGE_PATHS = { generations: "/images/generations", edits: "/images/edits" } as const;
+export type ImageEndpoint = keyof typeof IMAGE_PATHS;
+
+/**
+ * Statuses that refuse the request itself (content policy, a size the model does not take, a
+ * body the server will not parse): another account would refuse it too, so no retry.
+ */
+export const REJECT_STATUSES = [400, 413, 415, 422];
+
+export class OpenAITransport {
+  constructor(
+    private readonly upstream: UpstreamConfig,
+    private readonly auth: AccountAuth,
+    private readonly redactor: SecretRedactor,
+    private readonly clock: Clock,
+  ) {}
+
+  /** POSTs a JSON body; the parsed JSON answer of a 2xx, else an AttemptFailure. */
+  postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown> {
+    return this.post(ctx, path, json, { "content-type": "application/json" });
+  }
+
+  /** POSTs a multipart form (fetch writes its Content-Type with the boundary). */
+  postForm(ctx: AttemptContext, path: string, form: FormData): Promise<unknown> {
+    return this.post(ctx, path, form, {});
+  }
+
+  /**
+   * Downloads an image answered as a URL, without our credentials, within the upstream's
+   * download limits and what is left of the attempt.
+   */
+  download(ctx: AttemptContext, url: string): Promise<Uint8Array> {
+    const remaining = Math.max(1, ctx.deadline - this.clock());
+    return downloadImage(url, {
+      maxBytes: this.upstream.max_download_bytes,
+      timeoutMs: Math.min(this.upstream.download_timeout_ms, remaining),
+      signal: ctx.signal,
+      redactor: this.redactor,
+    });
+  }
+
+  private post(ctx: AttemptContext, path: string, body: BodyInit, contentType: Record<string, string>): Promise<unknown> {
+    return callJson({
+      url: joinUrl(this.upstream.base_url, path),
+      headers: { ...this.auth.headersFor(ctx.account.id), accept: "application/json", ...contentType },
+      body,
+      signal: ctx.signal,
+      redactor: this.redactor,
+      now: this.clock,
+      rejectStatuses: REJECT_STATUSES,
+    });
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * Our image jobs as WebUI payloads: txt2img or img2img, `size` → width/height, `quality` →
+ * steps, the model's params passed through or interpreted, the mask converted (mask.ts).
+ */
+import type { ImageJob } from "../../core/engine";
+import { isJsonObject, toBase64 } from "../upstreamHttp";
+import { webuiMaskFromOpenAI } from "./mask";
+import type { WebUiEndpoint } from "./transport";
+
+/** Sampling steps per requested quality. More steps: finer detail, proportionally slower. */
+export const QUALITY_STEPS: Record<string, number> = {
+  low: 15,
+  medium: 25,
+  high: 40,
+  standard: 25,
+  hd: 40,
+  auto: 25,
+};
+
+export const DEFAULT_SIDE = 1024;
+export const DEFAULT_DENOISING_STRENGTH = 0.75;
+
+/** Keys of [[models]].params that are interpreted here instead of passed through. */
+const INTERPRETED_PARAMS = new Set(["checkpoint", "steps", "width", "height", "override_settings"]);
+/** Fields computed here; params cannot override them. */
+const COMPUTED_FIELDS = new Set(["prompt", "init_images", "mask", "batch_size", "n_iter", "send_images", "save_images"]);
+
+export function stepsForQuality(quality: string, params: Record<string, unknown>): number {
+  if ((quality === "auto" || quality === "") && typeof params.steps === "number" && params.steps > 0) return Math.round(params.steps);
+  return QUALITY_STEPS[quality] ?? QUALITY_STEPS.auto!;
+}
+
+export interface WebUiRequest {
+  endpoint: WebUiEndpoint;
+  body: Record<string, unknown>;
+}
+
+/**
+ * The WebUI request for a job: txt2img without images, else img2img with `init_images` (the
+ * first is the base) and, with a mask, inpainting. Rejects only when the mask cannot be decoded.
+ */
+export async function webuiRequest(job: ImageJob): Promise<WebUiRequest> {
+  const params = job.model.params;
+  const body: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(params)) if (!INTERPRETED_PARAMS.has(k) && !COMPUTED_FIELDS.has(k)) body[k] = v;
+  const base = job.images[0];
+  const width = job.size?.width ?? numberParam(params.width) ?? base?.width ?? DEFAULT_SIDE;
+  const height = job.size?.height ?? numberParam(params.height) ?? base?.height ?? DEFAULT_SIDE;
+  Object.assign(body, {
+    prompt: job.prompt,
+    width,
+    height,
+    steps: stepsForQuality(job.quality, params),
+    batch_size: 1,
+    n_iter: 1,
+    send_images: true,
+    save_images: false,
+  });
+  const overrides: Record<string, unknown> = isJsonObject(params.override_settings) ? { ...params.override_settings } : {};
+  if (typeof params.checkpoint === "string" && params.checkpoint.length > 0) overrides.sd_model_checkpoint = params.checkpoint;
+  if (Object.keys(overrides).length > 0) {
+    body.override_settings = overrides;
+    body.override_settings_restore_afterwards ??= true;
+  }
+  if (job.images.length === 0) return { endpoint: "txt2img", body };
+
+  body.init_images = job.images.map((img) => toBase64(img.bytes));
+  body.denoising_strength ??= DEFAULT_DENOISING_STRENGTH;
+  if (job.mask) {
+    body.mask = toBase64(await webuiMaskFromOpenAI(job.mask));
+    body.inpainting_mask_invert = 0; // white = repaint, as converted
+    body.inpainting_fill ??= 1; // start from the original pixels
+    body.inpaint_full_res ??= false;
+    body.mask_blur ??= 4;
+  }
+  return { endpoint: "img2img", body };
+}
+
+function numberParam(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.round(v) : undefined;
+}
