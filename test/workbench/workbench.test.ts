@@ -320,6 +320,28 @@ describe("admin forms", () => {
   }, 30_000);
 });
 
+describe("guards", () => {
+  test("every workbench POST refuses a request without the session's CSRF token, and one from another origin", async () => {
+    const { app, handle, form, store } = makeApp();
+    await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
+    const cookie = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
+    const csrf = await csrfOf(await handle("/admin", { headers: { cookie } }));
+    const posts = app.routes.filter((r) => r.method === "POST" && !r.path.startsWith("/v1/") && !r.path.startsWith("/admin/api/")).map((r) => r.path.replace(/:[^/]+/g, "1"));
+    expect(posts.length).toBeGreaterThanOrEqual(9);
+    // Posted before there is a session: only the origin can be checked.
+    const anonymous = ["/signin", "/signup", "/setup"];
+    for (const path of posts) {
+      const cross = await form(path, { _csrf: csrf, email: "x@example.com", password: "long enough pw" }, { cookie, origin: "http://evil.test" });
+      expect([path, cross.status]).toEqual([path, 403]);
+      if (anonymous.includes(path)) continue;
+      const noToken = await form(path, { email: "x@example.com", password: "long enough pw" }, { cookie });
+      expect([path, noToken.status]).toEqual([path, 403]);
+      expect(await noToken.text()).toContain("Request rejected");
+    }
+    expect((await handle("/session", { headers: { cookie } })).status).toBe(200);
+  }, 30_000);
+});
+
 describe("admin users page with many users", () => {
   test("says when only the first 200 are shown; search finds the rest; a form error shows the row it is about", async () => {
     const { handle, form, store } = makeApp();

@@ -6,7 +6,8 @@ import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage 
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import type { Viewer } from "../../workbench/layout";
 import type { UserRow } from "../../store/users";
-import { formFields, htmlResponse, redirect, requireCsrf, requireViewer } from "./respond";
+import { workbenchGuards } from "./guards";
+import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
 
 const hide = { detail: { hide: true } };
@@ -36,46 +37,41 @@ export function adminRoutes(services: Services) {
   };
 
   return new Elysia({ name: "workbench.admin" })
-    .get("/admin", ({ request, query }) => {
-      const g = requireViewer(services, request, { admin: true });
-      if (g.response) return g.response;
+    .use(workbenchGuards(services))
+    .get("/admin", ({ viewer, query }) => {
       const search = (query.q ?? "").slice(0, 254);
-      return usersPage(g.viewer, search, { notice: NOTICES[query.done ?? ""] ?? null });
-    }, hide)
-    .post("/admin/users/:id/credits", ({ request, body, params }) => {
-      const g = requireCsrf(services, request, body, { admin: true });
-      if (g.response) return g.response;
+      return usersPage(viewer, search, { notice: NOTICES[query.done ?? ""] ?? null });
+    }, { admin: true, ...hide })
+    .post("/admin/users/:id/credits", ({ viewer, body, params }) => {
       const f = formFields(body);
       const user = targetUser(params.id);
-      if (!user) return usersPage(g.viewer, "", { error: "No such user." }, 404);
+      if (!user) return usersPage(viewer, "", { error: "No such user." }, 404);
       const amount = Number(f.amount);
       if (!Number.isInteger(amount) || amount < 1 || amount > 1_000_000) {
         // Shown filtered to that user, so the row the error is about is on screen among many.
-        return usersPage(g.viewer, user.email, { error: `Enter a whole number of credits from 1 to 1000000 for ${user.email}.` }, 400);
+        return usersPage(viewer, user.email, { error: `Enter a whole number of credits from 1 to 1000000 for ${user.email}.` }, 400);
       }
       const note = (f.note ?? "").trim().slice(0, 200) || undefined;
-      const actor = `admin:${g.viewer.user.email}`;
+      const actor = `admin:${viewer.user.email}`;
       if (f.op === "deduct") {
         try {
           store.credits.deduct(user.id, amount, clock(), note, actor);
         } catch (e) {
           if (e instanceof InsufficientCreditsError) {
-            return usersPage(g.viewer, user.email, { error: `Cannot deduct ${amount}: ${user.email} has only ${user.credits} credits.` }, 400);
+            return usersPage(viewer, user.email, { error: `Cannot deduct ${amount}: ${user.email} has only ${user.credits} credits.` }, 400);
           }
           throw e;
         }
         return redirect("/admin?done=deducted");
       }
-      if (f.op !== "grant") return usersPage(g.viewer, "", { error: "Choose Grant or Deduct." }, 400);
+      if (f.op !== "grant") return usersPage(viewer, "", { error: "Choose Grant or Deduct." }, 400);
       store.credits.grant(user.id, amount, clock(), note, actor);
       return redirect("/admin?done=granted");
-    }, hide)
-    .post("/admin/users/:id/:action", ({ request, body, params }) => {
-      const g = requireCsrf(services, request, body, { admin: true });
-      if (g.response) return g.response;
+    }, { admin: true, ...hide })
+    .post("/admin/users/:id/:action", ({ viewer, params }) => {
       const user = targetUser(params.id);
-      if (!user) return usersPage(g.viewer, "", { error: "No such user." }, 404);
-      if (user.id === g.viewer.user.id) return usersPage(g.viewer, "", { error: "You cannot change your own account here." }, 400);
+      if (!user) return usersPage(viewer, "", { error: "No such user." }, 404);
+      if (user.id === viewer.user.id) return usersPage(viewer, "", { error: "You cannot change your own account here." }, 400);
       switch (params.action) {
         case "disable":
           store.users.setDisabled(user.id, true);
@@ -92,18 +88,16 @@ export function adminRoutes(services: Services) {
           store.users.setRole(user.id, "user");
           return redirect("/admin?done=demoted");
         default:
-          return usersPage(g.viewer, "", { error: "Unknown action." }, 404);
+          return usersPage(viewer, "", { error: "Unknown action." }, 404);
       }
-    }, hide)
-    .get("/admin/requests", ({ request, query }) => {
-      const g = requireViewer(services, request, { admin: true });
-      if (g.response) return g.response;
+    }, { admin: true, ...hide })
+    .get("/admin/requests", ({ viewer, query }) => {
       const q = parseHistoryQuery(query);
       const rows = store.requests.list(toFilter(q));
       const emails = new Map<number, string>();
       for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, store.users.byId(id)?.email ?? `#${id}`);
       return htmlResponse(
-        adminRequestsPage(g.viewer, {
+        adminRequestsPage(viewer, {
           query: q,
           requests: rows,
           total: store.requests.count({ ...toFilter(q), limit: undefined, offset: undefined }),
@@ -111,26 +105,17 @@ export function adminRoutes(services: Services) {
           emails,
         }),
       );
-    }, hide)
-    .get("/admin/upstreams", ({ request, query }) => {
-      const g = requireViewer(services, request, { admin: true });
-      if (g.response) return g.response;
-      return htmlResponse(adminUpstreamsPage(g.viewer, upstreamViews(services), query.enabled ? "The account is enabled again." : null));
-    }, hide)
-    .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ request, body, params }) => {
-      const g = requireCsrf(services, request, body, { admin: true });
-      if (g.response) return g.response;
+    }, { admin: true, ...hide })
+    .get("/admin/upstreams", ({ viewer, query }) =>
+      htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services), query.enabled ? "The account is enabled again." : null)), { admin: true, ...hide })
+    .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ viewer, params }) => {
       const upstream = services.config.upstreams.find((u) => u.id === params.upstream);
       if (!upstream || !upstream.accounts.some((a) => a.id === params.account)) {
-        return htmlResponse(adminUpstreamsPage(g.viewer, upstreamViews(services)), 404);
+        return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
       }
       store.upstreams.enableAccount(upstream.id, params.account);
       services.upstreams.get(upstream.id)?.refresh();
       return redirect("/admin/upstreams?enabled=1");
-    }, hide)
-    .get("/admin/models", ({ request }) => {
-      const g = requireViewer(services, request, { admin: true });
-      if (g.response) return g.response;
-      return htmlResponse(adminModelsPage(g.viewer, catalog.list()));
-    }, hide);
+    }, { admin: true, ...hide })
+    .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list())), { admin: true, ...hide });
 }

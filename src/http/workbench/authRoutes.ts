@@ -2,9 +2,9 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import type { SetupResult } from "../../core/signIn";
-import { isSameOrigin } from "./origin";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
-import { clientAddress, csrfRejected, formFields, htmlResponse, redirect, requireCsrf, safeNext, viewerOf } from "./respond";
+import { checkViewer, viewerOf, workbenchGuards } from "./guards";
+import { clientAddress, formFields, htmlResponse, redirect, safeNext } from "./respond";
 
 const hide = { detail: { hide: true } };
 
@@ -18,6 +18,7 @@ export function authRoutes(services: Services) {
     htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
 
   return new Elysia({ name: "workbench.auth" })
+    .use(workbenchGuards(services))
     .get("/", ({ request }) => redirect(viewerOf(services, request) ? "/playground" : "/signin"), hide)
     .get("/signin", ({ request, query }) => {
       if (viewerOf(services, request)) return redirect(safeNext(query.next));
@@ -25,7 +26,6 @@ export function authRoutes(services: Services) {
       return signIn({ notice: query.signed_out === "1" ? "You are signed out." : null, next });
     }, hide)
     .post("/signin", async ({ request, body, query }) => {
-      if (!isSameOrigin(request, config)) return csrfRejected();
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, 254);
       const result = await workbench.signIn.withPassword(email, f.password ?? "", clientAddress(request));
@@ -39,14 +39,13 @@ export function authRoutes(services: Services) {
       }
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect(safeNext(query.next), { "set-cookie": cookie });
-    }, hide)
+    }, { sameOrigin: true, ...hide })
     .get("/signup", ({ request }) => {
       if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
       if (viewerOf(services, request)) return redirect("/playground");
       return htmlResponse(signUpPage({ minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }));
     }, hide)
     .post("/signup", async ({ request, body }) => {
-      if (!isSameOrigin(request, config)) return csrfRejected();
       if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, 254);
@@ -59,18 +58,17 @@ export function authRoutes(services: Services) {
       if (!result.ok) return form(result.message, 400);
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect("/playground", { "set-cookie": cookie });
-    }, hide)
+    }, { sameOrigin: true, ...hide })
     .post("/signout", ({ request, body }) => {
       // A stale tab whose session already ended: the wish is met, so no "session has ended" error page.
       if (!viewerOf(services, request)) return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
-      const guarded = requireCsrf(services, request, body);
+      const guarded = checkViewer(services, request, body);
       if (guarded.response) return guarded.response;
       return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
     }, hide)
     .get("/setup", () =>
       htmlResponse(setupPage({ pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
     .post("/setup", async ({ request, body }) => {
-      if (!isSameOrigin(request, config)) return csrfRejected();
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, 254);
       const form = (error: string, status: number) =>
@@ -80,5 +78,5 @@ export function authRoutes(services: Services) {
       services.logger.info("first admin created through /setup", { user_id: result.user.id });
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect("/admin", { "set-cookie": cookie });
-    }, hide);
+    }, { sameOrigin: true, ...hide });
 }

@@ -3,39 +3,35 @@ import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { createKey } from "../../core/accounts";
 import { keysPage } from "../../workbench/pages/keys";
-import { formFields, htmlResponse, redirect, requireCsrf, requireViewer } from "./respond";
+import { workbenchGuards } from "./guards";
+import { formFields, htmlResponse, redirect } from "./respond";
 
 const hide = { detail: { hide: true } };
 
 export function keysRoutes(services: Services) {
   const { store, clock } = services;
   return new Elysia({ name: "workbench.keys" })
-    .get("/keys", ({ request, query }) => {
-      const g = requireViewer(services, request);
-      if (g.response) return g.response;
+    .use(workbenchGuards(services))
+    .get("/keys", ({ viewer, query }) => {
       const notice = query.revoked === "1" ? "The key was revoked." : null;
-      return htmlResponse(keysPage(g.viewer, { keys: store.keys.listForUser(g.viewer.user.id), notice }));
-    }, hide)
-    .post("/keys", ({ request, body }) => {
-      const g = requireCsrf(services, request, body);
-      if (g.response) return g.response;
+      return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(viewer.user.id), notice }));
+    }, { viewer: true, ...hide })
+    .post("/keys", ({ viewer, body }) => {
       const name = (formFields(body).name ?? "").trim();
-      const userId = g.viewer.user.id;
+      const userId = viewer.user.id;
       if (name.length === 0 || name.length > 100) {
-        return htmlResponse(keysPage(g.viewer, { keys: store.keys.listForUser(userId), error: "Give the key a name of 1 to 100 characters." }), 400);
+        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: "Give the key a name of 1 to 100 characters." }), 400);
       }
       const { key } = createKey(store, clock, userId, name);
       // Rendered directly (not redirected): the full key exists only in this response.
-      return htmlResponse(keysPage(g.viewer, { keys: store.keys.listForUser(userId), created: { name, secret: key.secret } }), 201);
-    }, hide)
-    .post("/keys/:id/revoke", ({ request, body, params }) => {
-      const g = requireCsrf(services, request, body);
-      if (g.response) return g.response;
+      return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), created: { name, secret: key.secret } }), 201);
+    }, { viewer: true, ...hide })
+    .post("/keys/:id/revoke", ({ viewer, params }) => {
       const id = Number(params.id);
-      const userId = g.viewer.user.id;
+      const userId = viewer.user.id;
       if (!Number.isInteger(id) || !store.keys.revoke(id, clock(), userId)) {
-        return htmlResponse(keysPage(g.viewer, { keys: store.keys.listForUser(userId), error: "That key does not exist or is already revoked." }), 404);
+        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: "That key does not exist or is already revoked." }), 404);
       }
       return redirect("/keys?revoked=1");
-    }, hide);
+    }, { viewer: true, ...hide });
 }

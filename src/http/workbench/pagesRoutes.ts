@@ -4,20 +4,20 @@ import type { Services } from "../../services";
 import { creditsPage } from "../../workbench/pages/credits";
 import { playgroundPage } from "../../workbench/pages/playground";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
-import { htmlResponse, requireViewer, viewerOf } from "./respond";
+import { viewerOf, workbenchGuards } from "./guards";
+import { htmlResponse } from "./respond";
 
 const hide = { detail: { hide: true } };
 
 export function pagesRoutes(services: Services) {
   const { store, catalog } = services;
   return new Elysia({ name: "workbench.pages" })
-    .get("/credits", ({ request, query }) => {
-      const g = requireViewer(services, request);
-      if (g.response) return g.response;
-      const userId = g.viewer.user.id;
+    .use(workbenchGuards(services))
+    .get("/credits", ({ viewer, query }) => {
+      const userId = viewer.user.id;
       const q = parseHistoryQuery(query);
       return htmlResponse(
-        creditsPage(g.viewer, {
+        creditsPage(viewer, {
           query: q,
           requests: store.requests.list(toFilter(q, userId)),
           total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
@@ -25,12 +25,8 @@ export function pagesRoutes(services: Services) {
           ledger: store.credits.ledger(userId, 100),
         }),
       );
-    }, hide)
-    .get("/playground", ({ request }) => {
-      const g = requireViewer(services, request);
-      if (g.response) return g.response;
-      return htmlResponse(playgroundPage(g.viewer, catalog.list(), catalog.defaultImageModel));
-    }, hide)
+    }, { viewer: true, ...hide })
+    .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel)), { viewer: true, ...hide })
     // The account bar refreshes the balance from here after a generation (same origin, cookie only).
     .get("/session", ({ request }) => {
       const v = viewerOf(services, request);

@@ -1,8 +1,6 @@
-/** Small helpers the workbench routes share: HTML answers, redirects, form fields, guards. */
-import type { Services } from "../../services";
+/** Small helpers the workbench routes share: HTML answers, redirects, form fields, problem pages. */
 import { html, type Html } from "../../workbench/html";
 import { page, type Viewer } from "../../workbench/layout";
-import { isSameOrigin, tokensEqual } from "./origin";
 import { metaOf } from "../requestMeta";
 
 const SECURITY_HEADERS: Record<string, string> = {
@@ -43,39 +41,6 @@ export function problemPage(viewer: Viewer | null, status: number, title: string
     page({ title, section: "auth", viewer, body: html`<section class="card narrow"><h1>${title}</h1><p role="alert">${text}</p><p><a href="/">Back to the workbench</a></p></section>` }),
     status,
   );
-}
-
-/** The signed-in viewer, or null. */
-export function viewerOf(services: Services, request: Request): Viewer | null {
-  const s = services.workbench.sessions.current(request);
-  if (!s) return null;
-  metaOf(request).userId = s.user.id;
-  return { user: s.user, csrf: s.csrf_token };
-}
-
-export type Guarded = { viewer: Viewer; response?: undefined } | { viewer?: undefined; response: Response };
-
-/** Pages need a session: otherwise back to sign-in (GET) or 403 (POST). */
-export function requireViewer(services: Services, request: Request, opts: { admin?: boolean } = {}): Guarded {
-  const viewer = viewerOf(services, request);
-  if (!viewer) {
-    if (request.method === "GET") return { response: redirect(`/signin?next=${encodeURIComponent(new URL(request.url).pathname)}`) };
-    return { response: problemPage(null, 403, "Signed out", "Your session has ended. Sign in again.") };
-  }
-  if (opts.admin && viewer.user.role !== "admin") return { response: problemPage(viewer, 403, "Admins only", "This page is for administrators.") };
-  return { viewer };
-}
-
-/**
- * A state-changing form post from a signed-in page: same origin and the session's token in the
- * `_csrf` field. Returns the viewer or the refusal to send.
- */
-export function requireCsrf(services: Services, request: Request, body: unknown, opts: { admin?: boolean } = {}): Guarded {
-  if (!isSameOrigin(request, services.config)) return { response: csrfRejected() };
-  const guarded = requireViewer(services, request, opts);
-  if (guarded.response) return guarded;
-  if (!tokensEqual(formFields(body)._csrf, guarded.viewer.csrf)) return { response: csrfRejected() };
-  return guarded;
 }
 
 export function csrfRejected(): Response {

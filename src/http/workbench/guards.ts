@@ -1,0 +1,73 @@
+/**
+ * Who may use a workbench route, as Elysia macros on the route:
+ *
+ *   { viewer: true }      a signed-in user; the handler gets `viewer`
+ *   { admin: true }       a signed-in admin; the handler gets `viewer`
+ *   { sameOrigin: true }  a form posted before there is a session (sign-in, sign-up, setup)
+ *
+ * Without a session a GET goes to /signin?next=<path> and any other method gets a 403 page. A
+ * state-changing request (anything but GET and HEAD) must also come from our own origin and
+ * carry the session's CSRF token in its `_csrf` field: the guard checks that itself, so no
+ * route can forget it.
+ */
+import { Elysia, status } from "elysia";
+import type { Services } from "../../services";
+import type { Viewer } from "../../workbench/layout";
+import { metaOf } from "../requestMeta";
+import { isSameOrigin, tokensEqual } from "./origin";
+import { csrfRejected, formFields, problemPage, redirect } from "./respond";
+
+/** The signed-in viewer, or null. */
+export function viewerOf(services: Services, request: Request): Viewer | null {
+  const s = services.workbench.sessions.current(request);
+  if (!s) return null;
+  metaOf(request).userId = s.user.id;
+  return { user: s.user, csrf: s.csrf_token };
+}
+
+export type Guarded = { viewer: Viewer; response?: undefined } | { viewer?: undefined; response: Response };
+
+const isSafeMethod = (request: Request) => request.method === "GET" || request.method === "HEAD";
+
+/** A session (and the admin role if asked): otherwise back to sign-in (GET) or 403. */
+function signedIn(services: Services, request: Request, admin: boolean): Guarded {
+  const viewer = viewerOf(services, request);
+  if (!viewer) {
+    if (request.method === "GET") return { response: redirect(`/signin?next=${encodeURIComponent(new URL(request.url).pathname)}`) };
+    return { response: problemPage(null, 403, "Signed out", "Your session has ended. Sign in again.") };
+  }
+  if (admin && viewer.user.role !== "admin") return { response: problemPage(viewer, 403, "Admins only", "This page is for administrators.") };
+  return { viewer };
+}
+
+/**
+ * The viewer of a request, or the refusal to send: the session (and role) for every request,
+ * and for a state-changing one first the origin, then the session's token in `_csrf`.
+ */
+export function checkViewer(services: Services, request: Request, body: unknown, opts: { admin?: boolean } = {}): Guarded {
+  if (isSafeMethod(request)) return signedIn(services, request, opts.admin ?? false);
+  if (!isSameOrigin(request, services.config)) return { response: csrfRejected() };
+  const guarded = signedIn(services, request, opts.admin ?? false);
+  if (guarded.response) return guarded;
+  if (!tokensEqual(formFields(body)._csrf, guarded.viewer.csrf)) return { response: csrfRejected() };
+  return guarded;
+}
+
+/** The macros; `.use()` them in every workbench route plugin. */
+export function workbenchGuards(services: Services) {
+  const resolveViewer = (request: Request, body: unknown, admin: boolean) => {
+    const g = checkViewer(services, request, body, { admin });
+    // status() is how a resolve ends the request early; the page keeps its own headers.
+    if (g.response) return status(g.response.status, g.response);
+    return { viewer: g.viewer };
+  };
+  return new Elysia({ name: "workbench.guards" }).macro({
+    viewer: { resolve: ({ request, body }) => resolveViewer(request, body, false) },
+    admin: { resolve: ({ request, body }) => resolveViewer(request, body, true) },
+    sameOrigin: {
+      beforeHandle: ({ request }) => {
+        if (!isSameOrigin(request, services.config)) return csrfRejected();
+      },
+    },
+  });
+}
