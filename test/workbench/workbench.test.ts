@@ -4,6 +4,9 @@
  * (same origin, CSRF header). Uses app.handle() with a controllable clock; no sockets.
  */
 import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createApp } from "../../src/app";
 import { createServices } from "../../src/services";
 import { loadConfig, type Config } from "../../src/config";
@@ -339,6 +342,31 @@ describe("guards", () => {
       expect(await noToken.text()).toContain("Request rejected");
     }
     expect((await handle("/session", { headers: { cookie } })).status).toBe(200);
+  }, 30_000);
+});
+
+describe("upstream pool page", () => {
+  test("an admin re-enables a disabled account: the flag is cleared and the running pool sees it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "atelier-wb-"));
+    const file = join(dir, "atelier.toml");
+    writeFileSync(file, `[[upstreams]]\nid = "acme"\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\naccounts = [{ id = "acme-main", api_key = "sk-upstream-secret" }]\n`);
+    const { handle, form, store, services } = makeApp((c) => (c.upstreams = loadConfig({ env: {}, file }).upstreams));
+    rmSync(dir, { recursive: true });
+    await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
+    const cookie = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
+    const csrf = await csrfOf(await handle("/admin/upstreams", { headers: { cookie } }));
+    store.upstreams.disableAccount("acme", "acme-main", "key rejected", 1);
+    services.upstreams.get("acme")!.refresh();
+    expect(services.upstreams.get("acme")!.snapshot()[0]!.state).toBe("disabled");
+
+    const ok = await form("/admin/upstreams/acme/accounts/acme-main/enable", { _csrf: csrf }, { cookie });
+    expect(ok.status).toBe(303);
+    expect(ok.headers.get("location")).toBe("/admin/upstreams?enabled=1");
+    expect(store.upstreams.disabledAccounts("acme").size).toBe(0);
+    expect(services.upstreams.get("acme")!.snapshot()[0]!.state).toBe("healthy");
+    expect(await (await handle("/admin/upstreams?enabled=1", { headers: { cookie } })).text()).toContain("The account is enabled again.");
+    expect((await form("/admin/upstreams/acme/accounts/nobody/enable", { _csrf: csrf }, { cookie })).status).toBe(404);
+    expect((await form("/admin/upstreams/nowhere/accounts/acme-main/enable", { _csrf: csrf }, { cookie })).status).toBe(404);
   }, 30_000);
 });
 

@@ -1,11 +1,11 @@
 /** Admin pages: users (search, credits, disable/enable, make admin), all requests, pool, models. */
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
-import { InsufficientCreditsError } from "../../store/credits";
+import { InsufficientCreditsError, type UserRow } from "../../core/store";
+import { enableUpstreamAccount } from "../../core/upstreamAccounts";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import type { Viewer } from "../../workbench/layout";
-import type { UserRow } from "../../store/users";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
@@ -109,12 +109,8 @@ export function adminRoutes(services: Services) {
     .get("/admin/upstreams", ({ viewer, query }) =>
       htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services), query.enabled ? "The account is enabled again." : null)), { admin: true, ...hide })
     .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ viewer, params }) => {
-      const upstream = services.config.upstreams.find((u) => u.id === params.upstream);
-      if (!upstream || !upstream.accounts.some((a) => a.id === params.account)) {
-        return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
-      }
-      store.upstreams.enableAccount(upstream.id, params.account);
-      services.upstreams.get(upstream.id)?.refresh();
+      const enabled = enableUpstreamAccount({ upstreams: services.config.upstreams, flags: store.upstreams, pools: services.upstreams }, params.upstream, params.account);
+      if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
       return redirect("/admin/upstreams?enabled=1");
     }, { admin: true, ...hide })
     .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list())), { admin: true, ...hide });
