@@ -117,8 +117,8 @@ export class SignIn {
     // Guessing the token is throttled like sign-ups.
     const key = `setup:${address}`;
     if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", message: "Too many attempts. Try again later." };
-    const min = this.rules.minPasswordLength;
-    if (password.length < min) return { ok: false, reason: "invalid", message: `Password must be at least ${min} characters.` };
+    const weak = this.passwordProblem(password);
+    if (weak) return { ok: false, reason: "invalid", message: weak };
     // Taken, not just checked, so that two concurrent attempts cannot both succeed.
     const taken = this.setup.take(token);
     if (taken === null) {
@@ -139,6 +139,7 @@ export class SignIn {
     }
   }
 
+  /** One password rule for sign-up and setup: the length from config, and a cap on what is hashed. */
   private passwordProblem(password: string): string | null {
     const min = this.rules.minPasswordLength;
     if (password.length < min) return `Password must be at least ${min} characters.`;

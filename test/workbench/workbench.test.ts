@@ -224,6 +224,12 @@ describe("registration and setup", () => {
   test("no setup token is printed when an admin exists; a wrong token is refused", async () => {
     const first = makeApp();
     expect(first.logs.some((l) => l.includes("setup_token"))).toBe(true);
+    // The password rule of sign-up, both ends, before the token is looked at.
+    for (const password of ["short", "x".repeat(1025)]) {
+      const weak = await first.form("/setup", { token: "nope", email: "a@example.com", password });
+      expect(weak.status).toBe(400);
+      expect(await weak.text()).toContain("Password must be at");
+    }
     const wrong = await first.form("/setup", { token: "nope", email: "a@example.com", password: "long enough pw" });
     expect(wrong.status).toBe(401);
     expect(first.store.users.countAdmins()).toBe(0);
