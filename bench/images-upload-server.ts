@@ -21,7 +21,7 @@ const fast: ImageEngine = {
 
 const config = loadConfig({ env: process.env, overrides: { port: 0, host: "127.0.0.1", data_dir: dataDir } });
 config.server.log_requests = false;
-const server = await startServer(config, createLogger(() => {}), { customize: (s) => s.engines.registerImage("builtin", fast) });
+const server = await startServer(config, createLogger(() => {}), { customize: (s) => s.engines.registerBuiltinImage(fast) });
 const user = await addUser(server.services.store, Date.now, { email: "bench@example.com", credits: 1_000_000 });
 const { key } = createKey(server.services.store, Date.now, user.id, "bench");
 console.log(

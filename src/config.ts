@@ -239,6 +239,13 @@ function isHttpUrl(value: string): boolean {
   }
 }
 
+/**
+ * Not an upstream id: a model's source is the built-in engines or an upstream (a tagged union
+ * in core/models, so no id could take the built-in models over), but an upstream called
+ * "builtin" would still read as the built-in renderer in every log line and page.
+ */
+const RESERVED_UPSTREAM_ID = "builtin";
+
 /** Cross-field rules TypeBox cannot express: unique ids and models naming real upstreams, usable URLs. */
 function checkReferences(config: Config): void {
   const publicUrl = config.server.public_url;
@@ -250,6 +257,11 @@ function checkReferences(config: Config): void {
     // "localhost:7860" parses as a URL with the scheme "localhost:"; say so at start, not on the first request.
     // The value is not echoed: a base URL may carry credentials.
     if (!isHttpUrl(u.base_url)) throw new ConfigError(`upstreams[${i}].base_url: must be an absolute http:// or https:// URL`);
+    if (u.id === RESERVED_UPSTREAM_ID) {
+      throw new ConfigError(
+        `upstreams[${i}].id: ${JSON.stringify(u.id)} is reserved for the built-in engines (builtin-image, builtin-chat); give this upstream another id`,
+      );
+    }
     if (upstreamIds.has(u.id)) throw new ConfigError(`upstreams[${i}].id: duplicate upstream id ${JSON.stringify(u.id)}`);
     upstreamIds.add(u.id);
     const accountIds = new Set<string>();
@@ -264,6 +276,11 @@ function checkReferences(config: Config): void {
       throw new ConfigError(`models[${i}].id: duplicate or reserved model id ${JSON.stringify(m.id)}`);
     }
     modelIds.add(m.id);
+    if (m.upstream === RESERVED_UPSTREAM_ID) {
+      throw new ConfigError(
+        `models[${i}].upstream: "builtin" is not an upstream; the built-in models are builtin-image and builtin-chat ([server] builtin_image, builtin_chat), not [[models]] entries`,
+      );
+    }
     if (m.upstream !== undefined && !upstreamIds.has(m.upstream)) {
       throw new ConfigError(`models[${i}].upstream: no upstream with id ${JSON.stringify(m.upstream)}`);
     }

@@ -44,9 +44,9 @@ export interface Services {
   gates: { image: Gate; chat: Gate };
 }
 
-/** builtin-chat answers for models whose upstream is "builtin"; upstream chat engines register by upstream id. */
+/** builtin-chat answers chat models whose source is the built-in engines; upstream chat engines register by upstream id. */
 function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
-  engines.registerChat("builtin", new BuiltinChatEngine());
+  engines.registerBuiltinChat(new BuiltinChatEngine());
   return engines;
 }
 
@@ -85,8 +85,8 @@ export function createServices(deps: AppDeps): Services {
     engines: withBuiltinChat(new EngineRegistry()),
     gates: createGates(deps.config.limits),
   };
-  // builtin-image draws offline for models whose upstream is "builtin".
-  services.engines.registerImage("builtin", new BuiltinImageEngine());
+  // builtin-image draws offline for image models whose source is the built-in engines.
+  services.engines.registerBuiltinImage(new BuiltinImageEngine());
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
   return { ...services, upstreams };
 }

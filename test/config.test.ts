@@ -98,6 +98,20 @@ describe("loadConfig", () => {
     expect(message).not.toContain("localhost:7860");
   });
 
+  test('the upstream id "builtin" is reserved, and a model cannot name "builtin" as its upstream', () => {
+    const upstream = (id: string) => `[[upstreams]]\nid = "${id}"\nkind = "openai"\nbase_url = "http://127.0.0.1:9"\n[[upstreams.accounts]]\nid = "a"\n`;
+    expect(errorOf(`${upstream("sd")}${upstream("builtin")}`)).toMatch(
+      /^upstreams\[1\]\.id: "builtin" is reserved for the built-in engines \(builtin-image, builtin-chat\); give this upstream another id$/,
+    );
+    expect(errorOf(`${upstream("builtin")}[[models]]\nid = "pic"\nkind = "image"\nupstream = "builtin"\n`)).toContain('upstreams[0].id: "builtin" is reserved');
+    expect(errorOf(`[[models]]\nid = "pic"\nkind = "image"\nupstream = "builtin"\n`)).toContain(
+      'models[0].upstream: "builtin" is not an upstream; the built-in models are builtin-image and builtin-chat',
+    );
+    // Only the exact id is reserved: names that merely start with it are ordinary upstreams.
+    const c = loadConfig({ file: file(`${upstream("builtin2")}[[models]]\nid = "pic"\nkind = "image"\nupstream = "builtin2"\n`), env: {} });
+    expect(c.upstreams.map((u) => u.id)).toEqual(["builtin2"]);
+  });
+
   test("invalid TOML, a missing file and a bad ATELIER_PORT are reported", () => {
     expect(errorOf(`[server\n`)).toContain("invalid TOML");
     expect(() => loadConfig({ file: join(dir, "absent.toml"), env: {} })).toThrow(/cannot read config file/);

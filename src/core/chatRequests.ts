@@ -14,7 +14,7 @@ import { withDeadline } from "./deadline";
 import type { Gate } from "./gate";
 import type { FailureDescription } from "./imageRequests";
 import { NoEngineError } from "./imageRequests";
-import type { CatalogModel } from "./models";
+import { describeSource, type CatalogModel } from "./models";
 
 export interface ChatRequest {
   requestId: string;
@@ -52,7 +52,7 @@ export class ClientDisconnected extends Error {
 export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: AbortSignal): Promise<ChatOutcome> {
   const started = performance.now();
   const engine = deps.engines.chatEngine(req.model);
-  if (!engine) throw new NoEngineError(`no chat engine is registered for upstream '${req.model.upstream}' (model ${req.model.id})`);
+  if (!engine) throw new NoEngineError(`no chat engine is registered for ${describeSource(req.model.source)} (model ${req.model.id})`);
   const permit = await deps.gate.admit(req.userId, clientSignal);
   const run = withDeadline(deps.generationTimeoutMs, (signal) => engine.chat({ model: req.model, messages: req.messages, params: req.params, signal }), clientSignal);
   // The permit is released when the engine really stops, so the limit stays true even for an

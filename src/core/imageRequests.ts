@@ -11,6 +11,7 @@ import type { Logger } from "../logger";
 import { InsufficientCreditsError, type FlowStore } from "./store";
 import { EngineError, EngineOutputInvalid, type EngineLookup, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
+import { describeSource } from "./models";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
@@ -71,7 +72,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const { store } = deps;
   // A model without an engine can never succeed: refused before anything is charged.
   const engine = deps.engines.imageEngine(req.job.model);
-  if (!engine) throw new NoEngineError(`no engine is registered for upstream '${req.job.model.upstream}' (model ${req.job.model.id})`);
+  if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
   // Checked before queueing so a broke user never takes a queue slot; the charge re-checks atomically.
   if ((store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
 

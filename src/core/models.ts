@@ -3,14 +3,36 @@ import type { Config, ModelConfig } from "../config";
 
 export type ModelKind = "image" | "chat";
 
+/**
+ * Where a model's answers come from: the built-in engines, or the [[upstreams]] entry with this
+ * id. A tagged union, not one string, so that no upstream id can stand for the built-in engines
+ * (config also refuses the upstream id "builtin", which people would read that way).
+ */
+export type ModelSource = { readonly kind: "builtin" } | { readonly kind: "upstream"; readonly upstreamId: string };
+
+export const BUILTIN_SOURCE: ModelSource = Object.freeze({ kind: "builtin" });
+
+export function upstreamSource(upstreamId: string): ModelSource {
+  return { kind: "upstream", upstreamId };
+}
+
+/** The upstream id of a model served by an upstream; undefined for the built-in ones. */
+export function upstreamIdOf(model: Pick<CatalogModel, "source">): string | undefined {
+  return model.source.kind === "upstream" ? model.source.upstreamId : undefined;
+}
+
+/** The source in a sentence: "upstream 'oa'" or "the built-in engines". */
+export function describeSource(source: ModelSource): string {
+  return source.kind === "upstream" ? `upstream '${source.upstreamId}'` : "the built-in engines";
+}
+
 export interface CatalogModel {
   id: string;
   kind: ModelKind;
   ownedBy: string;
   /** Seconds since the epoch, as OpenAI reports it. */
   created: number;
-  /** "builtin" or the id of an [[upstreams]] entry. */
-  upstream: string;
+  source: ModelSource;
   upstreamModel: string;
   /** Accepted `size` values; undefined means any WxH within the engine's bounds. */
   sizes?: string[];
@@ -49,16 +71,18 @@ export class ModelCatalog {
 }
 
 function builtin(id: string, kind: ModelKind): CatalogModel {
-  return { id, kind, ownedBy: "atelier", created: BUILTIN_CREATED, upstream: "builtin", upstreamModel: id, params: {} };
+  return { id, kind, ownedBy: "atelier", created: BUILTIN_CREATED, source: BUILTIN_SOURCE, upstreamModel: id, params: {} };
 }
 
+/** A [[models]] entry: always served by the upstream it names (config requires `upstream`). */
 function fromConfig(m: ModelConfig): CatalogModel {
+  if (m.upstream === undefined) throw new Error(`model ${m.id} names no upstream; loadConfig refuses such a configuration`);
   return {
     id: m.id,
     kind: m.kind,
     ownedBy: m.owned_by ?? m.upstream ?? "atelier",
     created: BUILTIN_CREATED,
-    upstream: m.upstream ?? "builtin",
+    source: upstreamSource(m.upstream),
     upstreamModel: m.upstream_model ?? m.id,
     sizes: m.sizes,
     qualities: m.qualities,

@@ -1,6 +1,6 @@
 /**
  * Builds one account pool and one engine per [[upstreams]] entry and registers the engine
- * under the upstream id, which is what catalog models name in `upstream`.
+ * under the upstream id, which is what a catalog model's source names ({ kind: "upstream" }).
  */
 import type { Config, UpstreamConfig } from "../config";
 import { sendsOnlyApiKey } from "./credentials";
@@ -71,10 +71,10 @@ export function registerUpstreamEngines(
     pools.set(upstream.id, pool);
     if (upstream.kind === "openai") {
       const engine = new OpenAIEngine(upstream, pool, deps.clock, redactor);
-      registry.registerImage(upstream.id, engine);
-      registry.registerChat(upstream.id, engine);
+      registry.registerUpstreamImage(upstream.id, engine);
+      registry.registerUpstreamChat(upstream.id, engine);
     } else {
-      registry.registerImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor));
+      registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor));
     }
     pool.persistSnapshot();
   }

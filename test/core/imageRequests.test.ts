@@ -28,7 +28,7 @@ import { addUser, interceptBusy, memoryStore } from "../support/memoryStore";
 /** Tests that would wait forever if a record never landed fail after this instead. */
 const HANG = 5000;
 
-const MODEL: CatalogModel = { id: "test-image", kind: "image", ownedBy: "test", created: 0, upstream: "fake", upstreamModel: "test-image", params: {} };
+const MODEL: CatalogModel = { id: "test-image", kind: "image", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-image", params: {} };
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -59,7 +59,7 @@ function setup(opts: Options = {}) {
   };
   const engine = new ControlledEngine();
   const engines = new EngineRegistry();
-  engines.registerImage("fake", engine);
+  engines.registerUpstreamImage("fake", engine);
   const background = new BackgroundWork();
   const logs: { level: string; msg: string; [k: string]: unknown }[] = [];
   const deps: ImageFlowDeps = {
@@ -283,7 +283,7 @@ describe("failures before the charge cost nothing", () => {
 
   test("no engine for the model's upstream: NoEngineError before anything else, nothing charged, no slot taken", async () => {
     const { deps, gate, request, money } = setup();
-    const req = request({ job: { ...request().job, model: { ...MODEL, upstream: "missing" } } });
+    const req = request({ job: { ...request().job, model: { ...MODEL, source: { kind: "upstream", upstreamId: "missing" } } } });
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(NoEngineError);
     expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });

@@ -54,10 +54,10 @@ beforeAll(async () => {
     customize: (services) => {
       const model = services.catalog.get("builtin-chat")!;
       const registered = services.engines.chatEngine(model);
-      // The wiring under test: createServices registered the builtin engine for "builtin".
+      // The wiring under test: createServices registered the builtin engine for the built-in models.
       if (!(registered instanceof BuiltinChatEngine)) throw new Error("builtin-chat engine is not registered");
       engine = new ControlledChatEngine(registered);
-      services.engines.registerChat("builtin", engine);
+      services.engines.registerBuiltinChat(engine);
     },
   });
   user = await server.userWithKey({ credits: 0 });

@@ -18,7 +18,7 @@ beforeAll(async () => {
   server = await startTestServer({
     toml: `[database]\nbusy_wait_ms = ${BUSY_WAIT_MS}\n`,
     config: (c) => void (c.server.log_requests = false),
-    customize: (s) => s.engines.registerImage("builtin", engine),
+    customize: (s) => s.engines.registerBuiltinImage(engine),
   });
 });
 afterAll(async () => {

@@ -32,7 +32,7 @@ beforeAll(async () => {
     customize: (s) => {
       const builtin = s.engines.imageEngine(s.catalog.get("builtin-image")!);
       if (!builtin) throw new Error("the built-in image engine is not registered");
-      s.engines.registerImage("builtin", recording(builtin));
+      s.engines.registerBuiltinImage(recording(builtin));
     },
   });
 });

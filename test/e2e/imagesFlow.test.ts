@@ -23,7 +23,7 @@ beforeAll(async () => {
       c.limits.queue_size = 0;
       c.server.log_requests = false;
     },
-    customize: (s) => s.engines.registerImage("builtin", engine),
+    customize: (s) => s.engines.registerBuiltinImage(engine),
   });
 });
 
@@ -218,7 +218,7 @@ describe("with a queue and a short engine deadline", () => {
         c.limits.generation_timeout_ms = 400;
         c.server.log_requests = false;
       },
-      customize: (s) => s.engines.registerImage("builtin", slow),
+      customize: (s) => s.engines.registerBuiltinImage(slow),
     });
   });
 
@@ -333,7 +333,7 @@ describe("with a queue and a short engine deadline", () => {
 test("a graceful stop waits for a running generation, which finishes and is answered", async () => {
   const held = new ControlledEngine();
   held.hold();
-  const s = await startTestServer({ config: (c) => void (c.server.log_requests = false), customize: (x) => x.engines.registerImage("builtin", held) });
+  const s = await startTestServer({ config: (c) => void (c.server.log_requests = false), customize: (x) => x.engines.registerBuiltinImage(held) });
   const u = await s.userWithKey({ credits: 1 });
   const res = fetch(`${s.url}/v1/images/generations`, {
     method: "POST",

@@ -1,12 +1,12 @@
 /** The built-in chat engine and its JSON-Schema filler, called directly (no server). */
 import { describe, expect, test } from "bun:test";
 import { findChatRuleViolation, chatParamsFrom, countChars } from "../../src/core/chatRequest";
-import { BUILTIN_CHAT, type CatalogModel } from "../../src/core/models";
+import { BUILTIN_CHAT, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
 import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX } from "../../src/engines/builtin/chatEngine";
 import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
 import type { ChatMessage } from "../../src/core/engine";
 
-const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, upstream: "builtin", upstreamModel: BUILTIN_CHAT, params: {} };
+const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_CHAT, params: {} };
 const engine = new BuiltinChatEngine();
 const chat = (content: string, params: Record<string, unknown> = {}, history: ChatMessage[] = []) =>
   engine.chat({ model, messages: [...history, { role: "user", content }], params, signal: new AbortController().signal });

@@ -2,11 +2,11 @@ import { describe, expect, test } from "bun:test";
 import { encode as encodeJpeg } from "jpeg-js";
 import { decodeImage, encodePng, pngHasAlpha, type Rgba } from "../../src/core/image/codec";
 import { BuiltinImageEngine } from "../../src/engines/builtin/imageEngine";
-import { BUILTIN_IMAGE, type CatalogModel } from "../../src/core/models";
+import { BUILTIN_IMAGE, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
 import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
 
 const engine = new BuiltinImageEngine();
-const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, upstream: "builtin", upstreamModel: BUILTIN_IMAGE, params: {} };
+const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_IMAGE, params: {} };
 
 function job(partial: Partial<ImageJob>): ImageJob {
   return { model, prompt: "a quiet lake", size: null, quality: "auto", images: [], extra: {}, signal: new AbortController().signal, ...partial };

@@ -3,6 +3,7 @@
  * its accounts, from the same source as GET /admin/api/upstreams.
  */
 import type { Services } from "../../services";
+import { upstreamIdOf } from "../../core/models";
 import { liveStatus } from "../../engines/status";
 import type { UpstreamView } from "../../workbench/pages/admin";
 
@@ -13,7 +14,7 @@ export function upstreamViews(services: Services): UpstreamView[] {
     id: u.id,
     kind: u.kind,
     baseUrl: withoutCredentials(u.base_url),
-    models: models.filter((m) => m.upstream === u.id).map((m) => m.id),
+    models: models.filter((m) => upstreamIdOf(m) === u.id).map((m) => m.id),
     accounts: live.find((s) => s.id === u.id)?.accounts ?? [],
   }));
 }

@@ -1,5 +1,5 @@
 /** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
-import type { CatalogModel } from "../../core/models";
+import { upstreamIdOf, type CatalogModel } from "../../core/models";
 import type { AccountStatus } from "../../engines/status";
 import type { RequestRow } from "../../store/requests";
 import type { UserRow } from "../../store/users";
@@ -160,7 +160,7 @@ export function adminModelsPage(v: Viewer, models: CatalogModel[]): Html {
     html`<section class="card"><div class="table-wrap"><table>
   <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th></tr></thead>
   <tbody>${models.map(
-    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td>${m.upstream}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
+    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td>${upstreamIdOf(m) ?? "built-in"}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
   )}</tbody>
 </table></div></section>`,
   );
