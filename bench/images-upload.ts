@@ -12,7 +12,7 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MAX_IMAGE_BYTES } from "../src/core/imageInput";
+import { MAX_IMAGE_BYTES } from "../src/core/limits";
 import { encodePng } from "../src/core/image/codec";
 
 const BURST = Number(process.argv[2] ?? 16);

@@ -13,6 +13,8 @@ export interface ImageInput {
   mime: ImageMime;
   width: number;
   height: number;
+  /** The request field it came from (`image[1]`, `reference_images[0]`, `mask`), for errors. */
+  param?: string;
 }
 
 export interface RequestedSize {

@@ -10,13 +10,9 @@ import type { ImageInput, ImageMime, RequestedSize } from "./engine";
 import { verifyDecodesOffThread } from "./image/codec";
 import { readDimensions } from "./image/dimensions";
 import { pngHasAlpha } from "./image/png";
+import { FREE_SIZE_MAX, FREE_SIZE_MIN, MAX_IMAGE_BYTES } from "./limits";
 
-/** Largest accepted image, in decoded bytes (10 MiB). */
-export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 
-/** Bounds for `size` on models that accept any WxH (the built-in renderer). */
-export const FREE_SIZE_MIN = 64;
-export const FREE_SIZE_MAX = 2048;
 
 export const QUALITIES = ["auto", "low", "medium", "high", "standard", "hd"] as const;
 export type Quality = (typeof QUALITIES)[number];
@@ -113,7 +109,7 @@ export function imageFromBytes(bytes: Uint8Array, param: string, declared?: Imag
   if (!dims || dims.width < 1 || dims.height < 1) {
     throw new ImageInputError(`'${param}' looks like ${mime} but its header is truncated or invalid (no dimensions found).`, param, "invalid_image");
   }
-  return { bytes, mime, width: dims.width, height: dims.height };
+  return { bytes, mime, width: dims.width, height: dims.height, param };
 }
 
 /**

@@ -15,21 +15,15 @@ import { describeSource } from "./models";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
-import { readImageDimensions, sniffImageMime } from "./imageInput";
-
-export type ImageEndpoint = "/v1/images/generations" | "/v1/images/edits";
+import { assertDecodable, ImageInputError, readImageDimensions, sniffImageMime } from "./imageInput";
+import type { ImageRequestKind } from "./imageRequest";
 
 export interface ImageRequest {
   requestId: string;
   userId: number;
   keyId: number | null;
-  endpoint: ImageEndpoint;
+  kind: ImageRequestKind;
   job: Omit<ImageJob, "signal">;
-  /**
-   * Expensive input checks (full decodes) run once a gate slot is held, so they are bounded
-   * by the gate, but before the charge, so a corrupt upload is a 400 that is never charged.
-   */
-  checkInputs?: () => void | Promise<void>;
 }
 
 export interface ImageOutcome {
@@ -78,12 +72,12 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
 
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
-    await req.checkInputs?.();
+    await checkInputs(engine, req);
     // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
     await store.whenWritable(
       () =>
         store.credits.chargeForImage(
-          { requestId: req.requestId, userId: req.userId, keyId: req.keyId, endpoint: req.endpoint, model: req.job.model.id, prompt: req.job.prompt },
+          { requestId: req.requestId, userId: req.userId, keyId: req.keyId, kind: req.kind, model: req.job.model.id, prompt: req.job.prompt },
           deps.clock(),
         ),
       { maxWaitMs: deps.busyWaitMs },
@@ -107,7 +101,7 @@ async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: I
       // Not the client's signal: a charged generation finishes whatever the client does.
       image = await withDeadline(deps.generationTimeoutMs, (signal) => {
         const job: ImageJob = { ...req.job, signal };
-        return req.endpoint === "/v1/images/edits" ? engine.edit(job) : engine.generate(job);
+        return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
       }).result;
     } finally {
       generationMs = Math.round(performance.now() - started);
@@ -176,6 +170,21 @@ async function landsWithin<T>(work: Promise<T>, ms: number): Promise<T | "later"
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * The expensive input checks (full decodes, in the decode pool) run once a gate slot is held,
+ * so the gate bounds them, but before the charge, so a corrupt upload is a 400 that costs
+ * nothing; then the engine's own limits (headers only).
+ */
+async function checkInputs(engine: ImageEngine, req: ImageRequest): Promise<void> {
+  const { images, mask } = req.job;
+  const paramOf = (i: number | "mask") => (i === "mask" ? (mask?.param ?? "mask") : (images[i]?.param ?? `image[${i}]`));
+  // One at a time: a request with many images does not take the whole decode pool.
+  for (const [i, image] of images.entries()) await assertDecodable(image, paramOf(i));
+  if (mask) await assertDecodable(mask, paramOf("mask"));
+  const problem = engine.inputProblem?.(req.job, req.kind);
+  if (problem) throw new ImageInputError(`'${paramOf(problem.image)}': ${problem.message}.`, paramOf(problem.image), "image_not_supported");
 }
 
 /** The engine's bytes must be a PNG/JPEG/WebP of the size it reports. */

@@ -53,7 +53,7 @@ export interface ImageCharge {
   requestId: string;
   userId: number;
   keyId: number | null;
-  endpoint: string;
+  kind: "generate" | "edit";
   model: string;
   prompt: string;
 }

@@ -9,6 +9,7 @@ import { GateRejected } from "../core/gate";
 import type { FailureDescription } from "../core/imageRequests";
 import { NoEngineError } from "../core/imageRequests";
 import { ImageInputError } from "../core/imageInput";
+import { ModelNotFoundError } from "../core/imageRequest";
 import {
   EngineError,
   EngineOutputInvalid,
@@ -29,6 +30,7 @@ import {
   databaseBusy,
   insufficientCredits,
   methodNotAllowed,
+  modelNotFound,
   notFound,
   serverError,
   tooManyRequests,
@@ -46,6 +48,7 @@ export function apiErrorOf(e: unknown): ApiError | null {
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
   }
   if (e instanceof ClientDisconnected) return clientClosedRequest();
+  if (e instanceof ModelNotFoundError) return modelNotFound(e.model);
   if (e instanceof DatabaseBusyError || isDatabaseBusy(e)) return databaseBusy();
   if (e instanceof EngineError) return apiErrorOfEngine(e);
   return null;

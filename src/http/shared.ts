@@ -1,5 +1,6 @@
 /** Schemas and OpenAPI details that several route modules share, defined once. */
 import { Elysia } from "elysia";
+import { Type } from "@sinclair/typebox";
 import { ErrorResponseSchema } from "./errors";
 
 /** Registers reference models so each appears once in components.schemas. */
@@ -30,3 +31,10 @@ export function errorDescriptions(...statuses: number[]): Record<string, { descr
 }
 
 export const bearerSecurity = [{ bearerAuth: [] as string[] }];
+
+/**
+ * A strict integer for request and answer schemas: TypeBox's own. Elysia's t.Integer also
+ * accepts numeric strings (meant for query coercion), which would let `"n": "1"` through a JSON
+ * body, where OpenAI's API (and every client written for it) treats it as a type error.
+ */
+export const Integer = Type.Integer;

@@ -9,6 +9,9 @@ import { InsufficientCreditsError, type CreditLedger, type FailedOutcome, type I
 export { InsufficientCreditsError } from "../core/store";
 export type { ImageCharge, LedgerRow } from "../core/store";
 
+/** The history's endpoint column keeps the route each kind of image request came in on. */
+const ENDPOINT_OF_KIND: Record<ImageCharge["kind"], string> = { generate: "/v1/images/generations", edit: "/v1/images/edits" };
+
 export class CreditStore implements CreditLedger {
   constructor(private readonly db: Db) {}
 
@@ -63,7 +66,7 @@ export class CreditStore implements CreditLedger {
           `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, prompt, created_at)
            VALUES (?, ?, ?, 'image', ?, ?, 'pending', 1, ?, ?)`,
         )
-        .run(c.requestId, c.userId, c.keyId, c.endpoint, c.model, c.prompt, now);
+        .run(c.requestId, c.userId, c.keyId, ENDPOINT_OF_KIND[c.kind], c.model, c.prompt, now);
       this.db
         .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', -1, ?, ?)")
         .run(c.userId, c.requestId, now);

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import jpeg from "jpeg-js";
-import { checkMask, checkQuality, ImageInputError, imageFromBytes, imageFromDataUrl, MAX_IMAGE_BYTES, parseSize, sniffImageMime } from "../../src/core/imageInput";
+import { checkMask, checkQuality, ImageInputError, imageFromBytes, imageFromDataUrl, parseSize, sniffImageMime } from "../../src/core/imageInput";
+import { MAX_IMAGE_BYTES } from "../../src/core/limits";
 import type { CatalogModel } from "../../src/core/models";
 import { dataUrl, makePng } from "../support/images";
 

@@ -19,7 +19,8 @@ import { EngineOutputInvalid, EngineTimeout, UpstreamFailed, UpstreamRejected, t
 import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
 import { DatabaseBusyError } from "../../src/core/store";
-import { InsufficientCreditsError } from "../../src/store/credits";
+import { InsufficientCreditsError } from "../../src/core/store";
+import { ImageInputError } from "../../src/core/imageInput";
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
 import { ControlledEngine, makePng, until } from "../support/images";
@@ -78,7 +79,7 @@ function setup(opts: Options = {}) {
     requestId: `req_${++n}`,
     userId: user,
     keyId: null,
-    endpoint: "/v1/images/generations",
+    kind: "generate",
     job: { model: MODEL, prompt: "a red square", size: { width: 8, height: 8 }, quality: "auto", images: [], extra: {} },
     ...over,
   });
@@ -146,7 +147,7 @@ describe("success", () => {
     let called = "";
     engine.generate = async (job: ImageJob) => ((called = "generate"), engine.png(job));
     engine.edit = async (job: ImageJob) => ((called = "edit"), engine.png(job));
-    const req = request({ endpoint: "/v1/images/edits" });
+    const req = request({ kind: "edit" });
     await runImageRequest(deps, req);
     expect(called).toBe("edit");
     expect(money(req.requestId).status).toBe("succeeded");
@@ -253,32 +254,36 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
 type ImageEngineBehaviour = (job: ImageJob) => Promise<GeneratedImage>;
 
 describe("failures before the charge cost nothing", () => {
-  test("checkInputs throwing: rethrown, nothing charged or recorded, the engine not called, the slot released", async () => {
-    for (const checkInputs of [
-      () => {
-        throw new RangeError("corrupt upload");
-      },
-      async () => {
-        await Bun.sleep(1);
-        throw new RangeError("corrupt upload (async)");
-      },
-    ]) {
-      const { deps, engine, gate, request, money, admissions } = setup({ credits: 1 });
-      const req = request({ checkInputs });
-      expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(RangeError);
-      expect(admissions()).toBe(1);
-      expect(money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
-      expect(engine.calls).toHaveLength(0);
-      expect(gate.stats()).toEqual({ running: 0, queued: 0 });
-    }
+  test("an input that does not decode: ImageInputError naming its field, nothing charged or recorded, the engine not called, the slot released", async () => {
+    const { deps, engine, gate, request, money, admissions } = setup({ credits: 1 });
+    const png = makePng(8, 8);
+    // A valid header over truncated pixel data: only a full decode (in the decode pool) tells.
+    const truncated = { bytes: png.subarray(0, png.length - 20), mime: "image/png" as const, width: 8, height: 8, param: "reference_images[1]" };
+    const good = { bytes: png, mime: "image/png" as const, width: 8, height: 8, param: "reference_images[0]" };
+    const req = request({ job: { ...request().job, images: [good, truncated] } });
+    const err = await failure(runImageRequest(deps, req));
+    expect(err).toBeInstanceOf(ImageInputError);
+    expect((err as ImageInputError).param).toBe("reference_images[1]");
+    expect(admissions()).toBe(1);
+    expect(money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
+    expect(engine.calls).toHaveLength(0);
+    expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
-  test("checkInputs runs while the slot is held, before the charge", async () => {
-    const { deps, gate, request, money } = setup({ credits: 1 });
+  test("the engine's own input limits are checked while the slot is held, before the charge", async () => {
+    const { deps, engine, gate, request, money } = setup({ credits: 1 });
     const seen: unknown[] = [];
-    const req = request({ checkInputs: () => void seen.push(gate.stats().running, money(req.requestId).balance) });
-    await runImageRequest(deps, req);
-    expect(seen).toEqual([1, 1]);
+    engine.inputProblem = (_job, kind) => {
+      seen.push(gate.stats().running, money("x").balance, kind);
+      return { image: 0, message: "is larger than this engine takes" };
+    };
+    const png = makePng(8, 8);
+    const req = request({ kind: "edit", job: { ...request().job, images: [{ bytes: png, mime: "image/png", width: 8, height: 8, param: "image" }] } });
+    const err = await failure(runImageRequest(deps, req));
+    expect(err).toBeInstanceOf(ImageInputError);
+    expect(err).toMatchObject({ param: "image", reason: "image_not_supported" });
+    expect(seen).toEqual([1, 1, "edit"]);
+    expect(money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
   });
 
   test("no engine for the model's upstream: NoEngineError before anything else, nothing charged, no slot taken", async () => {
@@ -291,7 +296,7 @@ describe("failures before the charge cost nothing", () => {
 
   test("no credits: InsufficientCreditsError before the gate, nothing charged, no slot taken", async () => {
     const { deps, engine, request, money, admissions } = setup({ credits: 0 });
-    const req = request({ checkInputs: () => { throw new Error("must not run"); } });
+    const req = request();
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(InsufficientCreditsError);
     expect(admissions()).toBe(0);
     expect(engine.calls).toHaveLength(0);

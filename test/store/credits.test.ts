@@ -21,7 +21,7 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 const FAILED: FailedOutcome = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed", queueMs: 3, generationMs: 40 };
 
 function charge(requestId: string, userId: number): ImageCharge {
-  return { requestId, userId, keyId: null, endpoint: "/v1/images/generations", model: "test-image", prompt: "a red square" };
+  return { requestId, userId, keyId: null, kind: "generate", model: "test-image", prompt: "a red square" };
 }
 
 function setup(credits = 3) {

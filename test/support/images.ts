@@ -41,6 +41,8 @@ export class ControlledEngine implements ImageEngine {
   calls: ImageJob[] = [];
   /** Called per job; return an image, throw to fail. Defaults to a small PNG of the requested size. */
   behave: (job: ImageJob) => Promise<GeneratedImage> = async (job) => this.png(job);
+  /** The engine's own input limits (ImageEngine.inputProblem); none unless a test sets one. */
+  inputProblem?: ImageEngine["inputProblem"];
   /** Resolvers of jobs held by `hold()`. */
   private held: (() => void)[] = [];
 

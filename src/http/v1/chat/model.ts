@@ -1,19 +1,13 @@
 /** The chat completion request and answer as TypeBox schemas (validation and the OpenAPI document). */
 import { t, type TSchema } from "elysia";
 import { CHAT_LIMITS } from "../../../core/chatRequest";
+import { Integer } from "../../shared";
 
 /** An optional field that also accepts null (OpenAI's clients send null for "not set"). */
 function nullable<T extends TSchema>(schema: T, description: string, error: string, examples?: unknown[]) {
   return t.Optional(t.Union([schema, t.Null()], { description, error, ...(examples ? { examples } : {}) }));
 }
 
-/**
- * A strict integer. Not t.Integer: Elysia's version also accepts numeric strings ("5"), which
- * OpenAI's API (and so every client written for it) treats as a type error.
- */
-function integer(options: { minimum?: number; description?: string } = {}) {
-  return t.Number({ ...options, multipleOf: 1 });
-}
 
 // Literal unions rather than t.UnionEnum: UnionEnum stamps `default: <first value>` on the
 // schema, and the OpenAPI document would then claim that a missing role means "system".
@@ -78,8 +72,8 @@ export const ChatCompletionRequest = t.Object(
     n: nullable(t.Literal(1), "Number of choices; only 1 is supported.", "must be 1: this service returns exactly one choice per request"),
     temperature: nullable(t.Number({ minimum: 0, maximum: 2 }), "Sampling temperature, 0 to 2.", "must be a number from 0 to 2", [0.7]),
     top_p: nullable(t.Number({ minimum: 0, maximum: 1 }), "Nucleus sampling mass, 0 to 1.", "must be a number from 0 to 1"),
-    max_tokens: nullable(integer({ minimum: 1 }), "Most tokens to generate (legacy name of max_completion_tokens).", "must be an integer of at least 1"),
-    max_completion_tokens: nullable(integer({ minimum: 1 }), "Most tokens to generate; the reply ends with finish_reason `length` when reached.", "must be an integer of at least 1", [256]),
+    max_tokens: nullable(Integer({ minimum: 1 }), "Most tokens to generate (legacy name of max_completion_tokens).", "must be an integer of at least 1"),
+    max_completion_tokens: nullable(Integer({ minimum: 1 }), "Most tokens to generate; the reply ends with finish_reason `length` when reached.", "must be an integer of at least 1", [256]),
     stop: nullable(
       t.Union([t.String(), t.Array(t.String(), { maxItems: CHAT_LIMITS.maxStopSequences })]),
       `Up to ${CHAT_LIMITS.maxStopSequences} sequences where the reply stops.`,
@@ -87,7 +81,7 @@ export const ChatCompletionRequest = t.Object(
     ),
     presence_penalty: nullable(t.Number({ minimum: -2, maximum: 2 }), "-2 to 2.", "must be a number from -2 to 2"),
     frequency_penalty: nullable(t.Number({ minimum: -2, maximum: 2 }), "-2 to 2.", "must be a number from -2 to 2"),
-    seed: nullable(integer(), "Seed for best-effort deterministic sampling.", "must be an integer"),
+    seed: nullable(Integer(), "Seed for best-effort deterministic sampling.", "must be an integer"),
     // Not a union with null (that would report errors at `response_format`, not at the field
     // inside); a null is dropped before validation instead (dropNullFields).
     response_format: t.Optional(ResponseFormatSchema),
@@ -103,11 +97,11 @@ export const ChatCompletion = t.Object(
   {
     id: t.String({ description: "Unique id of this completion; also the id in the request history.", examples: ["chatcmpl-4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
     object: t.Literal("chat.completion"),
-    created: integer({ description: "Unix seconds when the request was received." }),
+    created: Integer({ description: "Unix seconds when the request was received." }),
     model: t.String({ description: "The model id as sent (our public id).", examples: ["builtin-chat"] }),
     choices: t.Array(
       t.Object({
-        index: integer({ description: "Always 0: one choice per request." }),
+        index: Integer({ description: "Always 0: one choice per request." }),
         message: t.Object({
           role: t.Literal("assistant"),
           content: t.String({ description: "The reply text (a JSON document when response_format asked for JSON)." }),
@@ -120,9 +114,9 @@ export const ChatCompletion = t.Object(
       }),
     ),
     usage: t.Object({
-      prompt_tokens: integer({ minimum: 0 }),
-      completion_tokens: integer({ minimum: 0 }),
-      total_tokens: integer({ minimum: 0 }),
+      prompt_tokens: Integer({ minimum: 0 }),
+      completion_tokens: Integer({ minimum: 0 }),
+      total_tokens: Integer({ minimum: 0 }),
     }, { description: "Token counts as reported by the engine (builtin-chat estimates them)." }),
   },
   { description: "A chat completion in OpenAI's shape." },

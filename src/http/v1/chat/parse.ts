@@ -5,15 +5,7 @@
  */
 import { CHAT_LIMITS } from "../../../core/chatRequest";
 import { badRequest } from "../../errors";
-
-/** OpenAI's clients may send null for "not set": treat a top-level null like an absent field. */
-function dropNullFields({ body }: { body: unknown }): void {
-  if (typeof body !== "object" || body === null || Array.isArray(body)) return;
-  const fields = body as Record<string, unknown>;
-  for (const k of Object.keys(fields)) if (fields[k] === null) delete fields[k];
-}
-
-const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+import { isPlainObject, withoutNullFields } from "../../../core/values";
 
 /**
  * Elysia's validator coerces a body string into an array or object before checking it ("hi"
@@ -51,7 +43,7 @@ function checkContainers(fields: Record<string, unknown>): void {
 
 /** The transform hook: nulls dropped, then container types checked (both before validation). */
 export function normalizeBody(ctx: { body: unknown }): void {
-  dropNullFields(ctx);
+  ctx.body = withoutNullFields(ctx.body);
   if (isPlainObject(ctx.body)) checkContainers(ctx.body);
 }
 

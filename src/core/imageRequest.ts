@@ -1,0 +1,68 @@
+/**
+ * The rules of an image request that are the domain's, not the wire's: which model, how many
+ * images, streaming, the response format, size and quality. The http layer checks types with
+ * its schemas first and hands the fields here; the answer is the job the flow runs.
+ */
+import { ImageInputError, checkQuality, parseSize } from "./imageInput";
+import type { ImageJob } from "./engine";
+import type { CatalogModel } from "./models";
+
+export type ImageRequestKind = "generate" | "edit";
+
+/** The fields both image endpoints share, as the client sent them (null = not given). */
+export interface ImageRequestFields {
+  prompt: string;
+  model?: string | null;
+  size?: string | null;
+  quality?: string | null;
+  response_format?: string | null;
+  n?: number | null;
+  stream?: boolean | null;
+  /** OpenAI's other fields, handed to the engines that use them. */
+  extra: Record<string, unknown>;
+}
+
+/** A model id that names nothing in the catalog (404 model_not_found, not a 400). */
+export class ModelNotFoundError extends Error {
+  override name = "ModelNotFoundError";
+  constructor(readonly model: string) {
+    super(`the model '${model}' does not exist`);
+  }
+}
+
+export interface ModelDirectory {
+  get(id: string): CatalogModel | undefined;
+  readonly defaultImageModel: string | undefined;
+}
+
+export function resolveImageModel(catalog: ModelDirectory, id: string | null | undefined): CatalogModel {
+  const modelId = id ?? catalog.defaultImageModel;
+  if (!modelId) throw new ImageInputError("No image model is configured on this server; name one in 'model'.", "model", "model_required");
+  const model = catalog.get(modelId);
+  if (!model) throw new ModelNotFoundError(modelId);
+  if (model.kind !== "image") {
+    throw new ImageInputError(`The model '${modelId}' is a chat model; use an image model such as '${catalog.defaultImageModel ?? "builtin-image"}'.`, "model", "model_not_image");
+  }
+  return model;
+}
+
+/** The job's fields (images aside), checked in the order a client would fix them. */
+export function imageJobFrom(catalog: ModelDirectory, fields: ImageRequestFields): Omit<ImageJob, "signal" | "images" | "mask"> {
+  // Before anything is charged: the openai client would wait for server-sent events and
+  // find none, so the user would pay for an image that never arrives.
+  if (fields.stream === true) {
+    throw new ImageInputError("Streaming is not supported: this service returns the image in one JSON response. Omit 'stream' or set it to false.", "stream", "stream_unsupported");
+  }
+  const model = resolveImageModel(catalog, fields.model);
+  if (fields.n !== undefined && fields.n !== null && fields.n !== 1) {
+    throw new ImageInputError(`Invalid 'n' ${JSON.stringify(fields.n)}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
+  }
+  if (fields.response_format === "url") {
+    throw new ImageInputError(
+      "response_format 'url' is not supported: this server does not host generated images. Omit response_format or send 'b64_json' to get the image inline.",
+      "response_format",
+      "unsupported_response_format",
+    );
+  }
+  return { model, prompt: fields.prompt, size: parseSize(fields.size, model), quality: checkQuality(fields.quality, model), extra: fields.extra };
+}

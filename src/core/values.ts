@@ -1,0 +1,15 @@
+/** Checks on values of unknown shape (parsed JSON, upstream answers), defined once. */
+
+/** A JSON object: not null, not an array. */
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * OpenAI's clients send null for "not set" (the openai types allow null for most optional
+ * fields): a top-level null counts as an absent field. Anything but an object is returned as is.
+ */
+export function withoutNullFields(body: unknown): unknown {
+  if (!isPlainObject(body)) return body;
+  return Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null));
+}

@@ -1,0 +1,128 @@
+/** The image requests and answer as TypeBox schemas (validation and the OpenAPI document). */
+import { t } from "elysia";
+import { Integer } from "../../shared";
+import { QUALITIES } from "../../../core/imageInput";
+import { MAX_EDIT_IMAGES, MAX_PROMPT_CHARS, MAX_REFERENCE_IMAGES } from "../../../core/limits";
+
+
+const TINY_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+const literals = <const V extends string[]>(values: V, description: string, example: V[number]) =>
+  t.Union(
+    values.map((v) => t.Literal(v)),
+    { description, examples: [example] },
+  );
+
+const commonFields = {
+  prompt: t.String({ minLength: 1, maxLength: MAX_PROMPT_CHARS, description: `What to draw (1 to ${MAX_PROMPT_CHARS} characters).`, examples: ["A lighthouse at dusk, watercolor"] }),
+  model: t.Optional(t.String({ minLength: 1, description: "Image model id; the server's default image model when absent.", examples: ["builtin-image"] })),
+  size: t.Optional(
+    t.Union([t.String(), t.Null()], {
+      description: "`auto` or `<width>x<height>`. Each model declares what it accepts; builtin-image: any width and height from 64 to 2048.",
+      examples: ["1024x1024"],
+    }),
+  ),
+  quality: t.Optional(
+    t.Union([literals([...QUALITIES], "Rendering quality; a model may accept only some of these.", "auto"), t.Null()], {
+      description: "`auto | low | medium | high | standard | hd`; a model may narrow it.",
+      examples: ["auto"],
+    }),
+  ),
+  response_format: t.Optional(
+    t.Union([t.Literal("b64_json"), t.Literal("url"), t.Null()], {
+      description: "`b64_json` (the default and the only supported value): the image comes back inline as base64. `url` is answered with 400.",
+      examples: ["b64_json"],
+    }),
+  ),
+  n: t.Optional(t.Union([Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
+  stream: t.Optional(t.Boolean({ description: "Must be false or absent: streaming is not supported (400 `stream_unsupported`).", examples: [false] })),
+  // OpenAI's other fields: accepted and handed to the engines that use them.
+  background: t.Optional(t.String({ description: "Passed to the engine: `transparent | opaque | auto`.", examples: ["auto"] })),
+  output_format: t.Optional(t.String({ description: "Passed to the engine: `png | jpeg | webp`.", examples: ["png"] })),
+  output_compression: t.Optional(Integer({ minimum: 0, maximum: 100, description: "Passed to the engine: 0-100 for jpeg/webp output.", examples: [90] })),
+  moderation: t.Optional(t.String({ description: "Passed to the engine: `low | auto`.", examples: ["auto"] })),
+  style: t.Optional(t.String({ description: "Passed to the engine: `vivid | natural`.", examples: ["vivid"] })),
+  user: t.Optional(t.String({ description: "Your end-user id; passed to the engine.", examples: ["user-1234"] })),
+};
+
+export const PASS_THROUGH = ["background", "output_format", "output_compression", "moderation", "style", "user"] as const;
+
+const DataUrl = (description: string) =>
+  t.String({ description: `${description} A data URL \`data:image/<png|jpeg|jpg|webp>;base64,<data>\`, at most 10 MiB decoded.`, examples: [TINY_PNG] });
+
+export const ImageGenerationRequest = t.Object(
+  {
+    ...commonFields,
+    reference_image: t.Optional(DataUrl("One reference image (not together with `reference_images`).")),
+    reference_images: t.Optional(
+      t.Array(DataUrl("A reference image."), {
+        maxItems: MAX_REFERENCE_IMAGES,
+        description: `Up to ${MAX_REFERENCE_IMAGES} reference images (not together with \`reference_image\`).`,
+        examples: [[TINY_PNG]],
+      }),
+    ),
+  },
+  { description: "Generate one image from a prompt. Unknown fields are ignored; a field set to null counts as absent.", examples: [{ prompt: "A lighthouse at dusk, watercolor", size: "512x512" }] },
+);
+
+const ImageUrlObject = (description: string) => t.Object({ image_url: DataUrl(description) }, { description });
+
+export const ImageEditJsonRequest = t.Object(
+  {
+    ...commonFields,
+    images: t.Array(ImageUrlObject("An image to edit; the first is the base image."), {
+      minItems: 1,
+      maxItems: MAX_EDIT_IMAGES,
+      description: `1 to ${MAX_EDIT_IMAGES} images; the first is edited, the others guide it.`,
+      examples: [[{ image_url: TINY_PNG }]],
+    }),
+    mask: t.Optional(ImageUrlObject("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
+  },
+  { description: "Edit an image (JSON form). Unknown fields are ignored; a field set to null counts as absent.", examples: [{ prompt: "Add a red balloon", images: [{ image_url: TINY_PNG }] }] },
+);
+
+const Binary = (description: string) => t.String({ format: "binary", description });
+
+/** For the OpenAPI document only: multipart parts are checked by hand (their types are sniffed). */
+export const ImageEditMultipartRequest = t.Object(
+  {
+    image: t.Optional(t.Union([Binary("One image file (PNG, JPEG or WebP, at most 10 MiB)."), t.Array(Binary("An image file."))], { description: "The image to edit, or several." })),
+    "image[]": t.Optional(t.Array(Binary("An image file."), { maxItems: MAX_EDIT_IMAGES, description: `Several images (what the openai clients send for an array); indexed parts \`image[0]\`, \`image[1]\`… are accepted too. At most ${MAX_EDIT_IMAGES} in all.` })),
+    mask: t.Optional(Binary("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
+    prompt: commonFields.prompt,
+    model: commonFields.model,
+    size: t.Optional(t.String({ description: commonFields.size.description, examples: ["1024x1024"] })),
+    quality: t.Optional(t.String({ description: commonFields.quality.description, examples: ["auto"] })),
+    response_format: t.Optional(t.String({ description: commonFields.response_format.description, examples: ["b64_json"] })),
+    n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
+    stream: t.Optional(t.String({ description: "Must be `false` or absent: streaming is not supported (400 `stream_unsupported`).", examples: ["false"] })),
+  },
+  { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
+);
+
+/** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
+export const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(Integer({ minimum: 0, maximum: 100 })) });
+
+/**
+ * Made per app: Elysia's response compilation mutates the schema it validates with (nested
+ * objects gain `additionalProperties: false`), which would leak into the OpenAPI document of
+ * any later app in the same process if this were a shared constant.
+ */
+export const imageResponseSchema = () => t.Object(
+  {
+    created: Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
+    generation_time_ms: Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
+    data: t.Array(
+      t.Object({
+        b64_json: t.String({ description: "The image, base64 without a data-URL prefix.", examples: ["iVBORw0KGgo…"] }),
+        revised_prompt: t.String({ description: "The prompt the engine used.", examples: ["A lighthouse at dusk, watercolor"] }),
+      }),
+      { description: "Exactly one image." },
+    ),
+    size: t.String({ description: "Dimensions of the image produced.", examples: ["1024x1024"] }),
+    quality: t.String({ description: "Quality requested.", examples: ["auto"] }),
+    output_format: t.Union([t.Literal("png"), t.Literal("jpeg"), t.Literal("webp")], { description: "Encoding of `b64_json`.", examples: ["png"] }),
+  },
+  { description: "The generated image." },
+);
+

@@ -1,0 +1,91 @@
+/**
+ * Image request bodies before the rules: JSON and multipart both become the same checked
+ * fields (TypeBox, one error shape with Elysia's validation), and uploaded parts become
+ * ImageInputs that carry the request field they came from.
+ */
+import type { TSchema } from "elysia";
+import { Value } from "@sinclair/typebox/value";
+import { countChars } from "../../../core/chatRequest";
+import type { ImageInput } from "../../../core/engine";
+import { ImageInputError, imageFromBytes } from "../../../core/imageInput";
+import type { ImageRequestFields } from "../../../core/imageRequest";
+import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS } from "../../../core/limits";
+import { badRequest } from "../../errors";
+import { describeFirstError } from "../../validation";
+import { PASS_THROUGH } from "./model";
+
+/**
+ * TypeBox counts maxLength in UTF-16 units; JSON Schema, the OpenAPI document and the issue count
+ * characters, so a prompt of 20000 emoji (40000 units) was refused. A prompt within the limit in
+ * code points is checked as a placeholder of that many characters instead.
+ */
+function promptByCharacters(value: Record<string, unknown>): Record<string, unknown> {
+  const prompt = value.prompt;
+  if (typeof prompt !== "string" || prompt.length <= MAX_PROMPT_CHARS) return value;
+  const chars = countChars(prompt);
+  return chars <= MAX_PROMPT_CHARS ? { ...value, prompt: "x".repeat(chars) } : value;
+}
+
+/** TypeBox check with the same error shape Elysia's validation gets (http/validation). */
+export function validate(schema: TSchema, body: unknown): void {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
+  const value = promptByCharacters(body as Record<string, unknown>);
+  if (Value.Check(schema, value)) return;
+  throw describeFirstError(Value.Errors(schema, value).First());
+}
+
+/** The checked common fields as the core rules take them, OpenAI's other fields in `extra`. */
+export function requestFields(body: Record<string, unknown>): ImageRequestFields {
+  const extra: Record<string, unknown> = {};
+  for (const k of PASS_THROUGH) if (body[k] !== undefined) extra[k] = body[k];
+  return {
+    prompt: body.prompt as string,
+    model: body.model as string | undefined,
+    size: body.size as string | null | undefined,
+    quality: body.quality as string | null | undefined,
+    response_format: body.response_format as string | null | undefined,
+    n: body.n as number | null | undefined,
+    stream: body.stream as boolean | undefined,
+    extra,
+  };
+}
+
+export async function fileToImage(value: unknown, param: string): Promise<ImageInput> {
+  if (!(value instanceof Blob)) throw new ImageInputError(`'${param}' must be an uploaded file (multipart part with a filename).`, param, "invalid_image");
+  // Refuse from the declared part size before reading it into an array.
+  if (value.size > MAX_IMAGE_BYTES) throw new ImageInputError(`'${param}' is larger than 10 MiB (${MAX_IMAGE_BYTES} bytes).`, param, "image_too_large");
+  return imageFromBytes(new Uint8Array(await value.arrayBuffer()), param);
+}
+
+export const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+
+/** `image[0]`, `image[1]`…: how form encoders with indexed arrays (qs, PHP style) send a list. */
+const INDEXED_IMAGE = /^image\[(\d{1,3})\]$/;
+
+/** The indexed image parts in index order. */
+export function indexedImages(form: Record<string, unknown>): unknown[] {
+  return Object.keys(form)
+    .flatMap((k) => {
+      const m = INDEXED_IMAGE.exec(k);
+      return m ? [{ index: Number(m[1]), values: asList(form[k]) }] : [];
+    })
+    .sort((a, b) => a.index - b.index)
+    .flatMap((e) => e.values);
+}
+
+/** Multipart text parts arrive as strings (or repeated); `n` becomes a number so one schema fits. */
+export function multipartText(form: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(form)) {
+    if (k === "image" || k === "image[]" || k === "mask" || INDEXED_IMAGE.test(k)) continue;
+    if (v instanceof Blob) throw badRequest(`'${k}' must be a text field, not a file.`, k, "invalid_value");
+    if (Array.isArray(v)) throw badRequest(`'${k}' was sent more than once.`, k, "invalid_value");
+    out[k] = v;
+  }
+  for (const k of ["n", "output_compression"]) {
+    if (typeof out[k] === "string" && /^-?\d+$/.test(out[k] as string)) out[k] = Number(out[k]);
+  }
+  if (out.stream === "true" || out.stream === "false") out.stream = out.stream === "true";
+  return out;
+}
+
