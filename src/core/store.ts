@@ -148,3 +148,44 @@ export interface AccountStore {
     touch(keyId: number, now: number): boolean;
   };
 }
+
+// ---- upstream account pools ------------------------------------------------------------------
+
+export type AttemptFailureKind = "rate_limited" | "auth" | "rejected" | "failed" | "timeout";
+
+export interface DisabledInfo {
+  reason: string;
+  at: number;
+}
+
+/** One failed attempt on an account, as the pool remembers it. */
+export interface AccountFailure {
+  at: number;
+  kind: AttemptFailureKind;
+  message: string;
+}
+
+export type AccountHealth = "healthy" | "cooling" | "probing" | "disabled";
+
+/** What `atelier upstreams` and the admin route show for one account. */
+export interface AccountSnapshot {
+  upstreamId: string;
+  accountId: string;
+  weight: number;
+  capacity: number;
+  inFlight: number;
+  state: AccountHealth;
+  coolingUntil: number | null;
+  disabledReason: string | null;
+  disabledAt: number | null;
+  consecutiveFailures: number;
+  recentFailures: AccountFailure[];
+}
+
+/** Persistence the upstream account pool (engines/pool) needs; store/upstreams implements it. */
+export interface PoolStateStore {
+  disabledAccounts(upstreamId: string): Map<string, DisabledInfo>;
+  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void;
+  /** Latest in-memory state, for the CLI in another process (written throttled). */
+  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void;
+}

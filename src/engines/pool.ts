@@ -23,6 +23,7 @@
  */
 import { SecretRedactor } from "./redact";
 import type { UpstreamTrace } from "../core/engine";
+import type { AccountFailure, AccountHealth, AccountSnapshot, AttemptFailureKind, DisabledInfo, PoolStateStore } from "../core/store";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
 
 export type Clock = () => number;
@@ -51,48 +52,14 @@ export interface PoolSettings {
   failureCooldownMaxMs: number;
 }
 
-export interface DisabledInfo {
-  reason: string;
-  at: number;
-}
-
-export interface FailureRecord {
-  at: number;
-  kind: AttemptFailureKind;
-  message: string;
-}
-
-export type AccountHealth = "healthy" | "cooling" | "probing" | "disabled";
-
-/** What `atelier upstreams` and the admin route show for one account. */
-export interface AccountSnapshot {
-  upstreamId: string;
-  accountId: string;
-  weight: number;
-  capacity: number;
-  inFlight: number;
-  state: AccountHealth;
-  coolingUntil: number | null;
-  disabledReason: string | null;
-  disabledAt: number | null;
-  consecutiveFailures: number;
-  recentFailures: FailureRecord[];
-}
-
-/** Persistence the pool needs; implemented over SQLite in src/store/upstreams.ts. */
-export interface PoolStateStore {
-  disabledAccounts(upstreamId: string): Map<string, DisabledInfo>;
-  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void;
-  /** Latest in-memory state, for the CLI in another process (written throttled). */
-  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void;
-}
+export type { AccountFailure, AccountHealth, AccountSnapshot, DisabledInfo, PoolStateStore } from "../core/store";
 
 export interface PoolLogger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   info(msg: string, fields?: Record<string, unknown>): void;
 }
 
-export type AttemptFailureKind = "rate_limited" | "auth" | "rejected" | "failed" | "timeout";
+export type { AttemptFailureKind } from "../core/store";
 
 /**
  * How one attempt against one account went wrong; engines throw it from their attempt
@@ -137,7 +104,7 @@ interface AccountRuntime {
   rateLimitStreak: number;
   /** After a failure cooldown: admit one request, whose outcome decides. */
   probeNeeded: boolean;
-  recentFailures: FailureRecord[];
+  recentFailures: AccountFailure[];
   disabled: DisabledInfo | null;
   /** Smooth weighted round robin counter, for ties. */
   wrr: number;

@@ -5,7 +5,7 @@
  * texts are redacted again on the way out, since an older version may have written them.
  */
 import type { Config } from "../config";
-import type { AccountHealth, AccountSnapshot, DisabledInfo, FailureRecord } from "./pool";
+import type { AccountFailure, AccountHealth, AccountSnapshot, DisabledInfo } from "../core/store";
 import { SecretRedactor } from "./redact";
 import type { UpstreamPools } from "./upstreams";
 
@@ -19,7 +19,7 @@ export interface AccountStatus {
   disabled_reason: string | null;
   disabled_at: string | null;
   consecutive_failures: number;
-  recent_failures: { at: string; kind: FailureRecord["kind"]; message: string }[];
+  recent_failures: { at: string; kind: AccountFailure["kind"]; message: string }[];
   /** When this state was observed: now for the live view, the server's last write for the CLI. */
   as_of: string | null;
 }

@@ -11,7 +11,6 @@ import type { AccountStore, FlowStore } from "../core/store";
 
 /** The SQLite store: implements core's store ports (FlowStore, AccountStore) and the rest. */
 export interface Store extends FlowStore, AccountStore {
-  db: Db;
   users: UserStore;
   keys: ApiKeyStore;
   credits: CreditStore;
@@ -27,7 +26,6 @@ export interface Store extends FlowStore, AccountStore {
 
 export function createStore(db: Db, latest: number): Store {
   return {
-    db,
     users: new UserStore(db),
     keys: new ApiKeyStore(db),
     credits: new CreditStore(db),

@@ -4,7 +4,7 @@
  * server writes for the CLI. Never holds an account's key.
  */
 import type { Db } from "./database";
-import type { AccountSnapshot, DisabledInfo, PoolStateStore } from "../engines/pool";
+import type { AccountSnapshot, DisabledInfo, PoolStateStore } from "../core/store";
 
 export interface DisabledAccountRow {
   upstream_id: string;

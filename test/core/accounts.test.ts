@@ -8,7 +8,8 @@ import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 
 const dir = mkdtempSync(join(tmpdir(), "atelier-accounts-test-"));
-const store = createStore(openDatabase(dir), latestVersion());
+const db = openDatabase(dir);
+const store = createStore(db, latestVersion());
 afterAll(() => {
   store.close();
   rmSync(dir, { recursive: true, force: true });
@@ -22,7 +23,7 @@ describe("API keys", () => {
     expect(key.prefix).toBe(key.secret.slice(0, KEY_PREFIX.length + 8));
     expect(row.secret_hash).toBe(hashApiKey(key.secret));
     expect(row.secret_hash).toMatch(/^[0-9a-f]{64}$/);
-    const dump = JSON.stringify(store.db.query("SELECT * FROM api_keys").all());
+    const dump = JSON.stringify(db.query("SELECT * FROM api_keys").all());
     expect(dump).not.toContain(key.secret);
     expect(dump).not.toContain(key.secret.slice(KEY_PREFIX.length + 8));
   });
@@ -43,7 +44,7 @@ describe("users", () => {
 
   test("initial credits are a ledger grant", async () => {
     const user = await addUser(store, Date.now, { email: "credits@example.com", credits: 7 });
-    const ledger = store.db.query<{ kind: string; amount: number }, [number]>("SELECT kind, amount FROM ledger WHERE user_id = ?").all(user.id);
+    const ledger = db.query<{ kind: string; amount: number }, [number]>("SELECT kind, amount FROM ledger WHERE user_id = ?").all(user.id);
     expect(ledger).toEqual([{ kind: "grant", amount: 7 }]);
     expect(store.credits.balance(user.id)).toBe(7);
   });

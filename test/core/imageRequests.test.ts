@@ -24,7 +24,7 @@ import { ImageInputError } from "../../src/core/imageInput";
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
 import { ControlledEngine, makePng, until } from "../support/images";
-import { addUser, interceptBusy, memoryStore } from "../support/memoryStore";
+import { addUser, interceptBusy, memoryStore, rawDb, trackRawDb } from "../support/memoryStore";
 
 /** Tests that would wait forever if a record never landed fail after this instead. */
 const HANG = 5000;
@@ -87,7 +87,7 @@ function setup(opts: Options = {}) {
   const money = (requestId: string) => ({
     balance: store.credits.balance(user),
     ledgerSum: store.credits.ledgerSum(user),
-    rows: store.db.query<{ kind: string; amount: number }, [string]>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id").all(requestId),
+    rows: rawDb(store).query<{ kind: string; amount: number }, [string]>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id").all(requestId),
     status: store.requests.get(requestId)?.status ?? null,
   });
   return { deps, store, user, clock, gate, engine, background, logs, request, money, admissions: () => admissions, peak: () => peak };
@@ -453,7 +453,8 @@ describe("a database locked by another process", () => {
   test("a real write lock held by another connection: the charge waits for it without blocking, then lands once", async () => {
     const dir = mkdtempSync(join(tmpdir(), "atelier-flow-"));
     dirs.push(dir);
-    const store = createStore(openDatabase(dir), latestVersion());
+    const db = openDatabase(dir);
+    const store = trackRawDb(createStore(db, latestVersion()), db);
     const other = new Database(databasePath(dir));
     try {
       const { deps, request, money } = setup({ store, busyWaitMs: 2000 });

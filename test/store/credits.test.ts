@@ -13,7 +13,7 @@ import { createStore, type Store } from "../../src/store";
 import { InsufficientCreditsError, type FailedOutcome, type ImageCharge } from "../../src/core/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
-import { addUser, memoryStore } from "../support/memoryStore";
+import { addUser, memoryStore, rawDb } from "../support/memoryStore";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -32,14 +32,14 @@ function setup(credits = 3) {
 }
 
 function ledgerOf(store: Store, requestId: string) {
-  return store.db
+  return rawDb(store)
     .query<{ kind: string; amount: number }, [string]>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id")
     .all(requestId);
 }
 
 /** Balance, ledger sum and row counts: what must not move when an operation is refused. */
 function snapshot(store: Store, user: number) {
-  const count = (table: string) => store.db.query<{ n: number }, []>(`SELECT COUNT(*) AS n FROM ${table}`).get()!.n;
+  const count = (table: string) => rawDb(store).query<{ n: number }, []>(`SELECT COUNT(*) AS n FROM ${table}`).get()!.n;
   return { balance: store.credits.balance(user), sum: store.credits.ledgerSum(user), ledger: count("ledger"), requests: count("requests") };
 }
 
@@ -75,14 +75,14 @@ describe("charge", () => {
   test("the schema refuses a negative balance, a second charge or refund row, and refunding more than was charged", () => {
     const { store, user, clock } = setup(1);
     store.credits.chargeForImage(charge("r1", user), clock.now());
-    expect(() => store.db.query("UPDATE users SET credits = credits - 1 WHERE id = ?").run(user)).toThrow(/CHECK/);
+    expect(() => rawDb(store).query("UPDATE users SET credits = credits - 1 WHERE id = ?").run(user)).toThrow(/CHECK/);
     const insert = (kind: string, amount: number) =>
-      store.db.query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, ?, ?, 'r1', 0)").run(user, kind, amount);
+      rawDb(store).query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, ?, ?, 'r1', 0)").run(user, kind, amount);
     expect(() => insert("charge", -1)).toThrow(/UNIQUE/);
     insert("refund", 1);
     expect(() => insert("refund", 1)).toThrow(/UNIQUE/);
     expect(() => insert("charge", 1)).toThrow(/CHECK/); // signs are fixed by kind
-    expect(() => store.db.query("UPDATE requests SET credits_refunded = 2 WHERE id = 'r1'").run()).toThrow(/CHECK/);
+    expect(() => rawDb(store).query("UPDATE requests SET credits_refunded = 2 WHERE id = 'r1'").run()).toThrow(/CHECK/);
   });
 });
 
@@ -136,13 +136,13 @@ describe("refundOnce", () => {
     const { store, user, clock } = setup(3);
     store.credits.chargeForImage(charge("r1", user), clock.now());
     // A refund row already there (by hand) makes the ledger insert fail after the UPDATEs ran.
-    store.db.exec("DROP INDEX ledger_once_per_request");
-    store.db.exec("CREATE UNIQUE INDEX ledger_once_per_request ON ledger(request_id) WHERE request_id IS NOT NULL");
+    rawDb(store).exec("DROP INDEX ledger_once_per_request");
+    rawDb(store).exec("CREATE UNIQUE INDEX ledger_once_per_request ON ledger(request_id) WHERE request_id IS NOT NULL");
     const before = snapshot(store, user);
     expect(() => store.credits.refundOnce("r1", FAILED, clock.now())).toThrow(/UNIQUE/);
     expect(snapshot(store, user)).toEqual(before);
     expect(store.requests.get("r1")).toMatchObject({ status: "pending", credits_refunded: 0 });
-    store.db.exec("DROP INDEX ledger_once_per_request");
+    rawDb(store).exec("DROP INDEX ledger_once_per_request");
     expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(true);
     expect(store.credits.balance(user)).toBe(3);
   });

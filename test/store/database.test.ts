@@ -40,10 +40,11 @@ describe("openDatabase", () => {
   });
 
   test("the schema itself refuses negative credits and duplicate emails regardless of case", () => {
-    const store = createStore(openDatabase(dataDir()), latestVersion());
+    const db = openDatabase(dataDir());
+    const store = createStore(db, latestVersion());
     store.users.create({ email: "Ada@Example.com", passwordHash: null, role: "user", credits: 0 }, Date.now());
     expect(() => store.users.create({ email: "ada@example.COM", passwordHash: null, role: "user", credits: 0 }, Date.now())).toThrow(/already exists/);
-    expect(() => store.db.exec("UPDATE users SET credits = -1")).toThrow(/CHECK/);
+    expect(() => db.exec("UPDATE users SET credits = -1")).toThrow(/CHECK/);
     expect(store.users.byEmail("ADA@example.com")?.email).toBe("Ada@Example.com");
     store.close();
   });

@@ -4,10 +4,28 @@
  * "database is locked" error as another process's write lock would.
  */
 import { createStore, type Store } from "../../src/store";
-import { latestVersion, openDatabase } from "../../src/store/database";
+import { latestVersion, openDatabase, type Db } from "../../src/store/database";
+
+const handles = new WeakMap<Store, Db>();
 
 export function memoryStore(): Store {
-  return createStore(openDatabase(":memory:"), latestVersion());
+  const db = openDatabase(":memory:");
+  const store = createStore(db, latestVersion());
+  handles.set(store, db);
+  return store;
+}
+
+/** Lets rawDb find the handle under a store a test opened itself (on a file). */
+export function trackRawDb(store: Store, db: Db): Store {
+  handles.set(store, db);
+  return store;
+}
+
+/** The SQLite handle under a memoryStore(), for tests that check the schema's own rules. */
+export function rawDb(store: Store): Db {
+  const db = handles.get(store);
+  if (!db) throw new Error("rawDb: not a memoryStore()");
+  return db;
 }
 
 let users = 0;

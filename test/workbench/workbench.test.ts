@@ -13,7 +13,7 @@ import { loadConfig, type Config } from "../../src/config";
 import { addUser } from "../../src/core/accounts";
 import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
-import { latestVersion, openDatabase } from "../../src/store/database";
+import { latestVersion, openDatabase, type Db } from "../../src/store/database";
 import { escapeHtml, html, raw } from "../../src/workbench/html";
 import { SetupToken } from "../../src/core/setupToken";
 import { SignIn } from "../../src/core/signIn";
@@ -21,12 +21,14 @@ import { isSameOrigin } from "../../src/http/workbench/origin";
 
 const BASE = "http://wb.test";
 let store: Store | undefined;
+let db: Db;
 afterEach(() => store?.close());
 
 function makeApp(edit: (c: Config) => void = () => {}) {
   const config = loadConfig({ env: {} });
   edit(config);
-  store = createStore(openDatabase(":memory:"), latestVersion());
+  db = openDatabase(":memory:");
+  store = createStore(db, latestVersion());
   let now = 1_800_000_000_000;
   const logs: string[] = [];
   const services = createServices({ config, store, logger: createLogger((l) => logs.push(l)), clock: () => now });
@@ -85,7 +87,7 @@ describe("sessions", () => {
     expect(user.credits).toBe(7);
     expect(store.credits.ledgerSum(user.id)).toBe(7);
     // Only a hash of the cookie value is stored.
-    const stored = store.db.query<{ id_hash: string }, []>("SELECT id_hash FROM sessions").all();
+    const stored = db.query<{ id_hash: string }, []>("SELECT id_hash FROM sessions").all();
     expect(stored.length).toBe(1);
     expect(stored[0]!.id_hash).not.toContain(cookie.split("=")[1]!);
 
@@ -174,7 +176,8 @@ describe("malformed cookies", () => {
 describe("sign-in throttling", () => {
   test("per address and per account, within a window; a success resets the account's count", async () => {
     const config = loadConfig({ env: {} });
-    store = createStore(openDatabase(":memory:"), latestVersion());
+    db = openDatabase(":memory:");
+  store = createStore(db, latestVersion());
     await addUser(store, Date.now, { email: "known@example.com", password: "the right one" });
     let now = 1_000_000;
     const rules = { minPasswordLength: config.workbench.min_password_length, initialCredits: 0 };
@@ -245,7 +248,8 @@ describe("registration and setup", () => {
     first.store.close();
 
     const config = loadConfig({ env: {} });
-    store = createStore(openDatabase(":memory:"), latestVersion());
+    db = openDatabase(":memory:");
+  store = createStore(db, latestVersion());
     await addUser(store, Date.now, { email: "root@example.com", role: "admin" });
     const logs: string[] = [];
     createServices({ config, store, logger: createLogger((l) => logs.push(l)) });

@@ -2,7 +2,6 @@
 import { addUser, hashPassword } from "../../core/accounts";
 import { createStore } from "../../store";
 import { latestVersion, openDatabase } from "../../store/database";
-import { SessionStore } from "../../store/sessions";
 import { COMMON_HELP, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "../args";
 import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type DataOptions, type Io } from "../shared";
 
@@ -86,7 +85,7 @@ async function userPassword(email: string, values: Values, io: Io): Promise<numb
     const u = requireUserByEmail(store, email);
     store.users.setPasswordHash(u.id, hash);
     // Whoever knew the old password is signed out everywhere.
-    new SessionStore(store.db).deleteForUser(u.id);
+    store.sessions.deleteForUser(u.id);
     io.out(`password set for ${u.email}; their workbench sessions were ended`);
     return 0;
   });
