@@ -21,3 +21,14 @@ export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 /** Each side of `size` on models that accept any WxH (the built-in renderer). */
 export const FREE_SIZE_MIN = 64;
 export const FREE_SIZE_MAX = 2048;
+
+/** An API key's name, after trimming: 1 to this many characters (the workbench and `atelier key create`). */
+export const MAX_KEY_NAME_CHARS = 100;
+
+/**
+ * The most credits one grant or deduction moves, from the admin page or the CLI. Balances are
+ * JavaScript numbers, exact only up to 2^53: a cap this far below keeps every balance and ledger
+ * sum exact (a grant of 2^53 - 1 made the next grants of 1 vanish) and is still far above any
+ * real top-up. One cap for both, so the page and the CLI accept the same amounts.
+ */
+export const MAX_CREDIT_GRANT = 1_000_000_000;

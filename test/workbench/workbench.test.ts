@@ -11,6 +11,7 @@ import { createApp } from "../../src/app";
 import { createServices } from "../../src/services";
 import { loadConfig, type Config } from "../../src/config";
 import { addUser } from "../../src/core/accounts";
+import { MAX_CREDIT_GRANT } from "../../src/core/limits";
 import { createLogger } from "../../src/logger";
 import { createStore, type Store } from "../../src/store";
 import { latestVersion, openDatabase, type Db } from "../../src/store/database";
@@ -310,6 +311,12 @@ describe("admin forms", () => {
     const ledger = store.credits.ledger(w.id);
     expect(ledger[1]).toMatchObject({ kind: "grant", amount: 5, note: "bonus", actor: "admin:boss@example.com" });
     expect(ledger[0]).toMatchObject({ kind: "deduct", amount: -3 });
+    // The page's cap is the CLI's: MAX_CREDIT_GRANT, and not one more.
+    const boss2 = (amount: number, op: string) => act(boss, `/admin/users/${b.id}/credits`, { _csrf: bossCsrf, amount: String(amount), op });
+    expect((await boss2(MAX_CREDIT_GRANT + 1, "grant")).status).toBe(400);
+    expect((await boss2(MAX_CREDIT_GRANT, "grant")).status).toBe(303);
+    expect((await boss2(MAX_CREDIT_GRANT, "deduct")).status).toBe(303);
+    expect(store.credits.balance(b.id)).toBe(0);
 
     expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: bossCsrf })).status).toBe(303);
     expect(store.users.byId(w.id)!.disabled).toBe(1);
@@ -405,7 +412,7 @@ describe("admin users page with many users", () => {
     const bad = await form(`/admin/users/${last.id}/credits`, { _csrf: csrf, amount: "-5", op: "grant" }, { cookie: boss });
     expect(bad.status).toBe(400);
     const text = await bad.text();
-    expect(text).toContain("Enter a whole number of credits from 1 to 1000000 for user205@example.com.");
+    expect(text).toContain("Enter a whole number of credits from 1 to 1000000000 for user205@example.com.");
     expect(rowsOf(text)).toBe(1);
     expect(text).toContain('data-user-email="user205@example.com"');
     expect(store.credits.balance(last.id)).toBe(0);

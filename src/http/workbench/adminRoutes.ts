@@ -2,6 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { InsufficientCreditsError, type UserRow } from "../../core/store";
+import { MAX_CREDIT_GRANT } from "../../core/limits";
 import { enableUpstreamAccount } from "../../core/upstreamAccounts";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
@@ -47,9 +48,9 @@ export function adminRoutes(services: Services) {
       const user = targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: "No such user." }, 404);
       const amount = Number(f.amount);
-      if (!Number.isInteger(amount) || amount < 1 || amount > 1_000_000) {
+      if (!Number.isInteger(amount) || amount < 1 || amount > MAX_CREDIT_GRANT) {
         // Shown filtered to that user, so the row the error is about is on screen among many.
-        return usersPage(viewer, user.email, { error: `Enter a whole number of credits from 1 to 1000000 for ${user.email}.` }, 400);
+        return usersPage(viewer, user.email, { error: `Enter a whole number of credits from 1 to ${MAX_CREDIT_GRANT} for ${user.email}.` }, 400);
       }
       const note = (f.note ?? "").trim().slice(0, 200) || undefined;
       const actor = `admin:${viewer.user.email}`;

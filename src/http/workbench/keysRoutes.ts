@@ -2,6 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { createKey } from "../../core/accounts";
+import { MAX_KEY_NAME_CHARS } from "../../core/limits";
 import { keysPage } from "../../workbench/pages/keys";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
@@ -19,8 +20,8 @@ export function keysRoutes(services: Services) {
     .post("/keys", ({ viewer, body }) => {
       const name = (formFields(body).name ?? "").trim();
       const userId = viewer.user.id;
-      if (name.length === 0 || name.length > 100) {
-        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: "Give the key a name of 1 to 100 characters." }), 400);
+      if (name.length === 0 || name.length > MAX_KEY_NAME_CHARS) {
+        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: `Give the key a name of 1 to ${MAX_KEY_NAME_CHARS} characters.` }), 400);
       }
       const { key } = createKey(store, clock, userId, name);
       // Rendered directly (not redirected): the full key exists only in this response.

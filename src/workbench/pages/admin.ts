@@ -1,4 +1,5 @@
 /** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
+import { MAX_CREDIT_GRANT } from "../../core/limits";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
 import type { AccountStatus } from "../../engines/status";
 import type { RequestRow } from "../../store/requests";
@@ -41,7 +42,7 @@ function userRow(v: Viewer, u: UserRow): Html {
     <form method="post" action="/admin/users/${u.id}/credits" class="row compact">
       ${csrfField(v)}
       <label class="visually-hidden" for="amount-${u.id}">Credits for ${u.email}</label>
-      <input id="amount-${u.id}" name="amount" type="number" min="1" max="1000000" step="1" required class="amount" placeholder="N">
+      <input id="amount-${u.id}" name="amount" type="number" min="1" max="${MAX_CREDIT_GRANT}" step="1" required class="amount" placeholder="N">
       <label class="visually-hidden" for="note-${u.id}">Note for ${u.email}</label>
       <input id="note-${u.id}" name="note" type="text" maxlength="200" placeholder="note" class="note">
       <button type="submit" name="op" value="grant" class="small" aria-label="Grant credits to ${u.email}">Grant</button>

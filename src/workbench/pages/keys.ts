@@ -1,4 +1,5 @@
 /** API keys: create (the full key shown once), list, revoke with confirmation. */
+import { MAX_KEY_NAME_CHARS } from "../../core/limits";
 import type { ApiKeyRow } from "../../store/apiKeys";
 import { formatTime, html, type Html } from "../html";
 import { csrfField, message, page, type Viewer } from "../layout";
@@ -55,7 +56,7 @@ ${s.created ? createdKey(s.created) : ""}
   <form method="post" action="/keys" class="row">
     ${csrfField(v)}
     <label for="key-name">Name</label>
-    <input id="key-name" name="name" type="text" required maxlength="100" placeholder="e.g. laptop script">
+    <input id="key-name" name="name" type="text" required maxlength="${MAX_KEY_NAME_CHARS}" placeholder="e.g. laptop script">
     <button type="submit" class="primary">Create key</button>
   </form>
 </section>
