@@ -18,7 +18,6 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { deflateSync } from "node:zlib";
-import { encodePng } from "../src/core/image/codec";
 
 const args = process.argv.slice(2);
 const option = (name: string) => {

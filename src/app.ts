@@ -3,9 +3,9 @@
  * (src/server.ts) both hand requests to it.
  */
 import { Elysia } from "elysia";
-import { cors } from "@elysiajs/cors";
 import { openapi } from "@elysiajs/openapi";
 import { adminUpstreamsRoutes } from "./http/admin/upstreams";
+import { apiCors, corsHeadersForError } from "./http/cors";
 import { docsRoutes } from "./http/docs";
 import { errorResponse } from "./http/errors";
 import { toApiError } from "./http/errorMapping";
@@ -20,7 +20,6 @@ import type { Services } from "./services";
 
 export const API_VERSION = "1.0.0";
 
-export const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";
 
 /** Turns Elysia's route table into matchers, to tell 405 (path exists) from 404. */
 function routeMatchers(app: Elysia): { method: string; test: (path: string) => boolean }[] {
@@ -60,25 +59,10 @@ export function createApp(services: Services) {
         return [...new Set(matchers.filter((m) => m.test(path)).map((m) => m.method))];
       };
       const apiError = toApiError(error, request, logger, allowed);
-      const res = errorResponse(apiError, { "x-request-id": metaOf(request).id });
-      // CORS headers that the cors plugin set for this request would otherwise be lost.
-      if (pathOf(request).startsWith("/v1/")) {
-        res.headers.set("access-control-allow-origin", request.headers.get("origin") ?? "*");
-        res.headers.set("access-control-expose-headers", EXPOSED_HEADERS);
-      }
-      return res;
+      // The headers the cors plugin set for this request would otherwise be lost.
+      return errorResponse(apiError, { "x-request-id": metaOf(request).id, ...corsHeadersForError(request, pathOf(request)) });
     })
-    .use(
-      cors({
-        // Only the API is cross-origin; the workbench stays same-origin.
-        origin: (request: Request) => pathOf(request).startsWith("/v1/"),
-        methods: ["GET", "POST", "OPTIONS"],
-        allowedHeaders: true,
-        exposeHeaders: EXPOSED_HEADERS,
-        credentials: false,
-        maxAge: 600,
-      }),
-    )
+    .use(apiCors())
     .onRequest(({ request, set }) => {
       set.headers["x-request-id"] = metaOf(request).id;
     })

@@ -14,7 +14,7 @@ const Server = T.Object(
     host: T.String({ default: "0.0.0.0", description: "Address to listen on." }),
     port: T.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
     data_dir: T.String({ default: "./data", description: "Directory holding atelier.db." }),
-    public_url: T.Optional(T.String({ description: "External base URL, e.g. https://atelier.example.com (used for image URLs and cookies)." })),
+    public_url: T.Optional(T.String({ description: "External base URL, e.g. https://atelier.example.com (the workbench's same-origin check behind a proxy, and Secure cookies when https)." })),
     max_body_bytes: T.Integer({ minimum: 1024, default: 180 * MiB, description: "Largest accepted request body." }),
     max_inflight_body_bytes: T.Integer({ minimum: 1024, default: 512 * MiB, description: "Total request-body bytes buffered at once across all requests." }),
     max_form_body_bytes: T.Integer({ minimum: 1024, default: 64 * 1024, description: "Largest body on routes outside /v1 (workbench forms), which anyone may call without a key." }),

@@ -4,7 +4,9 @@
  * and a graceful stop on SIGTERM/SIGINT.
  */
 import type { Server } from "bun";
-import { createApp, EXPOSED_HEADERS } from "./app";
+import { createApp } from "./app";
+import { corsHeadersForError } from "./http/cors";
+import { apiErrorOf } from "./http/errorMapping";
 import { createServices, type Services } from "./services";
 import type { Config } from "./config";
 import type { Logger } from "./logger";
@@ -13,9 +15,8 @@ import { createStore } from "./store";
 import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
 import { newId } from "./core/ids";
-import { ApiError, databaseBusy, errorResponse, serverError } from "./http/errors";
-import { isDatabaseBusy, SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
-import { DatabaseBusyError } from "./core/store";
+import { errorResponse, serverError } from "./http/errors";
+import { SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
 import { attachMeta, pathOf } from "./http/requestMeta";
 
 export interface RunningServer {
@@ -71,11 +72,10 @@ export async function startServer(config: Config, logger: Logger, options: Start
       admitDeclaredBody(guarded, services.budget, rules.maxBytes);
       response = await app.handle(guarded);
     } catch (e) {
-      const err = e instanceof ApiError ? e : isDatabaseBusy(e) || e instanceof DatabaseBusyError ? databaseBusy() : serverError();
+      const err = apiErrorOf(e) ?? serverError();
       if (err.status === 500) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
       // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
-      const cors: Record<string, string> = path?.startsWith("/v1/") ? { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS } : {};
-      response = errorResponse(err, cors);
+      response = errorResponse(err, corsHeadersForError(request, path));
     } finally {
       services.budget.release(request);
     }

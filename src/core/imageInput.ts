@@ -105,7 +105,7 @@ export function imageFromBytes(bytes: Uint8Array, param: string, declared?: Imag
   if (declared && declared !== mime) {
     throw new ImageInputError(`'${param}' is declared as ${declared} but its bytes are ${mime}.`, param, "image_type_mismatch");
   }
-  const dims = readImageDimensions(bytes, mime);
+  const dims = readDimensions(bytes, mime);
   if (!dims || dims.width < 1 || dims.height < 1) {
     throw new ImageInputError(`'${param}' looks like ${mime} but its header is truncated or invalid (no dimensions found).`, param, "invalid_image");
   }
@@ -144,10 +144,6 @@ export function sniffImageMime(bytes: Uint8Array): ImageMime | null {
   return null;
 }
 
-/** Width and height from the header alone (PNG IHDR, JPEG SOFn, WebP VP8/VP8L/VP8X), or null. */
-export function readImageDimensions(bytes: Uint8Array, mime: ImageMime): { width: number; height: number } | null {
-  return readDimensions(bytes, mime);
-}
 
 /** The edit mask: a PNG with an alpha channel and the first image's dimensions. */
 export function checkMask(mask: ImageInput, first: ImageInput, param = "mask"): void {

@@ -1,11 +1,12 @@
 /**
  * One image request from a validated job to a verified image:
- *   balance check → gate admission → charge (1 credit, one txn) → engine (timeout, AbortSignal)
- *   → verify the bytes → markSucceeded, or refundOnce on any failure → release the permit.
+ *   find the engine → balance check → gate admission → decode the inputs → charge (1 credit,
+ *   one txn) → engine (deadline, AbortSignal) → verify the bytes → markSucceeded, or
+ *   refundOnce on any failure → release the permit.
  * The part after the charge runs detached from the HTTP request (tracked as background work),
  * so a client that disconnects does not stop it and the request record shows the outcome.
- * No HTTP here: failures are thrown as they are (GateRejected, InsufficientCreditsError,
- * EngineError…) and the http layer maps them.
+ * Failures are thrown as they are (GateRejected, InsufficientCreditsError, ImageInputError,
+ * EngineError…); http/errorMapping turns them into answers and history rows.
  */
 import type { Logger } from "../logger";
 import { InsufficientCreditsError, type FlowStore } from "./store";
@@ -15,7 +16,8 @@ import { describeSource } from "./models";
 import type { BackgroundWork } from "./background";
 import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
-import { assertDecodable, ImageInputError, readImageDimensions, sniffImageMime } from "./imageInput";
+import { assertDecodable, ImageInputError, sniffImageMime } from "./imageInput";
+import { readDimensions } from "./image/dimensions";
 import type { ImageRequestKind } from "./imageRequest";
 
 export interface ImageRequest {
@@ -193,7 +195,7 @@ async function verifyOutput(image: GeneratedImage): Promise<void> {
   const mime = sniffImageMime(image.bytes);
   if (!mime) throw new EngineOutputInvalid("the engine's bytes are not a PNG, JPEG or WebP image");
   if (mime !== image.mime) throw new EngineOutputInvalid(`the engine reported ${image.mime} but returned ${mime}`);
-  const dims = readImageDimensions(image.bytes, mime);
+  const dims = readDimensions(image.bytes, mime);
   if (!dims || dims.width !== image.width || dims.height !== image.height) {
     throw new EngineOutputInvalid(`the engine reported ${image.width}x${image.height} but the image header says ${dims ? `${dims.width}x${dims.height}` : "nothing readable"}`);
   }

@@ -6,7 +6,8 @@
  */
 import { concatChunks } from "../core/bytes";
 import type { GeneratedImage } from "../core/engine";
-import { readImageDimensions, sniffImageMime } from "../core/imageInput";
+import { sniffImageMime } from "../core/imageInput";
+import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
 
@@ -183,7 +184,7 @@ function errorText(e: unknown): string {
 export function checkUpstreamImage(bytes: Uint8Array, revisedPrompt?: string): GeneratedImage {
   const mime = sniffImageMime(bytes);
   if (!mime) throw new AttemptFailure("failed", "upstream returned bytes that are not a PNG, JPEG or WebP image");
-  const dims = readImageDimensions(bytes, mime);
+  const dims = readDimensions(bytes, mime);
   if (!dims || dims.width < 1 || dims.height < 1) throw new AttemptFailure("failed", `upstream returned a ${mime} whose header is unreadable`);
   return { bytes, mime, width: dims.width, height: dims.height, ...(revisedPrompt !== undefined ? { revisedPrompt } : {}) };
 }

@@ -26,9 +26,6 @@ export function errorResponses(...statuses: number[]): Record<number, "ErrorResp
   return Object.fromEntries(statuses.map((s) => [s, "ErrorResponse" as const]));
 }
 
-export function errorDescriptions(...statuses: number[]): Record<string, { description: string }> {
-  return Object.fromEntries(statuses.map((s) => [String(s), { description: ERROR_DESCRIPTIONS[s] ?? "Error" }]));
-}
 
 export const bearerSecurity = [{ bearerAuth: [] as string[] }];
 

@@ -143,7 +143,7 @@ describe("success", () => {
   });
 
   test("an edit calls the engine's edit, not generate", async () => {
-    const { deps, store, engine, request, money } = setup();
+    const { deps, engine, request, money } = setup();
     let called = "";
     engine.generate = async (job: ImageJob) => ((called = "generate"), engine.png(job));
     engine.edit = async (job: ImageJob) => ((called = "edit"), engine.png(job));
