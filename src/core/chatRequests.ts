@@ -5,15 +5,11 @@
  * A failure is recorded in the history and thrown as it is; the http layer maps it (and
  * describes it for the history row through `describeFailure`, the same table).
  */
-import type { Logger } from "../logger";
 import type { FlowStore, TraceFields } from "./store";
-import { EngineError, type ChatMessage, type ChatResult, type EngineLookup } from "./engine";
-import type { BackgroundWork } from "./background";
+import { EngineError, type ChatMessage, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
-import type { Gate } from "./gate";
-import type { FailureDescription } from "./imageRequests";
-import { NoEngineError } from "./imageRequests";
+import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
 import { describeSource, type CatalogModel } from "./models";
 
 export interface ChatRequest {
@@ -33,20 +29,9 @@ export interface ChatOutcome {
   generationMs: number;
 }
 
-export interface ChatFlowDeps {
+/** Chat is free: the flow writes history rows only, never the ledger. */
+export interface ChatFlowDeps extends Omit<FlowDeps, "store"> {
   store: Pick<FlowStore, "requests" | "whenWritable">;
-  gate: Gate;
-  engines: EngineLookup;
-  background: BackgroundWork;
-  logger: Logger;
-  clock: () => number;
-  generationTimeoutMs: number;
-  describeFailure: (e: unknown) => FailureDescription;
-}
-
-/** The client closed the connection before the reply was ready (nobody reads the answer). */
-export class ClientDisconnected extends Error {
-  override name = "ClientDisconnected";
 }
 
 export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: AbortSignal): Promise<ChatOutcome> {

@@ -8,13 +8,11 @@
  * Failures are thrown as they are (GateRejected, InsufficientCreditsError, ImageInputError,
  * EngineError…); http/errorMapping turns them into answers and history rows.
  */
-import type { Logger } from "../logger";
-import { InsufficientCreditsError, type FlowStore } from "./store";
-import { EngineError, EngineOutputInvalid, type EngineLookup, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
+import { InsufficientCreditsError } from "./store";
+import { NoEngineError, type FlowDeps } from "./requestFlow";
+import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
 import { describeSource } from "./models";
-import type { BackgroundWork } from "./background";
-import type { Gate } from "./gate";
 import { verifyDecodesOffThread } from "./image/codec";
 import { assertDecodable, ImageInputError, sniffImageMime } from "./imageInput";
 import { readDimensions } from "./image/dimensions";
@@ -36,28 +34,9 @@ export interface ImageOutcome {
   generationMs: number;
 }
 
-/** How a failure is recorded in the request history (the http layer owns the mapping). */
-export interface FailureDescription {
-  code: string;
-  message: string;
-}
-
-export interface ImageFlowDeps {
-  store: FlowStore;
-  gate: Gate;
-  engines: EngineLookup;
-  background: BackgroundWork;
-  logger: Logger;
-  clock: () => number;
-  generationTimeoutMs: number;
+export interface ImageFlowDeps extends FlowDeps {
   /** How long the answer waits for another process's database write lock (see store/busy). */
   busyWaitMs: number;
-  describeFailure: (e: unknown) => FailureDescription;
-}
-
-/** The engine has no implementation registered for this model's upstream. */
-export class NoEngineError extends EngineError {
-  override name = "NoEngineError";
 }
 
 /**

@@ -4,10 +4,8 @@
  * catch both come here, and the request history describes a failure from the same table.
  */
 import { NotFoundError, ParseError, ValidationError } from "elysia";
-import { ClientDisconnected } from "../core/chatRequests";
 import { GateRejected } from "../core/gate";
-import type { FailureDescription } from "../core/imageRequests";
-import { NoEngineError } from "../core/imageRequests";
+import { ClientDisconnected, NoEngineError, type FailureDescription } from "../core/requestFlow";
 import { ImageInputError } from "../core/imageInput";
 import { ModelNotFoundError } from "../core/imageRequest";
 import {

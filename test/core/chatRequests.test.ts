@@ -6,10 +6,10 @@
  */
 import { describe, expect, test } from "bun:test";
 import { BackgroundWork } from "../../src/core/background";
-import { ClientDisconnected, runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../src/core/chatRequests";
+import { runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../src/core/chatRequests";
+import { ClientDisconnected, NoEngineError } from "../../src/core/requestFlow";
 import { EngineTimeout, UpstreamFailed, type ChatEngine, type ChatJob, type ChatResult } from "../../src/core/engine";
 import { GateRejected, LocalGate } from "../../src/core/gate";
-import { NoEngineError } from "../../src/core/imageRequests";
 import type { CatalogModel } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
 import { createLogger } from "../../src/logger";
