@@ -3,7 +3,7 @@
  * place of the service (config, store and logger in; gates, engines, pools, auth out).
  */
 import type { Config } from "./config";
-import { KeyAuthenticator, type Clock } from "./core/accounts";
+import { KeyAuthenticator } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
 import { LocalGate, type Gate } from "./core/gate";
 import { ModelCatalog } from "./core/models";
@@ -17,6 +17,7 @@ import { sessionPrincipalResolver } from "./http/workbench/sessionPrincipal";
 import type { Logger } from "./logger";
 import type { Store } from "./store";
 import { createWorkbench, type Workbench } from "./http/workbench/workbench";
+import type { Clock } from "./core/clock";
 
 export interface AppDeps {
   config: Config;

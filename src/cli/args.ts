@@ -70,12 +70,6 @@ export function noPositionals(command: string, positionals: string[], usage: str
   if (positionals.length > 0) throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(positionals.join(" "))}\n\n${usage}`);
 }
 
-/**
- * Most credits one CLI command adds. Balances are read into JavaScript numbers, exact only up to
- * 2^53; a cap far below that keeps every balance and ledger sum exact (a grant of
- * 9007199254740991 made the next grants of 1 vanish).
- */
-export const MAX_CREDITS = 1_000_000_000;
 
 export function positiveInteger(name: string, raw: string | undefined, allowZero = false, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(raw);

@@ -11,6 +11,7 @@ import type { Config } from "../config";
 import { formatStatusTable, storedStatus } from "../engines/status";
 import type { Store } from "../store";
 import { UsageError } from "./args";
+import { enableUpstreamAccount as enableAccount } from "../core/upstreamAccounts";
 
 export function showUpstreams(config: Config, store: Store, now: number, json: boolean): string[] {
   const status = storedStatus(
@@ -21,13 +22,15 @@ export function showUpstreams(config: Config, store: Store, now: number, json: b
   return json ? [JSON.stringify({ object: "list", data: status }, null, 2)] : formatStatusTable(status);
 }
 
+/** The CLI's words for core's enableUpstreamAccount (a running server re-reads the flag itself). */
 export function enableUpstreamAccount(config: Config, store: Store, upstreamId: string, accountId: string): string {
-  const upstream = config.upstreams.find((u) => u.id === upstreamId);
-  if (!upstream) throw new UsageError(`no upstream '${upstreamId}' in the configuration (known: ${config.upstreams.map((u) => u.id).join(", ") || "none"})`);
-  if (!upstream.accounts.some((a) => a.id === accountId)) {
-    throw new UsageError(`upstream '${upstreamId}' has no account '${accountId}' (known: ${upstream.accounts.map((a) => a.id).join(", ")})`);
+  const result = enableAccount({ upstreams: config.upstreams, flags: store.upstreams }, upstreamId, accountId);
+  if (!result.ok && result.missing === "upstream") {
+    throw new UsageError(`no upstream '${upstreamId}' in the configuration (known: ${config.upstreams.map((u) => u.id).join(", ") || "none"})`);
   }
-  return store.upstreams.enableAccount(upstreamId, accountId)
-    ? `enabled ${upstreamId}/${accountId}; a running server uses it from its next request`
-    : `${upstreamId}/${accountId} was not disabled; nothing to do`;
+  if (!result.ok) {
+    const known = config.upstreams.find((u) => u.id === upstreamId)!.accounts.map((a) => a.id).join(", ");
+    throw new UsageError(`upstream '${upstreamId}' has no account '${accountId}' (known: ${known})`);
+  }
+  return result.wasDisabled ? `enabled ${upstreamId}/${accountId}; a running server uses it from its next request` : `${upstreamId}/${accountId} was not disabled; nothing to do`;
 }

@@ -4,8 +4,9 @@
  */
 import { generateApiKey, hashApiKey, type NewApiKey } from "./apiKeys";
 import type { AccountStore, ApiKeyRow, KeyOwner, Role, UserRow } from "./store";
+import { MAX_EMAIL_CHARS } from "./limits";
+import type { Clock } from "./clock";
 
-export type Clock = () => number;
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
@@ -18,7 +19,7 @@ export function normalizeEmail(email: string): string {
 }
 
 export function validateEmail(email: string): string | null {
-  if (email.length > 254 || !EMAIL.test(email)) return "must be a valid email address";
+  if (email.length > MAX_EMAIL_CHARS || !EMAIL.test(email)) return "must be a valid email address";
   return null;
 }
 

@@ -1,4 +1,5 @@
 /** API key material: `sk-atl-` + 43 base62 characters (256 bits from the CSPRNG). */
+import { sha256Hex } from "./digest";
 const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 export const KEY_PREFIX = "sk-atl-";
 const SECRET_CHARS = 43; // 43 * log2(62) ≈ 256 bits
@@ -24,7 +25,7 @@ export function randomBase62(length: number): string {
 }
 
 export function hashApiKey(secret: string): string {
-  return new Bun.CryptoHasher("sha256").update(secret).digest("hex");
+  return sha256Hex(secret);
 }
 
 export function generateApiKey(): NewApiKey {

@@ -3,7 +3,7 @@
  * address) within a window. In memory, because it only has to slow guessing down on this
  * process; it is not a quota.
  */
-import type { Clock } from "./accounts";
+import type { Clock } from "./clock";
 
 export class AttemptLimiter {
   private readonly attempts = new Map<string, number[]>();

@@ -32,3 +32,6 @@ export const MAX_KEY_NAME_CHARS = 100;
  * real top-up. One cap for both, so the page and the CLI accept the same amounts.
  */
 export const MAX_CREDIT_GRANT = 1_000_000_000;
+
+/** An email address (RFC 5321's path limit); longer ones are not looked up at all. */
+export const MAX_EMAIL_CHARS = 254;

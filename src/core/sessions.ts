@@ -3,9 +3,10 @@
  * the user, a per-session CSRF token and an expiry. (How the id travels, as a cookie, is the
  * http layer's business: http/workbench/sessionCookies.ts.)
  */
-import type { Clock } from "./accounts";
 import { randomBase62 } from "./apiKeys";
 import type { UserRow } from "./store";
+import { sha256Hex } from "./digest";
+import type { Clock } from "./clock";
 
 /** 43 base62 characters ≈ 256 bits; anything else presented as an id is not one of ours. */
 const SESSION_ID_CHARS = 43;
@@ -34,7 +35,7 @@ export interface SessionRecords {
 }
 
 export function hashSessionId(id: string): string {
-  return new Bun.CryptoHasher("sha256").update(id).digest("hex");
+  return sha256Hex(id);
 }
 
 export interface StartedSession {

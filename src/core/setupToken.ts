@@ -4,6 +4,7 @@
  * admin prints a fresh one). /setup consumes it once to create the admin account.
  */
 import { randomBase62 } from "./apiKeys";
+import { sha256Hex, tokensEqual } from "./digest";
 
 export class SetupToken {
   private hash: string | null = null;
@@ -11,7 +12,7 @@ export class SetupToken {
   /** Issues a new token and returns it (to be logged once). */
   issue(): string {
     const token = randomBase62(32);
-    this.hash = digest(token);
+    this.hash = sha256Hex(token);
     return token;
   }
 
@@ -21,7 +22,7 @@ export class SetupToken {
 
   /** True exactly once for the right token; the token is then gone. */
   consume(token: string): boolean {
-    if (this.hash === null || !timingSafeEqualHex(digest(token), this.hash)) return false;
+    if (this.hash === null || !tokensEqual(sha256Hex(token), this.hash)) return false;
     this.hash = null;
     return true;
   }
@@ -38,15 +39,4 @@ export class SetupToken {
   restore(hash: string): void {
     this.hash ??= hash;
   }
-}
-
-function digest(token: string): string {
-  return new Bun.CryptoHasher("sha256").update(token).digest("hex");
-}
-
-function timingSafeEqualHex(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
 }

@@ -6,10 +6,12 @@
  * guesses share one budget per address. Setup is open while the one-time token is pending and
  * no admin exists (an admin made with the CLI closes it too).
  */
-import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword, type Clock } from "./accounts";
+import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword } from "./accounts";
 import { AttemptLimiter } from "./attemptLimiter";
 import type { SetupToken } from "./setupToken";
 import { EmailTakenError, type AccountStore, type UserRow } from "./store";
+import { MAX_EMAIL_CHARS } from "./limits";
+import type { Clock } from "./clock";
 
 /** What sign-in needs from storage besides creating users. */
 export interface SignInStore extends AccountStore {
@@ -76,7 +78,7 @@ export class SignIn {
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     this.perAccount.record(account);
     this.perAddress.record(address);
-    const user = account.length <= 254 ? this.store.users.byEmail(account) : null;
+    const user = account.length <= MAX_EMAIL_CHARS ? this.store.users.byEmail(account) : null;
     this.dummyHash ??= hashPassword(crypto.randomUUID());
     const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
     if (!user || !valid) return { ok: false, reason: "invalid" };

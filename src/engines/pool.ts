@@ -25,8 +25,8 @@ import { SecretRedactor } from "./redact";
 import type { UpstreamTrace } from "../core/engine";
 import type { AccountFailure, AccountHealth, AccountSnapshot, AttemptFailureKind, DisabledInfo, PoolStateStore } from "../core/store";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
+import type { Clock } from "../core/clock";
 
-export type Clock = () => number;
 
 export interface PoolAccountConfig {
   id: string;

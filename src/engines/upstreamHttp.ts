@@ -205,7 +205,3 @@ export function joinUrl(base: string, path: string): string {
   return base.replace(/\/+$/, "") + path;
 }
 
-/** A JSON object (not an array, not null): the shape every answer field is read from. */
-export function isJsonObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}

@@ -4,11 +4,12 @@
  */
 import type { Config, UpstreamConfig } from "../config";
 import { sendsOnlyApiKey } from "./credentials";
-import { AccountPool, type Clock, type PoolLogger, type PoolStateStore } from "./pool";
+import { AccountPool, type PoolLogger, type PoolStateStore } from "./pool";
 import { OpenAIEngine } from "./openai";
 import { SecretRedactor } from "./redact";
 import type { EngineRegistry } from "./registry";
 import { SdWebUiEngine } from "./sdwebui";
+import type { Clock } from "../core/clock";
 
 /** The pools by upstream id, for the admin route and for a graceful stop. */
 export class UpstreamPools {

@@ -1,20 +1,11 @@
 /** Workbench sessions: only a hash of the cookie value is stored, with its CSRF token and expiry. */
 import type { Db } from "./database";
-import type { UserRow } from "./users";
+import type { SessionRecords, SessionRow, SessionWithUser } from "../core/sessions";
+import type { UserRow } from "../core/store";
 
-export interface SessionRow {
-  id_hash: string;
-  user_id: number;
-  csrf_token: string;
-  created_at: number;
-  expires_at: number;
-}
+export type { SessionRow, SessionWithUser } from "../core/sessions";
 
-export interface SessionWithUser extends SessionRow {
-  user: UserRow;
-}
-
-export class SessionStore {
+export class SessionStore implements SessionRecords {
   constructor(private readonly db: Db) {}
 
   create(row: SessionRow): void {

@@ -4,6 +4,7 @@ import { hashApiKey, looksLikeApiKey } from "../../core/apiKeys";
 import type { Store } from "../../store";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
 import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type Io } from "../shared";
+import { MAX_KEY_NAME_CHARS } from "../../core/limits";
 
 const USAGE = `Usage:
   atelier key create <email> [--name NAME]
@@ -29,7 +30,7 @@ export function keyCommand(argv: string[], io: Io): number {
 /** The secret is printed alone on the last line, so scripts take it with `tail -1`; it is never shown again. */
 function keyCreate(store: Store, email: string, name: string, io: Io): number {
   const u = requireUserByEmail(store, email);
-  if (name.length === 0 || name.length > 100) throw new UsageError("--name must be 1 to 100 characters");
+  if (name.length === 0 || name.length > MAX_KEY_NAME_CHARS) throw new UsageError(`--name must be 1 to ${MAX_KEY_NAME_CHARS} characters`);
   const { key } = createKey(store, Date.now, u.id, name);
   io.out(`created key ${key.prefix} (${name}) for ${u.email}; it is shown only once:`);
   io.out(key.secret);

@@ -2,8 +2,9 @@
 import { addUser, hashPassword } from "../../core/accounts";
 import { createStore } from "../../store";
 import { latestVersion, openDatabase } from "../../store/database";
-import { COMMON_HELP, MAX_CREDITS, noPositionals, parseCommand, positiveInteger, UsageError } from "../args";
+import { COMMON_HELP, noPositionals, parseCommand, positiveInteger, UsageError } from "../args";
 import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type DataOptions, type Io } from "../shared";
+import { MAX_CREDIT_GRANT } from "../../core/limits";
 
 const USAGE = `Usage:
   atelier user add <email> [--password P] [--admin] [--credits N]
@@ -42,7 +43,7 @@ export async function userCommand(argv: string[], io: Io): Promise<number> {
 
 /** The one command besides `serve` that creates the database: the first user is how an install begins. */
 async function userAdd(email: string, values: Values, io: Io): Promise<number> {
-  const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true, MAX_CREDITS);
+  const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true, MAX_CREDIT_GRANT);
   const config = configFrom(values);
   if (values.password !== undefined) checkPasswordLength(values.password, config.workbench.min_password_length);
   const store = createStore(openDatabase(config.server.data_dir), latestVersion());

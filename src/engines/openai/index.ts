@@ -16,12 +16,13 @@
 import type { UpstreamConfig } from "../../config";
 import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageJob } from "../../core/engine";
 import { AccountAuth } from "../credentials";
-import type { AccountPool, AttemptContext, Clock } from "../pool";
+import type { AccountPool, AttemptContext } from "../pool";
 import { SecretRedactor } from "../redact";
 import { checkUpstreamImage, decodeBase64Image } from "../upstreamHttp";
 import { parseChatAnswer, parseImageAnswer } from "./parse";
 import { chatBody, editForm, imageFields, imageRoute } from "./translate";
 import { CHAT_PATH, IMAGE_PATHS, OpenAITransport } from "./transport";
+import type { Clock } from "../../core/clock";
 
 export class OpenAIEngine implements ImageEngine, ChatEngine {
   private readonly transport: OpenAITransport;

@@ -3,10 +3,11 @@
  * statuses refuse the request itself, and the bounded download of `url` answers.
  */
 import type { UpstreamConfig } from "../../config";
-import type { AttemptContext, Clock } from "../pool";
+import type { AttemptContext } from "../pool";
 import type { AccountAuth } from "../credentials";
 import type { SecretRedactor } from "../redact";
 import { callJson, downloadImage, joinUrl } from "../upstreamHttp";
+import type { Clock } from "../../core/clock";
 
 export const CHAT_PATH = "/chat/completions";
 export const IMAGE_PATHS = { generations: "/images/generations", edits: "/images/edits" } as const;

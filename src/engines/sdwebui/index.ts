@@ -14,11 +14,12 @@
 import type { UpstreamConfig } from "../../config";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
 import { AccountAuth } from "../credentials";
-import type { AccountPool, Clock } from "../pool";
+import type { AccountPool } from "../pool";
 import { SecretRedactor } from "../redact";
 import { imageFromWebUiAnswer } from "./parse";
 import { webuiRequest, type WebUiRequest } from "./translate";
 import { WebUiTransport } from "./transport";
+import type { Clock } from "../../core/clock";
 
 export class SdWebUiEngine implements ImageEngine {
   private readonly transport: WebUiTransport;

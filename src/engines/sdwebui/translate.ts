@@ -3,9 +3,10 @@
  * steps, the model's params passed through or interpreted, the mask converted (mask.ts).
  */
 import type { ImageJob } from "../../core/engine";
-import { isJsonObject, toBase64 } from "../upstreamHttp";
+import { toBase64 } from "../upstreamHttp";
 import { webuiMaskFromOpenAI } from "./mask";
 import type { WebUiEndpoint } from "./transport";
+import { isPlainObject } from "../../core/values";
 
 /** Sampling steps per requested quality. More steps: finer detail, proportionally slower. */
 export const QUALITY_STEPS: Record<string, number> = {
@@ -56,7 +57,7 @@ export async function webuiRequest(job: ImageJob): Promise<WebUiRequest> {
     send_images: true,
     save_images: false,
   });
-  const overrides: Record<string, unknown> = isJsonObject(params.override_settings) ? { ...params.override_settings } : {};
+  const overrides: Record<string, unknown> = isPlainObject(params.override_settings) ? { ...params.override_settings } : {};
   if (typeof params.checkpoint === "string" && params.checkpoint.length > 0) overrides.sd_model_checkpoint = params.checkpoint;
   if (Object.keys(overrides).length > 0) {
     body.override_settings = overrides;

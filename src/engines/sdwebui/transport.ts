@@ -4,9 +4,10 @@
  */
 import type { UpstreamConfig } from "../../config";
 import type { AccountAuth } from "../credentials";
-import type { AttemptContext, Clock } from "../pool";
+import type { AttemptContext } from "../pool";
 import type { SecretRedactor } from "../redact";
 import { callJson, joinUrl } from "../upstreamHttp";
+import type { Clock } from "../../core/clock";
 
 export const WEBUI_PATHS = { txt2img: "/sdapi/v1/txt2img", img2img: "/sdapi/v1/img2img" } as const;
 export type WebUiEndpoint = keyof typeof WEBUI_PATHS;

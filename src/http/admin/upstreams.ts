@@ -7,12 +7,13 @@
  */
 import { Elysia, t } from "elysia";
 import type { Config } from "../../config";
-import type { Clock } from "../../core/accounts";
 import { liveStatus } from "../../engines/status";
 import type { UpstreamPools } from "../../engines/upstreams";
 import type { UpstreamStateStore } from "../../store/upstreams";
 import { apiAuth, type ApiAuthDeps, type Principal } from "../auth";
 import { forbidden, notFound } from "../errors";
+import { enableUpstreamAccount } from "../../core/upstreamAccounts";
+import type { Clock } from "../../core/clock";
 
 export interface AdminUpstreamsDeps {
   config: Config;
@@ -41,14 +42,10 @@ export function adminUpstreamsRoutes(deps: AdminUpstreamsDeps) {
       "/upstreams/:upstream/accounts/:account/enable",
       ({ principal, params }) => {
         requireAdmin(principal);
-        const upstream = deps.config.upstreams.find((u) => u.id === params.upstream);
-        if (!upstream) throw notFound(`No upstream '${params.upstream}' is configured.`, "upstream", "upstream_not_found");
-        if (!upstream.accounts.some((a) => a.id === params.account)) {
-          throw notFound(`Upstream '${upstream.id}' has no account '${params.account}'.`, "account", "account_not_found");
-        }
-        const wasDisabled = deps.store.upstreams.enableAccount(upstream.id, params.account);
-        deps.upstreams.get(upstream.id)?.refresh();
-        return { upstream: upstream.id, account: params.account, enabled: true, was_disabled: wasDisabled };
+        const result = enableUpstreamAccount({ upstreams: deps.config.upstreams, flags: deps.store.upstreams, pools: deps.upstreams }, params.upstream, params.account);
+        if (!result.ok && result.missing === "upstream") throw notFound(`No upstream '${params.upstream}' is configured.`, "upstream", "upstream_not_found");
+        if (!result.ok) throw notFound(`Upstream '${params.upstream}' has no account '${params.account}'.`, "account", "account_not_found");
+        return { upstream: params.upstream, account: params.account, enabled: true, was_disabled: result.wasDisabled };
       },
       { params: t.Object({ upstream: t.String(), account: t.String() }), detail: { hide: true } },
     );

@@ -2,7 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { InsufficientCreditsError, type UserRow } from "../../core/store";
-import { MAX_CREDIT_GRANT } from "../../core/limits";
+import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { enableUpstreamAccount } from "../../core/upstreamAccounts";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
@@ -40,7 +40,7 @@ export function adminRoutes(services: Services) {
   return new Elysia({ name: "workbench.admin" })
     .use(workbenchGuards(services))
     .get("/admin", ({ viewer, query }) => {
-      const search = (query.q ?? "").slice(0, 254);
+      const search = (query.q ?? "").slice(0, MAX_EMAIL_CHARS);
       return usersPage(viewer, search, { notice: NOTICES[query.done ?? ""] ?? null });
     }, { admin: true, ...hide })
     .post("/admin/users/:id/credits", ({ viewer, body, params }) => {

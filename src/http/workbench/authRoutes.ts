@@ -5,6 +5,7 @@ import type { SetupResult } from "../../core/signIn";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
 import { checkViewer, viewerOf, workbenchGuards } from "./guards";
 import { clientAddress, formFields, htmlResponse, redirect, safeNext } from "./respond";
+import { MAX_EMAIL_CHARS } from "../../core/limits";
 
 const hide = { detail: { hide: true } };
 
@@ -27,7 +28,7 @@ export function authRoutes(services: Services) {
     }, hide)
     .post("/signin", async ({ request, body, query }) => {
       const f = formFields(body);
-      const email = (f.email ?? "").slice(0, 254);
+      const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const result = await workbench.signIn.withPassword(email, f.password ?? "", clientAddress(request));
       if (!result.ok) {
         if (result.reason === "throttled") {
@@ -48,7 +49,7 @@ export function authRoutes(services: Services) {
     .post("/signup", async ({ request, body }) => {
       if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
       const f = formFields(body);
-      const email = (f.email ?? "").slice(0, 254);
+      const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const form = (error: string, status: number) =>
         htmlResponse(signUpPage({ email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
       const result = await workbench.signIn.signUp(email, f.password ?? "", clientAddress(request));
@@ -70,7 +71,7 @@ export function authRoutes(services: Services) {
       htmlResponse(setupPage({ pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
     .post("/setup", async ({ request, body }) => {
       const f = formFields(body);
-      const email = (f.email ?? "").slice(0, 254);
+      const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const form = (error: string, status: number) =>
         htmlResponse(setupPage({ pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
       const result = await workbench.signIn.setUpFirstAdmin(f.token ?? "", email, f.password ?? "", clientAddress(request));

@@ -14,7 +14,8 @@ import { Elysia, status } from "elysia";
 import type { Services } from "../../services";
 import type { Viewer } from "../../workbench/layout";
 import { metaOf } from "../requestMeta";
-import { isSameOrigin, tokensEqual } from "./origin";
+import { isSameOrigin } from "./origin";
+import { tokensEqual } from "../../core/digest";
 import { csrfRejected, formFields, problemPage, redirect } from "./respond";
 
 /** The signed-in viewer, or null. */

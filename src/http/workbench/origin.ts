@@ -33,10 +33,3 @@ export function isSameOrigin(request: Request, config: Config): boolean {
   return own.has(from);
 }
 
-/** Constant-time comparison of two tokens. */
-export function tokensEqual(a: string | null | undefined, b: string): boolean {
-  if (typeof a !== "string" || a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
-}

@@ -5,7 +5,8 @@
  */
 import type { Config } from "../../config";
 import type { Workbench } from "./workbench";
-import { isSameOrigin, tokensEqual } from "./origin";
+import { isSameOrigin } from "./origin";
+import { tokensEqual } from "../../core/digest";
 import type { Principal } from "../auth";
 import { forbidden } from "../errors";
 

@@ -1,12 +1,12 @@
 /** Everything the workbench routes share: session cookies and sign-in (with the setup token). Built once per app. */
 import type { Config } from "../../config";
-import type { Clock } from "../../core/accounts";
 import { Sessions } from "../../core/sessions";
 import { SetupToken } from "../../core/setupToken";
 import { SignIn } from "../../core/signIn";
 import type { Logger } from "../../logger";
 import type { Store } from "../../store";
 import { SessionCookies } from "./sessionCookies";
+import type { Clock } from "../../core/clock";
 
 export interface Workbench {
   sessions: SessionCookies;

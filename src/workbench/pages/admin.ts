@@ -1,5 +1,5 @@
 /** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
-import { MAX_CREDIT_GRANT } from "../../core/limits";
+import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
 import type { AccountStatus } from "../../engines/status";
 import type { RequestRow } from "../../store/requests";
@@ -74,7 +74,7 @@ export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean;
 <section class="card">
   <form method="get" action="/admin" class="row" role="search">
     <label for="user-search">Search by email</label>
-    <input id="user-search" name="q" type="search" value="${s.search}" maxlength="254">
+    <input id="user-search" name="q" type="search" value="${s.search}" maxlength="${MAX_EMAIL_CHARS}">
     <button type="submit">Search</button>
   </form>
   ${

@@ -6,11 +6,10 @@
 import type { CatalogModel } from "../../core/models";
 import { html, jsonForScript, type Html } from "../html";
 import { page, type Viewer } from "../layout";
+import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS, MAX_REFERENCE_IMAGES } from "../../core/limits";
 
 export const DEFAULT_SIZES = ["1024x1024", "1536x1024", "1024x1536", "512x512", "256x256", "auto"];
 export const DEFAULT_QUALITIES = ["auto", "low", "medium", "high"];
-export const MAX_REFERENCE_IMAGES = 10;
-export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 
 export interface PlaygroundModel {
   id: string;
@@ -78,7 +77,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
   ${noImage ? html`<p class="msg error">No image model is configured.</p>` : ""}
   <form id="generate-form" class="stack" novalidate>
     <label for="gen-prompt">Prompt</label>
-    <textarea id="gen-prompt" name="prompt" rows="3" required maxlength="32000" placeholder="A lighthouse at dusk, watercolor"></textarea>
+    <textarea id="gen-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="A lighthouse at dusk, watercolor"></textarea>
     ${imageFields("gen", m, defaultImageModel)}
     <fieldset class="dropzone" data-dropzone>
       <legend>Reference images <span class="muted">(optional, up to ${MAX_REFERENCE_IMAGES}; PNG, JPEG or WebP, at most 10 MiB each)</span></legend>
@@ -107,7 +106,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     <label for="edit-mask">Mask file <span class="muted">(optional PNG with transparency; replaces the painted mask)</span></label>
     <input id="edit-mask" type="file" accept="image/png" data-mask-file>
     <label for="edit-prompt">Prompt</label>
-    <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="32000" placeholder="Replace the sky with a starry night"></textarea>
+    <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="Replace the sky with a starry night"></textarea>
     ${imageFields("edit", m, defaultImageModel)}
     <p class="msg error" role="alert" hidden data-form-error></p>
     <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Edit (1 credit)</button>
