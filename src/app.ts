@@ -11,7 +11,7 @@ import { errorResponse } from "./http/errors";
 import { toApiError } from "./http/errorMapping";
 import { opsRoutes } from "./http/ops";
 import { polishOpenApiDocument } from "./http/openapiDocument";
-import { metaOf, pathOf } from "./http/requestMeta";
+import { pathOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
 import { chatRoutes } from "./http/v1/chat";
 import { imagesRoutes } from "./http/v1/images";
@@ -60,12 +60,9 @@ export function createApp(services: Services) {
       };
       const apiError = toApiError(error, request, logger, allowed);
       // The headers the cors plugin set for this request would otherwise be lost.
-      return errorResponse(apiError, { "x-request-id": metaOf(request).id, ...corsHeadersForError(request, pathOf(request)) });
+      return errorResponse(apiError, corsHeadersForError(request, pathOf(request)));
     })
     .use(apiCors())
-    .onRequest(({ request, set }) => {
-      set.headers["x-request-id"] = metaOf(request).id;
-    })
     // Registered before the openapi plugin so that it covers the plugin's /openapi.json route.
     .onAfterHandle({ as: "global" }, ({ request, responseValue }) => {
       if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue);

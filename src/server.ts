@@ -79,6 +79,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     } finally {
       services.budget.release(request);
     }
+    // The one place that sets it: every answer, the app's and the server's own.
     response.headers.set("x-request-id", meta.id);
     // The unread rest of a body would be taken for the next request on this connection.
     if (meta.bodyUnread) response.headers.set("connection", "close");

@@ -172,7 +172,7 @@ function formToObject(form: FormData): Record<string, FormDataEntryValue | FormD
  * A route-level Elysia `parse` hook accepting the given body kinds. Returning a value makes it
  * the body; throwing an ApiError answers with it.
  */
-export function acceptBody(budget: BodyBudget, ...accepted: BodyKind[]) {
+export function acceptBody(...accepted: BodyKind[]) {
   return async function parseBody({ request }: { request: Request }): Promise<unknown> {
     const contentType = request.headers.get("content-type");
     const kind = kindOf(contentType);
@@ -194,8 +194,8 @@ export function acceptBody(budget: BodyBudget, ...accepted: BodyKind[]) {
  * the route's auth step, and the server authenticates early only requests that carry a body,
  * so a keyless POST with no body (or an empty one) was answered 400/415 instead of 401.
  */
-export function acceptApiBody(auth: ApiAuthDeps, budget: BodyBudget, ...accepted: BodyKind[]) {
-  const parse = acceptBody(budget, ...accepted);
+export function acceptApiBody(auth: ApiAuthDeps, ...accepted: BodyKind[]) {
+  const parse = acceptBody(...accepted);
   return function parseApiBody(ctx: { request: Request }): Promise<unknown> {
     authenticateApiRequest(ctx.request, auth);
     return parse(ctx);

@@ -19,7 +19,7 @@ import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ChatCompletion, ChatCompletionRequest } from "./model";
 import { normalizeBody } from "./parse";
 
-type ChatDeps = Pick<Services, "config" | "store" | "logger" | "clock" | "catalog" | "budget" | "auth" | "background" | "engines" | "gates">;
+type ChatDeps = Pick<Services, "config" | "store" | "logger" | "clock" | "catalog" | "auth" | "background" | "engines" | "gates">;
 
 /** How much of the last user message the request history keeps. */
 const HISTORY_PROMPT_CHARS = 500;
@@ -84,7 +84,7 @@ export function chatRoutes(deps: ChatDeps) {
       {
         // acceptApiBody always answers (a body or an error), so the trailing "json" never runs: it is
         // there because the OpenAPI plugin derives the request content type from named parsers.
-        parse: [acceptApiBody(deps.auth, deps.budget, "json"), "json"],
+        parse: [acceptApiBody(deps.auth, "json"), "json"],
         transform: normalizeBody,
         body: "ChatCompletionRequest",
         response: { 200: "ChatCompletion", ...errorResponses(400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504) },

@@ -84,7 +84,7 @@ export function imagesRoutes(services: Services) {
         return await run("generate", principal, request, set, { ...fields, images });
       },
       {
-        parse: acceptApiBody(services.auth, services.budget, "json"),
+        parse: acceptApiBody(services.auth, "json"),
         ...common,
         detail: {
           tags: ["Images"],
@@ -135,7 +135,7 @@ export function imagesRoutes(services: Services) {
         return await run("edit", principal, request, set, { ...fields, images, mask });
       },
       {
-        parse: acceptApiBody(services.auth, services.budget, "multipart", "json"),
+        parse: acceptApiBody(services.auth, "multipart", "json"),
         ...common,
         detail: {
           tags: ["Images"],
