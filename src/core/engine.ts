@@ -43,6 +43,24 @@ export interface ImageJob {
   /** OpenAI's pass-through fields (background, output_format, style, user, …). */
   extra: Record<string, unknown>;
   signal: AbortSignal;
+  /**
+   * How many partial images the client asked for (0–3, streaming only); an engine that can
+   * show intermediate pictures reports at most this many through onProgress.
+   */
+  partialImages?: number;
+  /**
+   * Progress as the engine knows it: a fraction (0..1) and, when it has one, an intermediate
+   * picture. Optional for engines; calling it never throws and never blocks the engine.
+   */
+  onProgress?: (report: ProgressReport) => void;
+}
+
+/** One progress report of a running generation. */
+export interface ProgressReport {
+  /** 0..1, when the engine can tell. */
+  fraction?: number;
+  /** An intermediate picture (a PNG, JPEG or WebP of any size), when the engine has one. */
+  partial?: { bytes: Uint8Array; mime: ImageMime; width: number; height: number };
 }
 
 export interface GeneratedImage {

@@ -3,6 +3,7 @@
  * {"error":{"message","type","param","code"}}, as OpenAI's clients expect.
  */
 import { t } from "elysia";
+import type { ErrorBody } from "../core/errorBody";
 
 export type ErrorType =
   | "invalid_request_error"
@@ -14,9 +15,7 @@ export type ErrorType =
   | "server_error"
   | "upstream_error";
 
-export interface ErrorBody {
-  error: { message: string; type: string; param: string | null; code: string | null };
-}
+export type { ErrorBody } from "../core/errorBody";
 
 /**
  * An error that becomes an HTTP answer. It must not carry a property named `code`:
