@@ -5,7 +5,8 @@
  * that bytes an upstream calls an image really are one.
  */
 import { concatChunks } from "../core/bytes";
-import type { GeneratedImage } from "../core/engine";
+import type { GeneratedImage, ProgressReport } from "../core/engine";
+import { MAX_IMAGE_BYTES } from "../core/limits";
 import { sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
@@ -80,8 +81,12 @@ const MAX_JSON_BODY = 256 * 1024 * 1024;
  * pool can tell a timeout from a failure.
  */
 export async function callJson(call: UpstreamCall): Promise<unknown> {
-  const res = await send(call);
-  const text = await readText(res, MAX_JSON_BODY, call);
+  return readJson(await callUpstream(call), call);
+}
+
+/** The parsed JSON body of an upstream answer (bounded like callJson's). */
+export async function readJson(res: Response, call: Pick<UpstreamCall, "signal" | "redactor">, limit = MAX_JSON_BODY): Promise<unknown> {
+  const text = await readText(res, limit, call);
   try {
     return JSON.parse(text) as unknown;
   } catch {
@@ -89,7 +94,11 @@ export async function callJson(call: UpstreamCall): Promise<unknown> {
   }
 }
 
-async function send(call: UpstreamCall): Promise<Response> {
+/**
+ * Sends the request and returns the 2xx answer unread (for answers that are not one JSON
+ * document, such as server-sent events); every other outcome fails as in callJson.
+ */
+export async function callUpstream(call: UpstreamCall): Promise<Response> {
   let res: Response;
   try {
     res = await fetch(call.url, { method: call.method ?? "POST", headers: call.headers, body: call.body, signal: call.signal, redirect: "follow" });
@@ -106,7 +115,7 @@ async function send(call: UpstreamCall): Promise<Response> {
 }
 
 /** Reads a body up to `limit` bytes; a reset mid-body is a failure, an abort is rethrown. */
-async function readText(res: Response, limit: number, call: UpstreamCall): Promise<string> {
+async function readText(res: Response, limit: number, call: Pick<UpstreamCall, "signal" | "redactor">): Promise<string> {
   const bytes = await readBounded(res, limit, call);
   return new TextDecoder().decode(bytes);
 }
@@ -134,6 +143,88 @@ async function readBounded(res: Response, limit: number, call: { signal: AbortSi
     throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
   }
   return concatChunks(chunks, total);
+}
+
+/** One server-sent event: its `event:` name ("message" when absent) and its `data:` lines joined. */
+export interface ServerSentEvent {
+  event: string;
+  data: string;
+}
+
+/**
+ * The events of a `text/event-stream` answer, parsed as the HTML standard says (lines end in
+ * LF, CRLF or CR; `:` starts a comment; one leading space of a value is dropped; a blank line
+ * ends an event) and bounded: one event's data at most `maxEventChars`, the whole body at most
+ * `maxTotalBytes`. A broken connection is a failed attempt; an abort is rethrown untouched.
+ */
+export async function* readServerSentEvents(
+  res: Response,
+  limits: { maxEventChars: number; maxTotalBytes: number },
+  call: Pick<UpstreamCall, "signal" | "redactor">,
+): AsyncGenerator<ServerSentEvent> {
+  if (!res.body) return;
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let total = 0;
+  let event = "";
+  let data: string[] = [];
+  let dataChars = 0;
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        if (call.signal.aborted) throw e;
+        throw new AttemptFailure("failed", `the upstream connection broke while streaming its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
+      }
+      if (chunk.done) {
+        buffer += decoder.decode();
+      } else {
+        total += chunk.value.byteLength;
+        if (total > limits.maxTotalBytes) throw new AttemptFailure("failed", `upstream stream exceeds the limit of ${limits.maxTotalBytes} bytes`);
+        buffer += decoder.decode(chunk.value, { stream: true });
+      }
+      let start = 0;
+      for (;;) {
+        const cr = buffer.indexOf("\r", start);
+        const lf = buffer.indexOf("\n", start);
+        const end = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
+        // A CR at the very end may be the first half of a CRLF: wait for the next chunk.
+        if (end === -1 || (end === cr && end === buffer.length - 1 && !chunk.done)) break;
+        const line = buffer.slice(start, end);
+        start = end + (buffer[end] === "\r" && buffer[end + 1] === "\n" ? 2 : 1);
+        if (line === "") {
+          if (data.length > 0) yield { event: event || "message", data: data.join("\n") };
+          event = "";
+          data = [];
+          dataChars = 0;
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon === -1 ? line : line.slice(0, colon);
+        let value = colon === -1 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "event") event = value;
+        else if (field === "data") {
+          dataChars += value.length + 1;
+          if (dataChars > limits.maxEventChars) throw new AttemptFailure("failed", `an upstream event exceeds the limit of ${limits.maxEventChars} characters`);
+          data.push(value);
+        }
+      }
+      buffer = buffer.slice(start);
+      // A line that never ends is bounded like an event.
+      if (buffer.length > limits.maxEventChars + 16) throw new AttemptFailure("failed", `an upstream event exceeds the limit of ${limits.maxEventChars} characters`);
+      if (chunk.done) {
+        // The standard drops an event the stream ended in the middle of.
+        return;
+      }
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
 }
 
 /** Downloads an image an upstream answered with as a URL, bounded in size and time. */
@@ -187,6 +278,23 @@ export function checkUpstreamImage(bytes: Uint8Array, revisedPrompt?: string): G
   const dims = readDimensions(bytes, mime);
   if (!dims || dims.width < 1 || dims.height < 1) throw new AttemptFailure("failed", `upstream returned a ${mime} whose header is unreadable`);
   return { bytes, mime, width: dims.width, height: dims.height, ...(revisedPrompt !== undefined ? { revisedPrompt } : {}) };
+}
+
+/**
+ * An intermediate picture an upstream showed (a streamed partial, a WebUI preview) as a progress
+ * partial, checked as cheaply as checkUpstreamImage (sniff and header) and no larger than an
+ * input image may be; null when it is not usable: a bad partial is skipped, it fails nothing.
+ */
+export function upstreamPartial(b64: string): NonNullable<ProgressReport["partial"]> | null {
+  if (b64.length > Math.ceil((MAX_IMAGE_BYTES * 4) / 3) + 64) return null;
+  try {
+    const bytes = decodeBase64Image(b64);
+    if (bytes.byteLength > MAX_IMAGE_BYTES) return null;
+    const { mime, width, height } = checkUpstreamImage(bytes);
+    return { bytes, mime, width, height };
+  } catch {
+    return null;
+  }
 }
 
 /** Strict base64 (optionally a data URL) to bytes; malformed text is a failed attempt. */

@@ -59,7 +59,7 @@ export function poolFor(
 export function registerUpstreamEngines(
   config: Config,
   registry: EngineRegistry,
-  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger },
+  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number },
 ): UpstreamPools {
   const pools = new Map<string, AccountPool>();
   // Every account secret of every upstream: no upstream's text may leak any of them.
@@ -75,7 +75,7 @@ export function registerUpstreamEngines(
       registry.registerUpstreamImage(upstream.id, engine);
       registry.registerUpstreamChat(upstream.id, engine);
     } else {
-      registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor));
+      registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
     }
     pool.persistSnapshot();
   }

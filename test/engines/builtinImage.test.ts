@@ -3,7 +3,7 @@ import { encode as encodeJpeg } from "jpeg-js";
 import { decodeImage, encodePng, pngHasAlpha, type Rgba } from "../../src/core/image/codec";
 import { BuiltinImageEngine } from "../../src/engines/builtin/imageEngine";
 import { BUILTIN_IMAGE, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
-import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
+import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 
 const engine = new BuiltinImageEngine();
 const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_IMAGE, params: {} };
@@ -195,6 +195,77 @@ describe("edit", () => {
     );
     await expect(engine.edit(job({ images: [pngInput(solid(2049, 2, [1, 2, 3, 255]))] }))).rejects.toBeInstanceOf(UpstreamRejected);
     await expect(engine.edit(job({ images: [] }))).rejects.toBeInstanceOf(UpstreamRejected);
+  });
+});
+
+describe("progressive rendering (streamed jobs)", () => {
+  const collect = () => {
+    const reports: ProgressReport[] = [];
+    return { reports, onProgress: (r: ProgressReport) => reports.push(r) };
+  };
+  const partialsOf = (reports: ProgressReport[]) => reports.flatMap((r) => (r.partial ? [r.partial] : []));
+
+  test("partialImages n gives exactly n real PNG partials of the output size, coarse to fine, and the same final bytes as without them", async () => {
+    const plain = await engine.generate(job({ prompt: "mountains at night", size: { width: 192, height: 128 } }));
+    const finalPixels = decoded(plain.bytes);
+    for (const n of [0, 1, 2, 3]) {
+      const { reports, onProgress } = collect();
+      const out = await engine.generate(job({ prompt: "mountains at night", size: { width: 192, height: 128 }, partialImages: n, onProgress }));
+      expect(Buffer.compare(out.bytes, plain.bytes)).toBe(0);
+      const partials = partialsOf(reports);
+      expect(partials).toHaveLength(n);
+      let previous = Number.POSITIVE_INFINITY;
+      for (const p of partials) {
+        expect(p.mime).toBe("image/png");
+        expect([p.width, p.height]).toEqual([192, 128]);
+        const img = decoded(p.bytes);
+        expect([img.width, img.height]).toEqual([192, 128]);
+        // Each partial is closer to the final picture than the one before, and none is it yet.
+        const distance = meanAbsDiff(img, finalPixels);
+        expect(distance).toBeGreaterThan(0);
+        expect(distance).toBeLessThan(previous);
+        previous = distance;
+      }
+      // Fractions only go up and stay within 0..1.
+      const fractions = reports.map((r) => r.fraction!);
+      expect(fractions).toEqual([...fractions].sort((a, b) => a - b));
+      for (const f of fractions) expect(f >= 0 && f <= 1).toBe(true);
+    }
+  });
+
+  test("more than 3 partials asked for gives 3; a listener that throws does not stop the engine", async () => {
+    const { reports, onProgress } = collect();
+    await engine.generate(job({ size: { width: 64, height: 64 }, partialImages: 9, onProgress }));
+    expect(partialsOf(reports)).toHaveLength(3);
+    const out = await engine.generate(job({ size: { width: 64, height: 64 }, partialImages: 2, onProgress: () => { throw new Error("listener bug"); } }));
+    expect(out.width).toBe(64);
+  });
+
+  test("a masked edit's partials already keep every pixel outside the mask", async () => {
+    const W = 96;
+    const H = 64;
+    const input = checker(W, H);
+    const mask = solid(W, H, [0, 0, 0, 255]);
+    for (let y = 10; y < 40; y++) for (let x = 20; x < 70; x++) mask.data[(y * W + x) * 4 + 3] = 0;
+    const { reports, onProgress } = collect();
+    const out = await engine.edit(job({ images: [pngInput(input)], mask: pngInput(mask), partialImages: 2, onProgress }));
+    const plain = await engine.edit(job({ images: [pngInput(input)], mask: pngInput(mask) }));
+    expect(Buffer.compare(out.bytes, plain.bytes)).toBe(0);
+    const partials = partialsOf(reports);
+    expect(partials).toHaveLength(2);
+    for (const p of partials) {
+      const img = decoded(p.bytes);
+      for (let i = 0; i < img.data.length; i += 4) {
+        if (mask.data[i + 3] === 255) expect(img.data.subarray(i, i + 4)).toEqual(input.data.subarray(i, i + 4));
+      }
+      expect(differingPixels(img, input)).toBeGreaterThan(0);
+    }
+  });
+
+  test("an abort between partials stops with EngineTimeout", async () => {
+    const controller = new AbortController();
+    const promise = engine.generate(job({ size: { width: 256, height: 256 }, partialImages: 3, signal: controller.signal, onProgress: () => controller.abort() }));
+    await expect(promise).rejects.toBeInstanceOf(EngineTimeout);
   });
 });
 

@@ -6,12 +6,15 @@ import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Config } from "../../src/config";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
-import { startFakeOpenAI } from "../support/fakeUpstreams";
+import { FAKE_PARTIAL_COLOR, startFakeOpenAI } from "../support/fakeUpstreams";
+import { readServerSentEvents, type ServerSentEvent } from "../../src/engines/upstreamHttp";
+import { SecretRedactor } from "../../src/engines/redact";
+import { AttemptFailure } from "../../src/engines/pool";
 import { makePng, readPng } from "../support/images";
 import { configFromToml } from "../support/server";
 
@@ -276,5 +279,116 @@ describe("faults", () => {
     expect(results).toHaveLength(15);
     expect(fake.maxConcurrent.get(KEY_A)).toBe(2);
     expect(fake.maxConcurrent.get(KEY_B)).toBe(1);
+  });
+});
+
+describe("streamed jobs (partial images)", () => {
+  const partialsOf = (reports: ProgressReport[]) => reports.flatMap((r) => (r.partial ? [r.partial] : []));
+  const listen = () => {
+    const reports: ProgressReport[] = [];
+    return { reports, onProgress: (r: ProgressReport) => reports.push(r) };
+  };
+
+  test("generation: stream and partial_images go upstream; its partial_image events become partials, its completed event the image", async () => {
+    const { engine, job } = build();
+    const { reports, onProgress } = listen();
+    const img = await engine.generate(job({ partialImages: 2, onProgress }));
+    const r = fake.received[0]!;
+    expect(r.json).toEqual({ model: "gpt-image-up", prompt: "a red fox", n: 1, size: "48x32", stream: true, partial_images: 2 });
+    const partials = partialsOf(reports);
+    expect(partials).toHaveLength(2);
+    partials.forEach((p, k) => {
+      expect(p).toMatchObject({ mime: "image/png", width: 48, height: 32 });
+      expect(Array.from(readPng(p.bytes).data.subarray(0, 4))).toEqual(FAKE_PARTIAL_COLOR(k));
+    });
+    expect(img).toMatchObject({ mime: "image/png", width: 48, height: 32, revisedPrompt: "a red fox", trace: { attempts: 1 } });
+    expect(readPng(img.bytes).data[4]).toBe(1); // the gradient, not a partial's flat colour
+  });
+
+  test("edit: multipart with stream=true and partial_images; image_edit.* events are read the same way", async () => {
+    const { engine, job } = build();
+    fake.setEventGapMs(5);
+    const { reports, onProgress } = listen();
+    const img = await engine.edit(job({ images: [input(16, 16)], partialImages: 1, onProgress }));
+    expect(fake.received[0]!.fields).toMatchObject({ stream: ["true"], partial_images: ["1"] });
+    expect(partialsOf(reports)).toHaveLength(1);
+    expect(img.width).toBe(48);
+  });
+
+  test("without partials nothing is streamed: the plain request, only the image", async () => {
+    const { engine, job } = build();
+    const { reports, onProgress } = listen();
+    await engine.generate(job({ partialImages: 0, onProgress }));
+    expect(fake.received[0]!.json).not.toHaveProperty("stream");
+    expect(partialsOf(reports)).toHaveLength(0);
+  });
+
+  test("an upstream that ignores stream (answers JSON) gives the image and no partials", async () => {
+    const { engine, job } = build();
+    fake.setStreamMode("json");
+    const { reports, onProgress } = listen();
+    const img = await engine.generate(job({ partialImages: 3, onProgress }));
+    expect(fake.received).toHaveLength(1);
+    expect(partialsOf(reports)).toHaveLength(0);
+    expect(img.width).toBe(48);
+  });
+
+  test("an upstream that refuses stream (400) is asked once more without it, on the same attempt", async () => {
+    const { engine, job } = build();
+    fake.setStreamMode("reject");
+    const img = await engine.generate(job({ partialImages: 2, onProgress: () => {} }));
+    expect(fake.received.map((r) => r.json?.stream ?? null)).toEqual([true, null]);
+    expect(img.trace).toMatchObject({ attempts: 1 });
+  });
+
+  test("an error event mid-stream fails the attempt (redacted), and the next account's stream succeeds", async () => {
+    const { engine, job, logs } = build();
+    fake.queueFaults(KEY_A, { kind: "stream-error", message: `boom with ${KEY_A}` });
+    fake.queueFaults(KEY_B, { kind: "stream-error", message: `boom with ${KEY_A}` });
+    const { reports, onProgress } = listen();
+    const img = await engine.generate(job({ partialImages: 2, onProgress }));
+    expect(img.trace!.attempts).toBe(3);
+    // One partial from each failed attempt, then the third attempt's: never more than asked per attempt.
+    expect(partialsOf(reports).length).toBeGreaterThanOrEqual(2);
+    expect(logs.join("\n")).not.toContain(KEY_A);
+  });
+
+  test("every attempt ends in an error event: UpstreamFailed naming the upstream's message", async () => {
+    const { engine, job } = build("max_attempts = 2");
+    fake.alwaysFault(KEY_A, { kind: "stream-error", message: "the GPU caught fire" });
+    fake.alwaysFault(KEY_B, { kind: "stream-error", message: "the GPU caught fire" });
+    const err = await engine.generate(job({ partialImages: 1, onProgress: () => {} })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect((err as Error).message).toContain("the GPU caught fire");
+  });
+});
+
+describe("reading server-sent events", () => {
+  const parse = async (text: string | string[], limits = { maxEventChars: 1000, maxTotalBytes: 10_000 }) => {
+    const chunks = (Array.isArray(text) ? text : [text]).map((t) => new TextEncoder().encode(t));
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (const chunk of chunks) c.enqueue(chunk);
+        c.close();
+      },
+    });
+    const out: ServerSentEvent[] = [];
+    for await (const e of readServerSentEvents(new Response(body), limits, { signal: new AbortController().signal, redactor: new SecretRedactor([]) })) out.push(e);
+    return out;
+  };
+
+  test("LF, CRLF and CR line ends, comments, multi-line data, a value's one leading space, lines split across chunks", async () => {
+    expect(await parse(": hi\nevent: a\ndata: 1\ndata:2\n\nevent:b\r\ndata:  x\r\n\r\ndata: y\r\rdata: z")).toEqual([
+      { event: "a", data: "1\n2" },
+      { event: "b", data: " x" },
+      { event: "message", data: "y" },
+    ]);
+    expect(await parse(["event: a\r", "\ndata: {\"k\":", "1}\r", "\n\r\n"])).toEqual([{ event: "a", data: '{"k":1}' }]);
+  });
+
+  test("an event or a line over maxEventChars, and a body over maxTotalBytes, fail the attempt", async () => {
+    await expect(parse(`data: ${"x".repeat(2000)}\n\n`)).rejects.toBeInstanceOf(AttemptFailure);
+    await expect(parse(`data: ${"x".repeat(2000)}`)).rejects.toBeInstanceOf(AttemptFailure);
+    await expect(parse(Array(30).fill(`data: ${"x".repeat(500)}\n\n`))).rejects.toBeInstanceOf(AttemptFailure);
   });
 });

@@ -1,13 +1,13 @@
 /**
  * The `sdwebui` engine against a fake Stable Diffusion WebUI on loopback: txt2img/img2img,
  * size and quality mapping, per-model params, basic auth, the mask inverted pixel by pixel,
- * and faults.
+ * progress polling with live previews as partials, and faults.
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
 import { QUALITY_STEPS } from "../../src/engines/sdwebui/translate";
-import { UpstreamRejected, type ImageInput, type ImageJob } from "../../src/core/engine";
+import { UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
@@ -49,7 +49,7 @@ params = { steps = 30, width = 512, height = 640 }
   const store = createStore(openDatabase(":memory:"), latestVersion());
   const registry = new EngineRegistry();
   const logs: string[] = [];
-  registerUpstreamEngines(config, registry, { store: store.upstreams, clock: Date.now, logger: createLogger((l) => logs.push(l)) });
+  registerUpstreamEngines(config, registry, { store: store.upstreams, clock: Date.now, logger: createLogger((l) => logs.push(l)), progressPollMs: 10 });
   const catalog = new ModelCatalog(config);
   const sdxl = catalog.get("sdxl")!;
   const engine = registry.imageEngine(sdxl)!;
@@ -171,5 +171,64 @@ describe("sdwebui faults", () => {
     fake.queueFaults("alice", { kind: "not-image" });
     const img = await engine.generate(job());
     expect(img.trace).toMatchObject({ accountId: "gpu2", attempts: 2 });
+  });
+});
+
+describe("sdwebui progress", () => {
+  const listen = () => {
+    const reports: ProgressReport[] = [];
+    return { reports, onProgress: (r: ProgressReport) => reports.push(r) };
+  };
+
+  test("while a generation runs, /sdapi/v1/progress is polled with the same account; fractions are reported and previews become partials spread over the run", async () => {
+    const { engine, job } = build();
+    fake.setProgressSteps(4);
+    const { reports, onProgress } = listen();
+    const img = await engine.generate(job({ partialImages: 2, onProgress }));
+    expect(img.width).toBe(64);
+    const polls = fake.received.filter((r) => r.path.startsWith("/sdapi/v1/progress"));
+    expect(polls.length).toBeGreaterThanOrEqual(4);
+    expect(polls[0]!.method).toBe("GET");
+    expect(polls[0]!.authorization).toBe(fake.received.find((r) => r.path === "/sdapi/v1/txt2img")!.authorization);
+    // Polls see 0.25, 0.5, 0.75, 1: the partials are taken at 1/3 and 2/3 of the way, i.e. at 0.5 and 0.75.
+    const partials = reports.filter((r) => r.partial);
+    expect(partials.map((r) => r.fraction)).toEqual([0.5, 0.75]);
+    for (const p of partials) {
+      expect(p.partial).toMatchObject({ mime: "image/png", width: 64, height: 48 });
+      expect(readPng(p.partial!.bytes).width).toBe(64);
+    }
+    expect(reports.map((r) => r.fraction)).toContain(0.25);
+    // Once both partials were taken, later polls skip the preview.
+    expect(fake.progressPolls.at(-1)!.skipCurrentImage).toBe(true);
+    expect(fake.progressPolls[0]!.skipCurrentImage).toBe(false);
+  });
+
+  test("a job that listens without partials polls with skip_current_image and reports fractions only; a job that does not listen never polls", async () => {
+    const { engine, job } = build();
+    fake.setProgressSteps(2);
+    const { reports, onProgress } = listen();
+    await engine.generate(job({ onProgress }));
+    expect(fake.progressPolls.every((p) => p.skipCurrentImage)).toBe(true);
+    expect(reports.some((r) => r.partial)).toBe(false);
+    expect(reports.length).toBeGreaterThan(0);
+
+    fake.reset();
+    await engine.generate(job());
+    expect(fake.received.filter((r) => r.path.startsWith("/sdapi/v1/progress"))).toHaveLength(0);
+  });
+
+  test("a failing progress poll fails nothing, and polling stops when the generation ends", async () => {
+    const { engine, job } = build();
+    fake.setProgressSteps(2);
+    // Whichever server takes the job: its txt2img goes through, its first two progress polls answer 500.
+    for (const account of ["alice", "(none)"]) fake.queueFaults(account, { kind: "delay", ms: 0 }, { kind: "status", status: 500 }, { kind: "status", status: 500 });
+    const { reports, onProgress } = listen();
+    const img = await engine.generate(job({ partialImages: 1, onProgress }));
+    expect(img.trace).toMatchObject({ attempts: 1 });
+    expect(fake.received.filter((r) => r.path.startsWith("/sdapi/v1/progress")).length).toBeGreaterThanOrEqual(4);
+    expect(reports.filter((r) => r.partial)).toHaveLength(1);
+    const count = fake.received.length;
+    await Bun.sleep(60);
+    expect(fake.received.length).toBe(count);
   });
 });

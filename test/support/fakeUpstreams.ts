@@ -4,6 +4,21 @@
  * concurrent requests per account, and inject faults on demand.
  *
  * Accounts are told apart by their credentials (the Bearer key, or the basic-auth user).
+ *
+ * Streaming follows the APIs' own documents:
+ * - OpenAI: `stream: true` on /v1/images/generations and /v1/images/edits answers
+ *   `text/event-stream` with `partial_images` events `image_generation.partial_image` /
+ *   `image_edit.partial_image` (b64_json, partial_image_index, size, quality, background,
+ *   output_format, created_at) and then `image_generation.completed` / `image_edit.completed`
+ *   (the same fields and usage), each as `event: <type>` plus `data: <json>`; a failure is
+ *   `event: error` with `{"type":"error","error":{…}}` (developers.openai.com/api/reference/
+ *   resources/images/generation-streaming-events and …/edit-streaming-events; openai-node
+ *   src/resources/images.ts ImageGenStreamEvent / ImageEditStreamEvent).
+ * - Stable Diffusion WebUI: GET /sdapi/v1/progress?skip_current_image=… answers
+ *   ProgressResponse {progress, eta_relative, state, current_image, textinfo}: progress 0 and no
+ *   image while idle, else the fraction done and the live preview as base64 unless skipped
+ *   (AUTOMATIC1111 modules/api/api.py `progressapi`, modules/api/models.py ProgressRequest /
+ *   ProgressResponse).
  */
 import type { Server } from "bun";
 import { makePng } from "./images";
@@ -16,7 +31,9 @@ export type Fault =
   | { kind: "reset" }
   | { kind: "not-image" }
   | { kind: "url" }
-  | { kind: "delay"; ms: number };
+  | { kind: "delay"; ms: number }
+  /** A streamed image request: one partial image, then `event: error` (OpenAI fake). */
+  | { kind: "stream-error"; message?: string };
 
 export interface ReceivedPart {
   name: string;
@@ -52,10 +69,35 @@ export interface FakeUpstream {
   stop(): Promise<void>;
 }
 
+/**
+ * How the OpenAI fake answers `stream: true`: server-sent events ("sse", the default), one JSON
+ * answer as if it did not know the field ("json"), or a 400 refusing the field ("reject").
+ */
+export type StreamMode = "sse" | "json" | "reject";
+
+export interface FakeOpenAI extends FakeUpstream {
+  setStreamMode(mode: StreamMode): void;
+  /** Pause between streamed events (default 0). */
+  setEventGapMs(ms: number): void;
+}
+
+export interface FakeWebUI extends FakeUpstream {
+  /**
+   * With n > 0 a generation answers only after /sdapi/v1/progress has been polled n times while
+   * it runs (or after 5 s), poll i reporting progress i/n with a preview; 0 (the default)
+   * answers at once.
+   */
+  setProgressSteps(n: number): void;
+  /** Progress polls received while a generation ran, with their skip_current_image value. */
+  progressPolls: { skipCurrentImage: boolean; progress: number }[];
+}
+
 interface Behaviour {
   /** The revised_prompt an OpenAI fake adds to image answers. */
   revised?: string;
   answer(req: Received, request: Request, origin: string): Response | Promise<Response>;
+  /** Back to the defaults (reset()). */
+  resetBehaviour?(): void;
 }
 
 function accountOf(authorization: string | null): string {
@@ -85,7 +127,7 @@ function startFake(behaviour: Behaviour): FakeUpstream {
       if (url.pathname.startsWith("/files/")) return behaviour.answer({ method: "GET", path: url.pathname, account: "(download)", authorization: null }, request, url.origin);
       const authorization = request.headers.get("authorization");
       const account = accountOf(authorization);
-      const rec: Received = { method: request.method, path: url.pathname, account, authorization };
+      const rec: Received = { method: request.method, path: url.pathname + (url.search ? `?${url.searchParams.toString()}` : ""), account, authorization };
       const type = request.headers.get("content-type") ?? "";
       if (type.includes("multipart/form-data")) {
         const form = await request.formData();
@@ -155,6 +197,8 @@ function startFake(behaviour: Behaviour): FakeUpstream {
         return behaviour.answer({ ...rec, path: `${rec.path}#url` }, request, origin);
       case "delay":
         return behaviour.answer(rec, request, origin);
+      case "stream-error":
+        return behaviour.answer({ ...rec, path: `${rec.path}#stream-error:${fault.message ?? "the fake upstream failed mid-stream"}` }, request, origin);
     }
   }
 
@@ -177,6 +221,7 @@ function startFake(behaviour: Behaviour): FakeUpstream {
       always.clear();
       latency = 0;
       behaviour.revised = undefined;
+      behaviour.resetBehaviour?.();
     },
     async stop() {
       for (const h of [...hanging]) h();
@@ -190,10 +235,12 @@ function sizeOf(value: unknown, fallback = 32): { width: number; height: number 
   return m ? { width: Number(m[1]), height: Number(m[2]) } : { width: fallback, height: fallback };
 }
 
-/** An OpenAI-compatible fake under /v1 (chat completions, image generations and edits). */
-export function startFakeOpenAI(): FakeUpstream {
+/** An OpenAI-compatible fake under /v1 (chat completions, image generations and edits, streamed or not). */
+export function startFakeOpenAI(): FakeOpenAI {
   const downloads = new Map<string, Uint8Array>();
   let n = 0;
+  let streamMode: StreamMode = "sse";
+  let eventGapMs = 0;
   const behaviour: Behaviour = {
     answer(req, _request, origin) {
       if (req.path.startsWith("/files/")) {
@@ -213,8 +260,18 @@ export function startFakeOpenAI(): FakeUpstream {
         });
       }
       if (path === "/v1/images/generations" || path === "/v1/images/edits") {
-        const size = sizeOf(req.json?.size ?? req.fields?.size?.[0]);
+        const field = (name: string) => req.json?.[name] ?? req.fields?.[name]?.[0];
+        const size = sizeOf(field("size"));
         const png = makePng(size.width, size.height, (x, y) => [x % 256, y % 256, 99, 255]);
+        const streamed = field("stream") === true || field("stream") === "true";
+        if (streamed && streamMode === "reject") {
+          return Response.json({ error: { message: "Unknown parameter: 'stream'.", type: "invalid_request_error", param: "stream", code: "unknown_parameter" } }, { status: 400 });
+        }
+        if (streamed && streamMode === "sse") {
+          const partials = Number(field("partial_images") ?? 0);
+          const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
+          return streamedImage(path.endsWith("generations") ? "image_generation" : "image_edit", size, partials, png, eventGapMs, failure);
+        }
         const item: Record<string, unknown> = {};
         if (variant === "not-image") item.b64_json = Buffer.from("this is not an image at all").toString("base64");
         else if (variant === "url") {
@@ -227,23 +284,100 @@ export function startFakeOpenAI(): FakeUpstream {
       }
       return Response.json({ error: { message: `no route ${req.path}` } }, { status: 404 });
     },
+    resetBehaviour() {
+      streamMode = "sse";
+      eventGapMs = 0;
+    },
   };
-  return startFake(behaviour);
+  return {
+    ...startFake(behaviour),
+    setStreamMode: (mode) => {
+      streamMode = mode;
+    },
+    setEventGapMs: (ms) => {
+      eventGapMs = ms;
+    },
+  };
 }
 
-/** A Stable Diffusion WebUI fake (/sdapi/v1/txt2img and /sdapi/v1/img2img). */
-export function startFakeWebUI(): FakeUpstream {
+/** The colour of the fake's k-th partial image (the final image is a gradient). */
+export const FAKE_PARTIAL_COLOR = (k: number): [number, number, number, number] => [40 * (k + 1), 10, 200, 255];
+
+/** OpenAI's image streaming events: `partials` partial images, then the completed image (or an error event). */
+function streamedImage(prefix: "image_generation" | "image_edit", size: { width: number; height: number }, partials: number, png: Uint8Array, gapMs: number, failure: string | undefined): Response {
+  const common = { size: `${size.width}x${size.height}`, quality: "medium", background: "opaque", output_format: "png", created_at: 1 };
+  const frames: string[] = [];
+  const event = (type: string, data: unknown) => frames.push(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`);
+  for (let k = 0; k < (failure ? 1 : partials); k++) {
+    const partial = makePng(size.width, size.height, () => FAKE_PARTIAL_COLOR(k));
+    event(`${prefix}.partial_image`, { type: `${prefix}.partial_image`, b64_json: Buffer.from(partial).toString("base64"), partial_image_index: k, ...common });
+  }
+  if (failure) event("error", { type: "error", error: { message: failure, type: "server_error", param: null, code: null } });
+  else {
+    const usage = { total_tokens: 100, input_tokens: 50, output_tokens: 50, input_tokens_details: { text_tokens: 10, image_tokens: 40 } };
+    event(`${prefix}.completed`, { type: `${prefix}.completed`, b64_json: Buffer.from(png).toString("base64"), ...common, usage });
+  }
+  const encoder = new TextEncoder();
+  const body = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      for (const frame of frames) {
+        if (gapMs > 0) await Bun.sleep(gapMs);
+        // Split each frame in two so a reader must join lines across chunks.
+        const cut = Math.floor(frame.length / 2);
+        controller.enqueue(encoder.encode(frame.slice(0, cut)));
+        controller.enqueue(encoder.encode(frame.slice(cut)));
+      }
+      controller.close();
+    },
+  });
+  return new Response(body, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+}
+
+/** A Stable Diffusion WebUI fake (/sdapi/v1/txt2img, /sdapi/v1/img2img and /sdapi/v1/progress). */
+export function startFakeWebUI(): FakeWebUI {
+  let steps = 0;
+  /** Polls seen by the running generation (one at a time is enough for the tests). */
+  let running: { polls: number; size: { width: number; height: number } } | null = null;
+  const progressPolls: FakeWebUI["progressPolls"] = [];
   const behaviour: Behaviour = {
-    answer(req) {
+    async answer(req) {
       const [path, variant] = req.path.split("#");
+      if (path?.startsWith("/sdapi/v1/progress")) {
+        const skip = new URLSearchParams(path.split("?")[1] ?? "").get("skip_current_image") === "true";
+        if (!running) return Response.json({ progress: 0, eta_relative: 0, state: { job_count: 0 }, current_image: null, textinfo: null });
+        running.polls++;
+        const progress = steps > 0 ? Math.min(1, running.polls / steps) : 0.5;
+        progressPolls.push({ skipCurrentImage: skip, progress });
+        const { width, height } = running.size;
+        const preview = skip ? null : Buffer.from(makePng(width, height, () => [Math.round(progress * 250), 120, 60, 255])).toString("base64");
+        return Response.json({ progress, eta_relative: 1, state: { job_count: 1, sampling_step: running.polls, sampling_steps: steps }, current_image: preview, textinfo: null });
+      }
       if (path === "/sdapi/v1/txt2img" || path === "/sdapi/v1/img2img") {
         const w = Number(req.json?.width ?? 64);
         const h = Number(req.json?.height ?? 64);
+        if (steps > 0) {
+          const job = { polls: 0, size: { width: w, height: h } };
+          running = job;
+          const started = Date.now();
+          while (job.polls < steps && Date.now() - started < 5000) await Bun.sleep(5);
+          if (running === job) running = null;
+        }
         const image = variant === "not-image" ? Buffer.from("garbage").toString("base64") : Buffer.from(makePng(w, h, () => [10, 200, 30, 255])).toString("base64");
         return Response.json({ images: [image], parameters: {}, info: "{}" });
       }
       return Response.json({ detail: "Not Found" }, { status: 404 });
     },
+    resetBehaviour() {
+      steps = 0;
+      running = null;
+      progressPolls.length = 0;
+    },
   };
-  return startFake(behaviour);
+  return {
+    ...startFake(behaviour),
+    progressPolls,
+    setProgressSteps: (n) => {
+      steps = n;
+    },
+  };
 }

@@ -2,6 +2,12 @@
  * `builtin-image`: an offline, deterministic procedural renderer behind the same ImageEngine
  * interface as the upstream engines. It is for trying the service without any upstream; it is
  * not an AI model. Same prompt, size and inputs give the same bytes.
+ *
+ * Streamed jobs (partialImages 1–3) are drawn coarse to fine: each partial is the same picture
+ * rendered at a fraction of the size (1/16, 1/8, 1/4 of each side for three partials; the last
+ * partial is always at 1/4), scaled up bilinearly to the output size and put through the same
+ * reference blend, repaint or restyle as the final image, then encoded as a PNG. The final image
+ * does not depend on how many partials were shown.
  */
 import { decodeImageOffThread, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
 import {
@@ -15,7 +21,8 @@ import {
   type InputProblem,
 } from "../../core/engine";
 import { accumulateReference, blendReferences, repaintMasked, resampleCover, restyle } from "./compose";
-import { planScene, renderScene } from "./scene";
+import { planScene, renderScene, type ScenePlan } from "./scene";
+import { partialsWanted, reportProgress } from "../progress";
 
 export const BUILTIN_MIN_SIDE = 64;
 export const BUILTIN_MAX_SIDE = 2048;
@@ -31,12 +38,17 @@ export class BuiltinImageEngine implements ImageEngine {
       );
     }
     const checkpoint = checkpointFor(job.signal);
-    const scene = renderScene(planScene(job.prompt), width, height, {
-      transparentSky: job.extra.background === "transparent",
-      checkpoint,
-    });
-    await this.blendIn(scene, job.images, "reference image", 0, checkpoint);
-    return this.finish(scene, job, checkpoint);
+    const plan = planScene(job.prompt);
+    const options = { transparentSky: job.extra.background === "transparent", checkpoint };
+    const references = await referenceMean(job.images, width, height, "reference image", 0, checkpoint);
+    const withReferences = (scene: Rgba) => {
+      if (references) blendReferences(scene, references);
+      return scene;
+    };
+    await showPartials(job, plan, width, height, options, withReferences);
+    const scene = withReferences(renderScene(plan, width, height, options));
+    reportProgress(job, { fraction: 0.9 });
+    return finish(scene, job, checkpoint);
   }
 
   /**
@@ -68,43 +80,80 @@ export class BuiltinImageEngine implements ImageEngine {
     await yieldToEventLoop();
     checkpoint();
     // The scene is drawn at the image's size; any further images act as references for it.
-    const scene = renderScene(planScene(job.prompt), base.width, base.height, { checkpoint });
-    await this.blendIn(scene, others, "image", 1, checkpoint);
-    const edited = mask ? repaintMasked(base, scene, mask) : restyle(base, scene);
-    return this.finish(edited, job, checkpoint);
+    const plan = planScene(job.prompt);
+    const references = await referenceMean(others, base.width, base.height, "image", 1, checkpoint);
+    const compose = (scene: Rgba) => {
+      if (references) blendReferences(scene, references);
+      return mask ? repaintMasked(base, scene, mask) : restyle(base, scene);
+    };
+    await showPartials(job, plan, base.width, base.height, { checkpoint }, compose);
+    const edited = compose(renderScene(plan, base.width, base.height, { checkpoint }));
+    reportProgress(job, { fraction: 0.9 });
+    return finish(edited, job, checkpoint);
   }
+}
 
-  /** Decodes references one at a time (each may be large) and blends their mean into the scene. */
-  private async blendIn(scene: Rgba, images: ImageInput[], label: string, offset: number, checkpoint: () => void): Promise<void> {
-    let mean: Rgba | undefined;
-    for (const [i, image] of images.entries()) {
-      const decoded = await decodeInput(image, `${label} ${i + 1 + offset}`);
-      await yieldToEventLoop();
-      checkpoint();
-      const fitted = resampleCover(decoded, scene.width, scene.height);
-      if (mean) accumulateReference(mean, fitted, i + 1);
-      else mean = fitted;
-    }
-    if (mean) blendReferences(scene, mean);
-  }
-
-  /** Encodes, then proves the PNG decodes back to exactly the pixels drawn before handing it out. */
-  private async finish(img: Rgba, job: ImageJob, checkpoint: () => void): Promise<GeneratedImage> {
+/**
+ * Decodes references one at a time (each may be large), scales each to cover the canvas and
+ * keeps their running mean: one extra canvas-sized buffer however many there are.
+ */
+async function referenceMean(images: ImageInput[], width: number, height: number, label: string, offset: number, checkpoint: () => void): Promise<Rgba | undefined> {
+  let mean: Rgba | undefined;
+  for (const [i, image] of images.entries()) {
+    const decoded = await decodeInput(image, `${label} ${i + 1 + offset}`);
     await yieldToEventLoop();
     checkpoint();
-    const bytes = encodePng(img);
-    await yieldToEventLoop();
-    let back: Rgba;
-    try {
-      back = await decodeImageOffThread(bytes, "image/png");
-    } catch (e) {
-      throw new EngineOutputInvalid(`the built-in engine's PNG does not decode: ${(e as Error).message}`);
-    }
-    if (back.width !== img.width || back.height !== img.height || Buffer.compare(back.data, img.data) !== 0) {
-      throw new EngineOutputInvalid("the built-in engine's PNG does not decode to the picture it drew");
-    }
-    return { bytes, mime: "image/png", width: img.width, height: img.height, revisedPrompt: job.prompt };
+    const fitted = resampleCover(decoded, width, height);
+    if (mean) accumulateReference(mean, fitted, i + 1);
+    else mean = fitted;
   }
+  return mean;
+}
+
+/**
+ * The partial images of a streamed job, coarse to fine: the scene at 1/2^(n-k+2) of each side
+ * (k = 1..n, so the last partial is at 1/4), scaled up to the output size, composed like the
+ * final image and encoded as a PNG. Partials of the same job come from the same plan, so they
+ * converge on the final picture.
+ */
+async function showPartials(
+  job: ImageJob,
+  plan: ScenePlan,
+  width: number,
+  height: number,
+  options: { transparentSky?: boolean; checkpoint: () => void },
+  compose: (sceneAtFullSize: Rgba) => Rgba,
+): Promise<void> {
+  const n = partialsWanted(job);
+  for (let k = 1; k <= n; k++) {
+    const divisor = 2 ** (n - k + 2);
+    const coarse = renderScene(plan, Math.max(1, Math.round(width / divisor)), Math.max(1, Math.round(height / divisor)), options);
+    const picture = compose(resampleCover(coarse, width, height));
+    await yieldToEventLoop();
+    options.checkpoint();
+    const bytes = encodePng(picture);
+    reportProgress(job, { fraction: (0.5 * k) / n, partial: { bytes, mime: "image/png", width, height } });
+    await yieldToEventLoop();
+    options.checkpoint();
+  }
+}
+
+/** Encodes, then proves the PNG decodes back to exactly the pixels drawn before handing it out. */
+async function finish(img: Rgba, job: ImageJob, checkpoint: () => void): Promise<GeneratedImage> {
+  await yieldToEventLoop();
+  checkpoint();
+  const bytes = encodePng(img);
+  await yieldToEventLoop();
+  let back: Rgba;
+  try {
+    back = await decodeImageOffThread(bytes, "image/png");
+  } catch (e) {
+    throw new EngineOutputInvalid(`the built-in engine's PNG does not decode: ${(e as Error).message}`);
+  }
+  if (back.width !== img.width || back.height !== img.height || Buffer.compare(back.data, img.data) !== 0) {
+    throw new EngineOutputInvalid("the built-in engine's PNG does not decode to the picture it drew");
+  }
+  return { bytes, mime: "image/png", width: img.width, height: img.height, revisedPrompt: job.prompt };
 }
 
 function fits(side: number, min: number): boolean {

@@ -8,7 +8,12 @@
  * - generation with references → POST /images/edits (multipart, one `image[]` part each),
  *   because the generations endpoint takes no images;
  * - edit → POST /images/edits with `image` (one) or `image[]` (several) and `mask`;
- * - a `url` answer is downloaded (bounded) and returned as bytes; `revised_prompt` passes through.
+ * - a `url` answer is downloaded (bounded) and returned as bytes; `revised_prompt` passes through;
+ * - a streamed job with partial images (partialImages 1–3) is sent with `stream: true` and
+ *   `partial_images`: the upstream's `*.partial_image` events become progress partials and its
+ *   `*.completed` event the image. An upstream that answers JSON instead (it does not stream) is
+ *   read as usual, so the client gets only the completed image; one that refuses the streamed
+ *   request (400-class) is asked once more without `stream`. Without partials nothing is streamed.
  *
  * Every string of an answer that reaches our client (`revised_prompt`, the chat message) and
  * every error text goes through the redactor first: an upstream may echo our key.
@@ -17,11 +22,13 @@ import type { UpstreamConfig } from "../../config";
 import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageJob } from "../../core/engine";
 import { AccountAuth } from "../credentials";
 import type { AccountPool, AttemptContext } from "../pool";
-import { SecretRedactor } from "../redact";
-import { checkUpstreamImage, decodeBase64Image } from "../upstreamHttp";
-import { parseChatAnswer, parseImageAnswer } from "./parse";
-import { chatBody, editForm, imageFields, imageRoute } from "./translate";
+import { MAX_UPSTREAM_MESSAGE_CHARS, SecretRedactor } from "../redact";
+import { checkUpstreamImage, decodeBase64Image, upstreamPartial, type ServerSentEvent } from "../upstreamHttp";
+import { parseChatAnswer, parseImageAnswer, parseImageStreamEvent } from "./parse";
+import { chatBody, editForm, imageFields, imageRoute, streamedFields, type ImageRoute } from "./translate";
 import { CHAT_PATH, IMAGE_PATHS, OpenAITransport } from "./transport";
+import { AttemptFailure } from "../pool";
+import { partialsWanted, reportProgress } from "../progress";
 import type { Clock } from "../../core/clock";
 
 export class OpenAIEngine implements ImageEngine, ChatEngine {
@@ -58,7 +65,12 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     const route = imageRoute(job, kind);
     const fields = imageFields(job);
     const path = IMAGE_PATHS[route.endpoint];
+    const partials = partialsWanted(job);
     const { value, trace } = await this.pool.run(async (ctx) => {
+      if (partials > 0) {
+        const streamed = await this.streamedImage(ctx, job, route, fields, partials);
+        if (streamed) return streamed;
+      }
       const answer =
         route.endpoint === "generations"
           ? await this.transport.postJson(ctx, path, JSON.stringify(fields))
@@ -66,6 +78,42 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
       return this.imageFromAnswer(answer, ctx, job.prompt);
     }, job.signal);
     return { ...value, trace };
+  }
+
+  /** One attempt with `stream: true`; null when the upstream refused the streamed request (ask again without). */
+  private async streamedImage(ctx: AttemptContext, job: ImageJob, route: ImageRoute, fields: Record<string, unknown>, partials: number): Promise<GeneratedImage | null> {
+    const body = streamedFields(fields, partials);
+    let answer;
+    try {
+      answer = await this.transport.postStreamed(
+        ctx,
+        IMAGE_PATHS[route.endpoint],
+        route.endpoint === "generations" ? JSON.stringify(body) : editForm(body, job.images, job.mask, route.imageField),
+      );
+    } catch (e) {
+      if (e instanceof AttemptFailure && e.kind === "rejected") return null;
+      throw e;
+    }
+    if ("json" in answer) return this.imageFromAnswer(answer.json, ctx, job.prompt);
+    return this.imageFromEvents(answer.events, job, partials);
+  }
+
+  /** Partials pass through as progress (at most `partials`, bad ones skipped); the completed event is the image. */
+  private async imageFromEvents(events: AsyncGenerator<ServerSentEvent>, job: ImageJob, partials: number): Promise<GeneratedImage> {
+    let shown = 0;
+    for await (const sse of events) {
+      const event = parseImageStreamEvent(sse);
+      if (event.kind === "partial") {
+        const partial = shown < partials ? upstreamPartial(event.b64) : null;
+        if (partial) reportProgress(job, { fraction: ++shown / (partials + 1), partial });
+      } else if (event.kind === "completed") {
+        return checkUpstreamImage(decodeBase64Image(event.b64), job.prompt);
+      } else if (event.kind === "error") {
+        const message = this.redactor.message(event.message, MAX_UPSTREAM_MESSAGE_CHARS);
+        throw new AttemptFailure(event.refused ? "rejected" : "failed", event.refused ? message : `the upstream stream failed: ${message}`);
+      }
+    }
+    throw new AttemptFailure("failed", "the upstream stream ended without a completed image");
   }
 
   private async imageFromAnswer(answer: unknown, ctx: AttemptContext, prompt: string): Promise<GeneratedImage> {

@@ -3,6 +3,7 @@
  * (the pool retries elsewhere); nothing here redacts or downloads, the engine does.
  */
 import type { ChatResult } from "../../core/engine";
+import type { ServerSentEvent } from "../upstreamHttp";
 import { AttemptFailure } from "../pool";
 import { isPlainObject } from "../../core/values";
 
@@ -22,6 +23,45 @@ export function parseImageAnswer(answer: unknown): ImageAnswer {
   if (typeof first.b64_json === "string") return { image: { b64: first.b64_json }, ...withRevised };
   if (typeof first.url === "string") return { image: { url: first.url }, ...withRevised };
   throw new AttemptFailure("failed", "upstream image answer has neither b64_json nor url");
+}
+
+/**
+ * One event of a streamed image answer (OpenAI's image streaming events): a partial image, the
+ * completed image, an error, or something else (ignored). Both `image_generation.*` and
+ * `image_edit.*` are read, from the JSON's `type` or else the SSE event name.
+ */
+export type ImageStreamEvent =
+  | { kind: "partial"; b64: string }
+  | { kind: "completed"; b64: string }
+  | { kind: "error"; message: string; refused: boolean }
+  | { kind: "other" };
+
+/** Error types that refuse the request itself (another account would refuse it too). */
+const REFUSAL_TYPES = new Set(["invalid_request_error", "image_generation_user_error"]);
+
+export function parseImageStreamEvent(sse: ServerSentEvent): ImageStreamEvent {
+  let data: unknown;
+  try {
+    data = JSON.parse(sse.data);
+  } catch {
+    throw new AttemptFailure("failed", `upstream streamed a '${sse.event.slice(0, 60)}' event that is not JSON`);
+  }
+  const type = isPlainObject(data) && typeof data.type === "string" ? data.type : sse.event;
+  if (type === "error" || sse.event === "error" || (isPlainObject(data) && data.error !== undefined && data.error !== null)) {
+    const err = isPlainObject(data) && isPlainObject(data.error) ? data.error : isPlainObject(data) ? data : {};
+    const message = typeof err.message === "string" ? err.message : "the upstream sent an error event";
+    return { kind: "error", message, refused: typeof err.type === "string" && REFUSAL_TYPES.has(err.type) };
+  }
+  if (!isPlainObject(data)) return { kind: "other" };
+  if (type === "image_generation.partial_image" || type === "image_edit.partial_image") {
+    if (typeof data.b64_json !== "string") throw new AttemptFailure("failed", `upstream ${type} event has no b64_json`);
+    return { kind: "partial", b64: data.b64_json };
+  }
+  if (type === "image_generation.completed" || type === "image_edit.completed") {
+    if (typeof data.b64_json !== "string") throw new AttemptFailure("failed", `upstream ${type} event has no b64_json`);
+    return { kind: "completed", b64: data.b64_json };
+  }
+  return { kind: "other" };
 }
 
 /** choices[0] of a chat answer; an unknown finish reason reads as "stop", bad counts as 0. */

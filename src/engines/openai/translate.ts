@@ -6,7 +6,7 @@ import type { ChatJob, ImageInput, ImageJob } from "../../core/engine";
 import type { ImageEndpoint } from "./transport";
 
 /** Fields we set ourselves; a client's copy of them is not passed through. */
-const OWN_IMAGE_FIELDS = new Set(["model", "prompt", "n", "size", "quality", "image", "image[]", "mask", "response_format", "stream"]);
+const OWN_IMAGE_FIELDS = new Set(["model", "prompt", "n", "size", "quality", "image", "image[]", "mask", "response_format", "stream", "partial_images"]);
 const OWN_CHAT_FIELDS = new Set(["model", "messages", "stream", "n"]);
 
 /** The JSON body of /chat/completions: the client's parameters, our model, messages, no stream. */
@@ -47,6 +47,11 @@ export function imageFields(job: ImageJob): Record<string, unknown> {
   // "auto" is every OpenAI model's default; omitting it also keeps dall-e-2 (which rejects it) working.
   if (job.quality && job.quality !== "auto") fields.quality = job.quality;
   return fields;
+}
+
+/** The fields of a streamed request: OpenAI's `stream` and `partial_images` (1–3) added. */
+export function streamedFields(fields: Record<string, unknown>, partialImages: number): Record<string, unknown> {
+  return { ...fields, stream: true, partial_images: partialImages };
 }
 
 /** The multipart body of /images/edits: the fields, one part per image, and the mask. */

@@ -6,7 +6,7 @@ import type { UpstreamConfig } from "../../config";
 import type { AttemptContext } from "../pool";
 import type { AccountAuth } from "../credentials";
 import type { SecretRedactor } from "../redact";
-import { callJson, downloadImage, joinUrl } from "../upstreamHttp";
+import { callJson, callUpstream, downloadImage, joinUrl, readJson, readServerSentEvents, type ServerSentEvent, type UpstreamCall } from "../upstreamHttp";
 import type { Clock } from "../../core/clock";
 
 export const CHAT_PATH = "/chat/completions";
@@ -18,6 +18,12 @@ export type ImageEndpoint = keyof typeof IMAGE_PATHS;
  * body the server will not parse): another account would refuse it too, so no retry.
  */
 export const REJECT_STATUSES = [400, 413, 415, 422];
+
+/** A streamed request's whole answer (a few partials and the image, as base64) at most this big. */
+const MAX_STREAM_BYTES = 256 * 1024 * 1024;
+
+/** What a request sent with `stream: true` got back: events, or one JSON answer from an upstream that does not stream. */
+export type StreamedAnswer = { events: AsyncGenerator<ServerSentEvent> } | { json: unknown };
 
 export class OpenAITransport {
   constructor(
@@ -51,15 +57,32 @@ export class OpenAITransport {
     });
   }
 
+  /**
+   * POSTs an image request sent with `stream: true` (a JSON body, or a FormData whose
+   * Content-Type fetch writes). One event may carry an image as large as a download may be.
+   */
+  async postStreamed(ctx: AttemptContext, path: string, body: string | FormData): Promise<StreamedAnswer> {
+    const contentType: Record<string, string> = typeof body === "string" ? { "content-type": "application/json" } : {};
+    const call = this.call(ctx, path, body, { ...contentType, accept: "text/event-stream, application/json" });
+    const res = await callUpstream(call);
+    if (!(res.headers.get("content-type") ?? "").toLowerCase().startsWith("text/event-stream")) return { json: await readJson(res, call) };
+    const maxEventChars = Math.ceil((this.upstream.max_download_bytes * 4) / 3) + 64 * 1024;
+    return { events: readServerSentEvents(res, { maxEventChars, maxTotalBytes: MAX_STREAM_BYTES }, call) };
+  }
+
   private post(ctx: AttemptContext, path: string, body: BodyInit, contentType: Record<string, string>): Promise<unknown> {
-    return callJson({
+    return callJson(this.call(ctx, path, body, { accept: "application/json", ...contentType }));
+  }
+
+  private call(ctx: AttemptContext, path: string, body: BodyInit, headers: Record<string, string>): UpstreamCall {
+    return {
       url: joinUrl(this.upstream.base_url, path),
-      headers: { ...this.auth.headersFor(ctx.account.id), accept: "application/json", ...contentType },
+      headers: { ...this.auth.headersFor(ctx.account.id), ...headers },
       body,
       signal: ctx.signal,
       redactor: this.redactor,
       now: this.clock,
       rejectStatuses: REJECT_STATUSES,
-    });
+    };
   }
 }

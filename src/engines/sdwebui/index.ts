@@ -9,17 +9,28 @@
  * - `size` → width/height ("auto": params.width/height, else the base image's size, else 1024);
  * - `quality` → steps (QUALITY_STEPS; "auto" uses params.steps when set);
  * - model params from config pass through (sampler_name, scheduler, cfg_scale, negative_prompt,
- *   denoising_strength, seed, …); `checkpoint` becomes override_settings.sd_model_checkpoint.
+ *   denoising_strength, seed, …); `checkpoint` becomes override_settings.sd_model_checkpoint;
+ * - while a generation runs for a job that listens to progress, GET /sdapi/v1/progress is
+ *   polled (every PROGRESS_POLL_MS, one poll at a time, same account): its `progress` is
+ *   reported as the fraction and its `current_image` (the WebUI's live preview) as up to
+ *   partialImages partials, spread over the run (engines/progress PartialSchedule). The WebUI
+ *   reports its current job, whoever sent it: on a WebUI shared with other clients, progress
+ *   seen before ours starts belongs to theirs. Polling failures are ignored.
  */
 import type { UpstreamConfig } from "../../config";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
 import { AccountAuth } from "../credentials";
-import type { AccountPool } from "../pool";
+import type { AccountPool, AttemptContext } from "../pool";
 import { SecretRedactor } from "../redact";
-import { imageFromWebUiAnswer } from "./parse";
+import { imageFromWebUiAnswer, progressFromWebUiAnswer } from "./parse";
 import { webuiRequest, type WebUiRequest } from "./translate";
 import { WebUiTransport } from "./transport";
 import type { Clock } from "../../core/clock";
+import { PartialSchedule, partialsWanted, reportProgress } from "../progress";
+import { upstreamPartial } from "../upstreamHttp";
+
+/** How often a running generation's progress is asked for. */
+export const PROGRESS_POLL_MS = 500;
 
 export class SdWebUiEngine implements ImageEngine {
   private readonly transport: WebUiTransport;
@@ -30,6 +41,7 @@ export class SdWebUiEngine implements ImageEngine {
     clock: Clock,
     /** Removes configured secrets from what the upstream says; by default this upstream's. */
     redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
+    private readonly progressPollMs = PROGRESS_POLL_MS,
   ) {
     this.transport = new WebUiTransport(upstream, new AccountAuth(upstream.accounts), redactor, clock);
   }
@@ -51,10 +63,52 @@ export class SdWebUiEngine implements ImageEngine {
       throw new UpstreamRejected(`the mask could not be converted for the WebUI: ${e instanceof Error ? e.message : String(e)}`);
     }
     const json = JSON.stringify(request.body);
-    const { value, trace } = await this.pool.run(
-      async (ctx) => imageFromWebUiAnswer(await this.transport.postJson(ctx, request.endpoint, json), job.prompt),
-      job.signal,
-    );
+    const schedule = new PartialSchedule(partialsWanted(job));
+    const { value, trace } = await this.pool.run(async (ctx) => {
+      const stopWatching = job.onProgress ? this.watchProgress(ctx, job, schedule) : undefined;
+      try {
+        return imageFromWebUiAnswer(await this.transport.postJson(ctx, request.endpoint, json), job.prompt);
+      } finally {
+        stopWatching?.();
+      }
+    }, job.signal);
     return { ...value, trace };
   }
+
+  /** Polls progress until the returned function is called (or the attempt ends); never throws. */
+  private watchProgress(ctx: AttemptContext, job: ImageJob, schedule: PartialSchedule): () => void {
+    const stop = new AbortController();
+    const signal = AbortSignal.any([ctx.signal, stop.signal]);
+    const poll = async () => {
+      while (!signal.aborted) {
+        await sleep(this.progressPollMs, signal);
+        if (signal.aborted) return;
+        let progress;
+        try {
+          progress = progressFromWebUiAnswer(await this.transport.progress(ctx, schedule.wantsMore, signal));
+        } catch {
+          continue;
+        }
+        if (!progress || signal.aborted) continue;
+        const partial = progress.currentImage && schedule.isDue(progress.fraction) ? upstreamPartial(progress.currentImage) : null;
+        if (partial) schedule.taken();
+        reportProgress(job, partial ? { fraction: progress.fraction, partial } : { fraction: progress.fraction });
+      }
+    };
+    void poll();
+    return () => stop.abort();
+  }
+}
+
+/** Resolves after ms, or at once when the signal aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }

@@ -1,4 +1,8 @@
-/** WebUI answers read back: the first of `images` (base64), checked to be an image. */
+/**
+ * WebUI answers read back: the first of `images` (base64), checked to be an image; and the
+ * progress answer (AUTOMATIC1111 modules/api/api.py `progressapi`, model `ProgressResponse`:
+ * `progress` 0..1, `current_image` base64 or null).
+ */
 import type { GeneratedImage } from "../../core/engine";
 import { AttemptFailure } from "../pool";
 import { checkUpstreamImage, decodeBase64Image } from "../upstreamHttp";
@@ -9,4 +13,18 @@ export function imageFromWebUiAnswer(answer: unknown, prompt: string): Generated
   const first = images?.[0];
   if (typeof first !== "string") throw new AttemptFailure("failed", "WebUI answer has no images[0]");
   return checkUpstreamImage(decodeBase64Image(first), prompt);
+}
+
+export interface WebUiProgress {
+  fraction: number;
+  /** The live preview, base64, when the WebUI has one (its live previews setting is on). */
+  currentImage: string | null;
+}
+
+/** A progress answer, or null when it is not one (progress is advisory: nothing fails on it). */
+export function progressFromWebUiAnswer(answer: unknown): WebUiProgress | null {
+  if (!isPlainObject(answer) || typeof answer.progress !== "number" || !Number.isFinite(answer.progress)) return null;
+  const fraction = Math.min(1, Math.max(0, answer.progress));
+  const image = answer.current_image;
+  return { fraction, currentImage: typeof image === "string" && image.length > 0 ? image : null };
 }

@@ -6,10 +6,15 @@ import type { UpstreamConfig } from "../../config";
 import type { AccountAuth } from "../credentials";
 import type { AttemptContext } from "../pool";
 import type { SecretRedactor } from "../redact";
-import { callJson, joinUrl } from "../upstreamHttp";
+import { callJson, callUpstream, joinUrl, readJson } from "../upstreamHttp";
+import { MAX_IMAGE_BYTES } from "../../core/limits";
 import type { Clock } from "../../core/clock";
 
 export const WEBUI_PATHS = { txt2img: "/sdapi/v1/txt2img", img2img: "/sdapi/v1/img2img" } as const;
+export const PROGRESS_PATH = "/sdapi/v1/progress";
+
+/** A progress answer: a few numbers and at most one preview image (base64). */
+const MAX_PROGRESS_BYTES = Math.ceil((MAX_IMAGE_BYTES * 4) / 3) + 64 * 1024;
 export type WebUiEndpoint = keyof typeof WEBUI_PATHS;
 
 /** FastAPI answers 422 for a payload it refuses; that will not change on another account. */
@@ -34,5 +39,21 @@ export class WebUiTransport {
       now: this.clock,
       rejectStatuses: REJECT_STATUSES,
     });
+  }
+
+  /**
+   * GET /sdapi/v1/progress with this account's credentials: the WebUI's current job, with its
+   * live preview (`current_image`) unless `withImage` is false (`skip_current_image`).
+   */
+  async progress(ctx: AttemptContext, withImage: boolean, signal: AbortSignal): Promise<unknown> {
+    const call = {
+      url: `${joinUrl(this.upstream.base_url, PROGRESS_PATH)}?skip_current_image=${withImage ? "false" : "true"}`,
+      method: "GET" as const,
+      headers: { ...this.auth.headersFor(ctx.account.id), accept: "application/json" },
+      signal,
+      redactor: this.redactor,
+      now: this.clock,
+    };
+    return readJson(await callUpstream(call), call, MAX_PROGRESS_BYTES);
   }
 }
