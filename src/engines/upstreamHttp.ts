@@ -169,6 +169,7 @@ export async function* readServerSentEvents(
   let event = "";
   let data: string[] = [];
   let dataChars = 0;
+  let scanned = 0;
   const reader = res.body.getReader();
   try {
     for (;;) {
@@ -188,15 +189,21 @@ export async function* readServerSentEvents(
       }
       let start = 0;
       for (;;) {
-        const cr = buffer.indexOf("\r", start);
-        const lf = buffer.indexOf("\n", start);
+        // No line end before `scanned`: a long line (a partial image) is searched once, not once per chunk.
+        const from = Math.max(start, scanned);
+        const cr = buffer.indexOf("\r", from);
+        const lf = buffer.indexOf("\n", from);
         const end = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
         // A CR at the very end may be the first half of a CRLF: wait for the next chunk.
-        if (end === -1 || (end === cr && end === buffer.length - 1 && !chunk.done)) break;
+        if (end === -1 || (end === cr && end === buffer.length - 1 && !chunk.done)) {
+          scanned = end === -1 ? buffer.length : end;
+          break;
+        }
         const line = buffer.slice(start, end);
         start = end + (buffer[end] === "\r" && buffer[end + 1] === "\n" ? 2 : 1);
         if (line === "") {
-          if (data.length > 0) yield { event: event || "message", data: data.join("\n") };
+          const joined = data.join("\n");
+          if (joined !== "") yield { event: event || "message", data: joined };
           event = "";
           data = [];
           dataChars = 0;
@@ -215,6 +222,7 @@ export async function* readServerSentEvents(
         }
       }
       buffer = buffer.slice(start);
+      scanned -= start;
       // A line that never ends is bounded like an event.
       if (buffer.length > limits.maxEventChars + 16) throw new AttemptFailure("failed", `an upstream event exceeds the limit of ${limits.maxEventChars} characters`);
       if (chunk.done) {
