@@ -21,6 +21,7 @@ const Server = T.Object(
     body_grace_ms: T.Integer({ minimum: 100, default: 10_000, description: "Time a request body may take before the minimum rate applies." }),
     min_body_bytes_per_s: T.Integer({ minimum: 1, default: 64 * 1024, description: "After the grace period, a body must keep arriving at this average rate or the request ends with 408." }),
     idle_timeout_s: T.Integer({ minimum: 1, maximum: 255, default: 255 }),
+    stream_heartbeat_ms: T.Integer({ minimum: 10, default: 15_000, description: "Longest silence on a streamed image answer before a comment line keeps proxies from closing it." }),
     shutdown_grace_ms: T.Integer({ minimum: 0, default: 30_000 }),
     builtin_image: T.Boolean({ default: true, description: "Offer the built-in offline renderer as model builtin-image." }),
     builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),

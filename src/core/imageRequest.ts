@@ -6,6 +6,7 @@
 import { ImageInputError, checkQuality, parseSize } from "./imageInput";
 import type { ImageJob } from "./engine";
 import type { CatalogModel } from "./models";
+import { MAX_PARTIAL_IMAGES } from "./limits";
 
 export type ImageRequestKind = "generate" | "edit";
 
@@ -18,6 +19,8 @@ export interface ImageRequestFields {
   response_format?: string | null;
   n?: number | null;
   stream?: boolean | null;
+  /** Streamed requests: how many partial images to send before the final one (0–3). */
+  partial_images?: number | null;
   /** OpenAI's other fields, handed to the engines that use them. */
   extra: Record<string, unknown>;
 }
@@ -46,13 +49,11 @@ export function resolveImageModel(catalog: ModelDirectory, id: string | null | u
   return model;
 }
 
-/** The job's fields (images aside), checked in the order a client would fix them. */
+/**
+ * The job's fields (images aside), checked in the order a client would fix them. A streamed
+ * request (`stream: true`) is the job with `partialImages` set (0 when not given); only then.
+ */
 export function imageJobFrom(catalog: ModelDirectory, fields: ImageRequestFields): Omit<ImageJob, "signal" | "images" | "mask"> {
-  // Before anything is charged: the openai client would wait for server-sent events and
-  // find none, so the user would pay for an image that never arrives.
-  if (fields.stream === true) {
-    throw new ImageInputError("Streaming is not supported: this service returns the image in one JSON response. Omit 'stream' or set it to false.", "stream", "stream_unsupported");
-  }
   const model = resolveImageModel(catalog, fields.model);
   if (fields.n !== undefined && fields.n !== null && fields.n !== 1) {
     throw new ImageInputError(`Invalid 'n' ${JSON.stringify(fields.n)}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
@@ -64,5 +65,10 @@ export function imageJobFrom(catalog: ModelDirectory, fields: ImageRequestFields
       "unsupported_response_format",
     );
   }
-  return { model, prompt: fields.prompt, size: parseSize(fields.size, model), quality: checkQuality(fields.quality, model), extra: fields.extra };
+  const partialImages = fields.partial_images ?? 0;
+  if (fields.stream === true && (!Number.isInteger(partialImages) || partialImages < 0 || partialImages > MAX_PARTIAL_IMAGES)) {
+    throw new ImageInputError(`Invalid 'partial_images' ${JSON.stringify(partialImages)}: send an integer from 0 to ${MAX_PARTIAL_IMAGES}.`, "partial_images", "invalid_value");
+  }
+  const streamed = fields.stream === true ? { partialImages } : {};
+  return { model, prompt: fields.prompt, size: parseSize(fields.size, model), quality: checkQuality(fields.quality, model), extra: fields.extra, ...streamed };
 }

@@ -15,6 +15,9 @@ export const MAX_REFERENCE_IMAGES = 10;
 /** Images of one edit request (the first is edited, the others guide it). */
 export const MAX_EDIT_IMAGES = 16;
 
+/** Partial images of one streamed request (`partial_images`, OpenAI's own limit). */
+export const MAX_PARTIAL_IMAGES = 3;
+
 /** One input image, in decoded bytes (10 MiB). */
 export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 

@@ -1,17 +1,15 @@
 /**
  * How engines report progress (core/engine.ts ProgressReport): a report never throws into the
  * engine, and an engine never shows more partial images than the job asked for (at most
- * MAX_PARTIALS, OpenAI's own limit).
+ * MAX_PARTIAL_IMAGES).
  */
 import type { ImageJob, ProgressReport } from "../core/engine";
+import { MAX_PARTIAL_IMAGES } from "../core/limits";
 
-/** OpenAI's `partial_images` is 0–3; a job asking for more (a caller's bug) still gets 3. */
-export const MAX_PARTIALS = 3;
-
-/** How many partial images this job wants (0 when it is not streamed). */
+/** How many partial images this job wants (0 when it is not streamed; more than the limit gets the limit). */
 export function partialsWanted(job: Pick<ImageJob, "partialImages">): number {
   const n = job.partialImages ?? 0;
-  return Number.isInteger(n) && n > 0 ? Math.min(n, MAX_PARTIALS) : 0;
+  return Number.isInteger(n) && n > 0 ? Math.min(n, MAX_PARTIAL_IMAGES) : 0;
 }
 
 /** Hands a report to the job's listener; a listener that throws does not stop the engine. */

@@ -97,17 +97,13 @@ describe("with the official openai client", () => {
     expect(server.balance(u.userId)).toBe(0);
   });
 
-  test("stream: true is a 400 stream_unsupported before any charge (the client would wait for events that never come)", async () => {
+  test("stream: true answers OpenAI's server-sent events (test/e2e/imageStream.test.ts has the rest)", async () => {
     const u = await server.userWithKey({ credits: 1 });
-    const err = await client(u.key).images.generate({ prompt: "a cat", size: "64x64" as "1024x1024", stream: true }).then(
-      () => null,
-      (e: unknown) => e,
-    );
-    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("stream_unsupported");
-    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("stream");
-    expect(server.balance(u.userId)).toBe(1);
-    expect(server.services.store.requests.count({ userId: u.userId })).toBe(0);
+    const stream = await client(u.key).images.generate({ prompt: "a cat", size: "64x64" as "1024x1024", stream: true });
+    const types: string[] = [];
+    for await (const event of stream) types.push(event.type);
+    expect(types).toEqual(["image_generation.completed"]);
+    expect(server.balance(u.userId)).toBe(0);
   });
 
   test("images.edit with one file", async () => {
@@ -324,7 +320,8 @@ const generationCases: Case[] = [
   { name: "a JSON array", body: [{ prompt: "x" }], param: null },
   { name: "malformed JSON", body: "{\"prompt\":", param: null, code: "invalid_json" },
   { name: "text/plain", body: "prompt=x", status: 415, param: null, contentType: "text/plain" },
-  { name: "stream: true", body: { prompt: "x", stream: true }, param: "stream", code: "stream_unsupported" },
+  { name: "partial_images over 3", body: { prompt: "x", stream: true, partial_images: 4 }, param: "partial_images" },
+  { name: "partial_images not an integer", body: { prompt: "x", stream: true, partial_images: 1.5 }, param: "partial_images" },
   { name: "stream not a boolean", body: { prompt: "x", stream: "yes" }, param: "stream" },
   { name: "empty model id (not \"no image model is configured\")", body: { prompt: "x", model: "" }, param: "model", code: "invalid_value" },
   { name: "prompt null", body: { prompt: null }, param: "prompt", code: "missing_required_parameter" },
@@ -336,7 +333,7 @@ const editJsonCases: Case[] = [
   { name: "JSON edit with a bad second image", body: { prompt: "x", images: [{ image_url: okUrl }, { image_url: "data:image/webp;base64,AAAA" }] }, param: "images[1]" },
   { name: "JSON edit with 17 images", body: { prompt: "x", images: Array(17).fill({ image_url: okUrl }) }, param: "images" },
   { name: "JSON edit mask of another size", body: { prompt: "x", images: [{ image_url: okUrl }], mask: { image_url: dataUrl(makePng(32, 32, () => [0, 0, 0, 0])) } }, param: "mask", code: "invalid_mask" },
-  { name: "JSON edit with stream: true", body: { prompt: "x", stream: true, images: [{ image_url: okUrl }] }, param: "stream", code: "stream_unsupported" },
+  { name: "JSON edit with partial_images -1", body: { prompt: "x", stream: true, partial_images: -1, images: [{ image_url: okUrl }] }, param: "partial_images" },
   { name: "JSON edit with images null", body: { prompt: "x", images: null }, param: "images", code: "missing_required_parameter" },
   { name: "JSON edit base wider than builtin-image edits (refused before the charge)", body: { prompt: "x", images: [{ image_url: dataUrl(makePng(2049, 16)) }] }, param: "images[0]", code: "image_not_supported" },
   { name: "JSON edit mask without alpha", body: { prompt: "x", images: [{ image_url: okUrl }], mask: { image_url: dataUrl(makePng(64, 64, pattern, false)) } }, param: "mask", code: "invalid_mask" },
@@ -374,7 +371,7 @@ describe("bad input is refused with the right param and never charged", () => {
     { name: "mask of another size", parts: [["prompt", "x"], ["image", new Blob([png64]), "a.png"], ["mask", new Blob([makePng(64, 32, () => [0, 0, 0, 0])]), "m.png"]], param: "mask", code: "invalid_mask" },
     { name: "17 images", parts: [["prompt", "x"], ...Array.from({ length: 17 }, () => ["image[]", new Blob([png64]), "a.png"] as [string, Blob, string])], param: "image", code: "too_many_images" },
     { name: "unknown model", parts: [["prompt", "x"], ["model", "nope"], ["image", new Blob([png64]), "a.png"]], param: "model", code: "model_not_found" },
-    { name: "stream=true", parts: [["prompt", "x"], ["stream", "true"], ["image", new Blob([png64]), "a.png"]], param: "stream", code: "stream_unsupported" },
+    { name: "stream=true with partial_images=9", parts: [["prompt", "x"], ["stream", "true"], ["partial_images", "9"], ["image", new Blob([png64]), "a.png"]], param: "partial_images" },
     { name: "empty model field", parts: [["prompt", "x"], ["model", ""], ["image", new Blob([png64]), "a.png"]], param: "model", code: "invalid_value" },
   ];
   for (const c of multipartCases) {

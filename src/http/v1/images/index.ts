@@ -20,6 +20,7 @@ import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, MultipartTextFields } from "./model";
 import { asList, fileToImage, indexedImages, multipartText, requestFields, validate } from "./parse";
+import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { withoutNullFields } from "../../../core/values";
 
 const OUTPUT_FORMAT = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" } as const;
@@ -38,6 +39,7 @@ export function imagesRoutes(services: Services) {
     busyWaitMs: services.config.database.busy_wait_ms,
     describeFailure,
   };
+  const streaming: ImageStreamDeps = { flow, clock: services.clock, logger: services.logger, heartbeatMs: services.config.server.stream_heartbeat_ms };
 
   async function run(
     kind: ImageRequestKind,
@@ -46,7 +48,11 @@ export function imagesRoutes(services: Services) {
     set: { headers: Record<string, string | number> },
     job: ReturnType<typeof imageJobFrom> & { images: ImageInput[]; mask?: ImageInput },
   ) {
-    const outcome = await runImageRequest(flow, { requestId: newId("img_"), userId: principal.userId, keyId: principal.keyId, kind, job }, request.signal);
+    const req = { requestId: newId("img_"), userId: principal.userId, keyId: principal.keyId, kind, job };
+    // `stream: true` (imageJobFrom sets partialImages exactly then): OpenAI's server-sent events,
+    // a Response that Elysia sends as it is (typed away so the route keeps its 200 schema).
+    if (job.partialImages !== undefined) return (await streamImageAnswer(streaming, req, request.signal)) as never;
+    const outcome = await runImageRequest(flow, req, request.signal);
     set.headers["x-queue-time-ms"] = String(Math.round(outcome.queueMs));
     const { image } = outcome;
     return {

@@ -2,7 +2,7 @@
 import { t } from "elysia";
 import { Integer } from "../../shared";
 import { QUALITIES } from "../../../core/imageInput";
-import { MAX_EDIT_IMAGES, MAX_PROMPT_CHARS, MAX_REFERENCE_IMAGES } from "../../../core/limits";
+import { MAX_EDIT_IMAGES, MAX_PARTIAL_IMAGES, MAX_PROMPT_CHARS, MAX_REFERENCE_IMAGES } from "../../../core/limits";
 
 
 const TINY_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
@@ -35,7 +35,19 @@ const commonFields = {
     }),
   ),
   n: t.Optional(t.Union([Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
-  stream: t.Optional(t.Boolean({ description: "Must be false or absent: streaming is not supported (400 `stream_unsupported`).", examples: [false] })),
+  stream: t.Optional(
+    t.Boolean({
+      description:
+        "`true`: the answer is `text/event-stream` with OpenAI's image streaming events (`image_generation.partial_image` / `image_edit.partial_image`, then `image_generation.completed` / `image_edit.completed` with `generation_time_ms`, or `error` if the generation fails after the charge, refunded). Errors before the charge are the usual JSON answers.",
+      examples: [false],
+    }),
+  ),
+  partial_images: t.Optional(
+    t.Union([Integer({ minimum: 0, maximum: MAX_PARTIAL_IMAGES }), t.Null()], {
+      description: `With \`stream: true\`: how many partial images (0-${MAX_PARTIAL_IMAGES}, default 0) to send before the final one. An engine may send fewer (an upstream that does not stream sends none).`,
+      examples: [2],
+    }),
+  ),
   // OpenAI's other fields: accepted and handed to the engines that use them.
   background: t.Optional(t.String({ description: "Passed to the engine: `transparent | opaque | auto`.", examples: ["auto"] })),
   output_format: t.Optional(t.String({ description: "Passed to the engine: `png | jpeg | webp`.", examples: ["png"] })),
@@ -95,7 +107,8 @@ export const ImageEditMultipartRequest = t.Object(
     quality: t.Optional(t.String({ description: commonFields.quality.description, examples: ["auto"] })),
     response_format: t.Optional(t.String({ description: commonFields.response_format.description, examples: ["b64_json"] })),
     n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
-    stream: t.Optional(t.String({ description: "Must be `false` or absent: streaming is not supported (400 `stream_unsupported`).", examples: ["false"] })),
+    stream: t.Optional(t.String({ description: "`true` for the streamed answer (see the JSON form's `stream`).", examples: ["false"] })),
+    partial_images: t.Optional(t.String({ description: `With \`stream=true\`: 0-${MAX_PARTIAL_IMAGES} partial images before the final one.`, examples: ["2"] })),
   },
   { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
 );

@@ -46,6 +46,7 @@ export function requestFields(body: Record<string, unknown>): ImageRequestFields
     response_format: body.response_format as string | null | undefined,
     n: body.n as number | null | undefined,
     stream: body.stream as boolean | undefined,
+    partial_images: body.partial_images as number | null | undefined,
     extra,
   };
 }
@@ -82,7 +83,7 @@ export function multipartText(form: Record<string, unknown>): Record<string, unk
     if (Array.isArray(v)) throw badRequest(`'${k}' was sent more than once.`, k, "invalid_value");
     out[k] = v;
   }
-  for (const k of ["n", "output_compression"]) {
+  for (const k of ["n", "output_compression", "partial_images"]) {
     if (typeof out[k] === "string" && /^-?\d+$/.test(out[k] as string)) out[k] = Number(out[k]);
   }
   if (out.stream === "true" || out.stream === "false") out.stream = out.stream === "true";
