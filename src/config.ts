@@ -6,6 +6,7 @@ import { Type as T, type Static } from "@sinclair/typebox";
 import { Value, ValueErrorType, type ValueError } from "@sinclair/typebox/value";
 import { resolve } from "node:path";
 import { pathFromPointer } from "./core/valuePath";
+import { DEFAULT_RETRY_DELAYS_MS } from "./core/webhooksSchedule";
 
 const MiB = 1024 * 1024;
 
@@ -112,6 +113,27 @@ const Database = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Webhooks = T.Object(
+  {
+    allow_private_addresses: T.Boolean({
+      default: false,
+      description: "Let webhooks go to loopback, private, link-local and other non-public addresses (a receiver on the same host or network).",
+    }),
+    secret_key: T.Optional(
+      T.String({ description: "Base64 of the 32-byte key that encrypts webhook signing secrets at rest (default: data_dir/webhook-secrets.key, created on first use)." }),
+    ),
+    retry_delays_ms: T.Array(T.Integer({ minimum: 0, maximum: 7 * 24 * 3_600_000 }), {
+      maxItems: 30,
+      default: [...DEFAULT_RETRY_DELAYS_MS],
+      description: "Delay after each failed delivery attempt; one more attempt than entries.",
+    }),
+    attempt_timeout_ms: T.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: "Time limit of one delivery attempt." }),
+    concurrency: T.Integer({ minimum: 1, maximum: 256, default: 8, description: "Delivery attempts in flight at once." }),
+    poll_interval_ms: T.Integer({ minimum: 10, default: 1_000, description: "Longest pause between two looks for due deliveries." }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
@@ -120,6 +142,7 @@ export const ConfigSchema = T.Object(
     upstreams: T.Array(Upstream, { default: [] }),
     models: T.Array(Model, { default: [] }),
     workbench: Workbench,
+    webhooks: Webhooks,
   },
   { additionalProperties: false },
 );
@@ -290,6 +313,10 @@ function checkReferences(config: Config): void {
       throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a Stable Diffusion WebUI, which serves image models only`);
     }
   });
+  const webhookKey = config.webhooks.secret_key;
+  if (webhookKey !== undefined && (!/^[A-Za-z0-9+/]+={0,2}$/.test(webhookKey) || Buffer.from(webhookKey, "base64").length !== 32)) {
+    throw new ConfigError("webhooks.secret_key: must be the base64 of 32 random bytes (e.g. `openssl rand -base64 32`)");
+  }
   const fallback = config.server.default_image_model;
   if (fallback !== undefined) {
     const isImageModel =

@@ -18,6 +18,9 @@ import type { Logger } from "./logger";
 import type { Store } from "./store";
 import { createWorkbench, type Workbench } from "./http/workbench/workbench";
 import type { Clock } from "./core/clock";
+import { WebhookDispatcher } from "./core/webhooks";
+import { SecretBox } from "./core/webhooksSecretBox";
+import { loadWebhookSecretKey } from "./store/webhooks";
 
 export interface AppDeps {
   config: Config;
@@ -43,6 +46,8 @@ export interface Services {
   upstreams: UpstreamPools;
   /** The concurrency gates, built from [limits]: image requests queue; chat does not. */
   gates: { image: Gate; chat: Gate };
+  /** Where finished tasks are announced: the webhook dispatcher (its delivery worker is started and stopped by the server). */
+  taskEvents: WebhookDispatcher;
 }
 
 /** builtin-chat answers chat models whose source is the built-in engines; upstream chat engines register by upstream id. */
@@ -70,10 +75,30 @@ function createGates(limits: Config["limits"]): Services["gates"] {
   };
 }
 
+/** Webhooks from [webhooks]: secrets sealed under the configured key or data_dir/webhook-secrets.key. */
+function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher {
+  const c = deps.config.webhooks;
+  const key = () => (c.secret_key !== undefined ? Buffer.from(c.secret_key, "base64") : loadWebhookSecretKey(deps.config.server.data_dir));
+  return new WebhookDispatcher({
+    records: deps.store.webhooks,
+    box: new SecretBox(key),
+    whenWritable: deps.store.whenWritable,
+    clock,
+    logger: deps.logger,
+    settings: {
+      allowPrivateAddresses: c.allow_private_addresses,
+      retryDelaysMs: c.retry_delays_ms,
+      attemptTimeoutMs: c.attempt_timeout_ms,
+      concurrency: c.concurrency,
+      pollIntervalMs: c.poll_interval_ms,
+    },
+  });
+}
+
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
-  const services: Omit<Services, "upstreams"> = {
+  const services: Omit<Services, "upstreams" | "taskEvents"> = {
     config: deps.config,
     store: deps.store,
     logger: deps.logger,
@@ -89,6 +114,7 @@ export function createServices(deps: AppDeps): Services {
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
-  return { ...services, upstreams };
+  const taskEvents = createWebhookDispatcher(deps, clock);
+  return { ...services, upstreams, taskEvents };
 }
 

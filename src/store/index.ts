@@ -6,6 +6,7 @@ import { RequestStore } from "./requests";
 import { UserStore } from "./users";
 import { UpstreamStateStore } from "./upstreams";
 import { SessionStore } from "./sessions";
+import { WebhookStore } from "./webhooks";
 import { retryWhileBusy } from "./busy";
 import type { AccountStore, FlowStore } from "../core/store";
 
@@ -17,6 +18,7 @@ export interface Store extends FlowStore, AccountStore {
   requests: RequestStore;
   upstreams: UpstreamStateStore;
   sessions: SessionStore;
+  webhooks: WebhookStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
@@ -32,6 +34,7 @@ export function createStore(db: Db, latest: number): Store {
     requests: new RequestStore(db),
     upstreams: new UpstreamStateStore(db),
     sessions: new SessionStore(db),
+    webhooks: new WebhookStore(db),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {

@@ -113,4 +113,55 @@ export const migrations: Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 4,
+    name: "webhooks: endpoints with sealed signing secrets, deliveries, attempts",
+    sql: `
+      -- One per user: the endpoint URL and the signing secret, sealed (AES-256-GCM under a key
+      -- outside the database); never the secret itself.
+      CREATE TABLE webhook_endpoints (
+        user_id           INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        url               TEXT,
+        secret_sealed     TEXT,
+        secret_created_at INTEGER,
+        updated_at        INTEGER NOT NULL,
+        CHECK ((secret_sealed IS NULL) = (secret_created_at IS NULL))
+      ) STRICT;
+
+      -- One event to one URL, retried until delivered or failed; event_id is the webhook-id.
+      CREATE TABLE webhook_deliveries (
+        id              INTEGER PRIMARY KEY,
+        event_id        TEXT NOT NULL,
+        user_id         INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        event_type      TEXT NOT NULL,
+        source          TEXT NOT NULL CHECK (source IN ('endpoint', 'request', 'test')),
+        url             TEXT NOT NULL,
+        payload         TEXT NOT NULL,
+        state           TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+        attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        next_attempt_at INTEGER,
+        last_status     INTEGER,
+        last_error      TEXT,
+        created_at      INTEGER NOT NULL,
+        finished_at     INTEGER,
+        -- Pending means due at a time; finished means a finish time and none.
+        CHECK ((state = 'pending') = (next_attempt_at IS NOT NULL)),
+        CHECK ((state = 'pending') = (finished_at IS NULL))
+      ) STRICT;
+      CREATE UNIQUE INDEX webhook_deliveries_once ON webhook_deliveries(event_id, url);
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) WHERE state = 'pending';
+      CREATE INDEX webhook_deliveries_user ON webhook_deliveries(user_id, id DESC);
+      CREATE INDEX webhook_deliveries_finished ON webhook_deliveries(finished_at) WHERE state != 'pending';
+
+      CREATE TABLE webhook_attempts (
+        id           INTEGER PRIMARY KEY,
+        delivery_id  INTEGER NOT NULL REFERENCES webhook_deliveries(id) ON DELETE CASCADE,
+        attempted_at INTEGER NOT NULL,
+        status       INTEGER,
+        error        TEXT,
+        duration_ms  INTEGER NOT NULL CHECK (duration_ms >= 0)
+      ) STRICT;
+      CREATE INDEX webhook_attempts_delivery ON webhook_attempts(delivery_id);
+    `,
+  },
 ];

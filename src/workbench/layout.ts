@@ -7,12 +7,13 @@ export interface Viewer {
   csrf: string;
 }
 
-export type Section = "playground" | "credits" | "keys" | "admin" | "auth";
+export type Section = "playground" | "credits" | "keys" | "webhooks" | "admin" | "auth";
 
 const NAV: { section: Section; href: string; label: string; admin?: boolean }[] = [
   { section: "playground", href: "/playground", label: "Playground" },
   { section: "credits", href: "/credits", label: "Credits & history" },
   { section: "keys", href: "/keys", label: "API keys" },
+  { section: "webhooks", href: "/webhooks", label: "Webhooks" },
   { section: "admin", href: "/admin", label: "Admin", admin: true },
 ];
 

@@ -6,6 +6,7 @@ import { assetsRoutes } from "./assetsRoutes";
 import { authRoutes } from "./authRoutes";
 import { keysRoutes } from "./keysRoutes";
 import { pagesRoutes } from "./pagesRoutes";
+import { webhooksRoutes } from "./webhooksRoutes";
 import { parseJsonWithLimits } from "../body";
 
 export function workbenchRoutes(services: Services) {
@@ -14,5 +15,5 @@ export function workbenchRoutes(services: Services) {
   // Local, so it covers the workbench's routes only: the /v1 routes have their own parsers.
   return app
     .onParse(parseJsonWithLimits)
-    .use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(adminRoutes(services));
+    .use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(webhooksRoutes(services)).use(adminRoutes(services));
 }

@@ -1,0 +1,292 @@
+/**
+ * Task webhooks: when an image task ends (succeeded, failed, canceled) its owner's endpoint, and
+ * the request's own webhook_url if it gave one, receive the event, signed by the Standard
+ * Webhooks scheme with the user's secret.
+ *
+ * Delivery is at least once:
+ * - taskFinished records one delivery per URL in the database and returns; it never waits for
+ *   the network and never throws (the task has ended whatever happens here);
+ * - a worker (start/stop with the server) claims due deliveries, at most `concurrency` at once,
+ *   each for a lease longer than an attempt can take: an attempt a crash cut short is made
+ *   again once its lease ends, on the next start;
+ * - each attempt resolves the URL, checks the addresses and connects to the one checked
+ *   (webhooksTarget), signs with a fresh timestamp, and is recorded with its status or error;
+ *   failures are retried by webhooksSchedule for about a day.
+ * A receiver may therefore see an event more than once: webhook-id is the same every time.
+ *
+ * The body is `{"type", "timestamp", "data"}` (the spec's recommended shape) with the task
+ * object as data, minus the images' base64 (megabytes the receiver fetches from the task
+ * instead; the spec asks for small payloads).
+ */
+import type { Logger } from "../logger";
+import type { Clock } from "./clock";
+import { sha256Hex } from "./digest";
+import { newId } from "./ids";
+import { DatabaseBusyError, type FlowStore } from "./store";
+import type { ImageTaskObject, TaskEvent, TaskEventSink } from "./tasks";
+import { postWebhook, type AttemptAnswer } from "./webhooksDelivery";
+import { WebhookEndpoints } from "./webhooksEndpoints";
+import { nextAttemptAt, totalAttempts } from "./webhooksSchedule";
+import type { SecretBox } from "./webhooksSecretBox";
+import { webhookHeaders } from "./webhooksSignature";
+import type { AttemptOutcome, NewDelivery, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
+import { checkWebhookTarget, systemResolver, webhookUrlSyntax, type ResolveHost, type WebhookUrlPolicy } from "./webhooksTarget";
+
+export interface WebhookSettings {
+  allowPrivateAddresses: boolean;
+  /** Delay after each failed attempt (webhooksSchedule). */
+  retryDelaysMs: readonly number[];
+  attemptTimeoutMs: number;
+  /** Attempts in flight at once. */
+  concurrency: number;
+  /** Longest time between two looks for due deliveries. */
+  pollIntervalMs: number;
+}
+
+export interface WebhookDeps {
+  records: WebhookRecords;
+  box: SecretBox;
+  whenWritable: FlowStore["whenWritable"];
+  clock: Clock;
+  logger: Logger;
+  settings: WebhookSettings;
+  resolve?: ResolveHost;
+  random?: () => number;
+}
+
+export const TEST_EVENT_TYPE = "webhook.test";
+
+/** Finished deliveries (and their attempts) are kept this long for the workbench, then deleted. */
+export const DELIVERY_RETENTION_MS = 30 * 24 * 3_600_000;
+const PRUNE_EVERY_MS = 3_600_000;
+
+/** Shortest pause between two looks that started nothing (a locked database must not spin the loop). */
+const MIN_LOOK_MS = 20;
+/** Extra lease beyond the attempt's own time limit (name resolution, recording). */
+const LEASE_MARGIN_MS = 30_000;
+/** How long recording an attempt may wait for another process's write lock; past it the lease ends and the attempt is repeated. */
+const RECORD_WAIT_MS = 60_000;
+
+/** One event per task and outcome: a repeated taskFinished for the same task and type records nothing new. */
+export function taskEventId(type: string, taskId: string): string {
+  return `msg_${sha256Hex(`${type}:${taskId}`).slice(0, 32)}`;
+}
+
+/** The task object without image bytes (b64_json); everything else as the API shows it. */
+export function webhookTask(task: ImageTaskObject): Record<string, unknown> {
+  const plain = task as unknown as Record<string, unknown>;
+  const result = plain.result as Record<string, unknown> | undefined;
+  if (!result || !Array.isArray(result.data)) return plain;
+  const data = (result.data as unknown[]).map((item) => {
+    if (!item || typeof item !== "object") return item;
+    const { b64_json: _omitted, ...rest } = item as Record<string, unknown>;
+    return rest;
+  });
+  return { ...plain, result: { ...result, data } };
+}
+
+export function eventBody(type: string, at: number, data: unknown): string {
+  return JSON.stringify({ type, timestamp: new Date(at).toISOString(), data });
+}
+
+export class WebhookDispatcher implements TaskEventSink {
+  readonly endpoints: WebhookEndpoints;
+  private readonly policy: WebhookUrlPolicy;
+  private readonly inflight = new Set<Promise<void>>();
+  private running = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private lastPrune = 0;
+
+  constructor(private readonly deps: WebhookDeps) {
+    this.policy = { allowPrivateAddresses: deps.settings.allowPrivateAddresses, resolve: deps.resolve ?? systemResolver };
+    this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock);
+  }
+
+  // ---- recording events ------------------------------------------------------------------
+
+  taskFinished(event: TaskEvent): void {
+    try {
+      const now = this.deps.clock();
+      const body = eventBody(event.type, now, webhookTask(event.task));
+      const base = { eventId: taskEventId(event.type, event.task.id), userId: event.userId, eventType: event.type, payload: body };
+      const deliveries: NewDelivery[] = [];
+      const endpointUrl = this.deps.records.endpoint(event.userId)?.url ?? null;
+      if (endpointUrl !== null) deliveries.push({ ...base, source: "endpoint", url: endpointUrl });
+      if (event.webhookUrl !== undefined && event.webhookUrl !== endpointUrl) {
+        const syntax = webhookUrlSyntax(event.webhookUrl);
+        if (syntax.url) deliveries.push({ ...base, source: "request", url: syntax.url.href });
+        else this.deps.logger.warn("task webhook_url not usable", { task_id: event.task.id, problem: syntax.problem });
+      }
+      if (deliveries.length > 0) this.record(deliveries, now, event.task.id);
+    } catch (e) {
+      this.deps.logger.error("task webhook not recorded", { task_id: event.task?.id, error: String(e) });
+    }
+  }
+
+  /** A `webhook.test` event to the user's endpoint; the reason when there is none. */
+  sendTestEvent(userId: number): string | null {
+    const url = this.deps.records.endpoint(userId)?.url ?? null;
+    if (url === null) return "Set an endpoint URL first.";
+    const now = this.deps.clock();
+    const payload = eventBody(TEST_EVENT_TYPE, now, { message: "A test event from the Atelier workbench." });
+    this.record([{ eventId: newId("msg_"), userId, eventType: TEST_EVENT_TYPE, source: "test", url, payload }], now);
+    return null;
+  }
+
+  private record(deliveries: NewDelivery[], now: number, taskId?: string): void {
+    // The first try runs now, synchronously; only a locked database makes it wait (and retry).
+    this.deps
+      .whenWritable(() => this.deps.records.enqueue(deliveries, now), { maxWaitMs: Infinity })
+      .then(() => this.wake())
+      .catch((e) => this.deps.logger.error("task webhook not recorded", { task_id: taskId ?? null, error: String(e) }));
+  }
+
+  /**
+   * For a request's own `webhook_url`, before it is charged: why it cannot be used (a sentence
+   * for the client), or null. The user needs a signing secret (nothing is sent unsigned), and
+   * the URL must pass the URL rule now; it is checked again at every attempt.
+   */
+  async checkWebhookUrl(url: string, userId: number): Promise<string | null> {
+    const syntax = webhookUrlSyntax(url);
+    if (!syntax.url) return syntax.problem;
+    if (!this.endpoints.hasSecret(userId)) return "A webhook_url needs a signing secret to sign with: create one on the workbench's Webhooks page first.";
+    const check = await checkWebhookTarget(url, this.policy);
+    return check.refused ?? null;
+  }
+
+  // ---- the delivery worker ---------------------------------------------------------------
+
+  /** Starts delivering (due deliveries from before a restart first). Calling it again does nothing. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.schedule(0);
+  }
+
+  /** Stops taking deliveries and waits for the attempts in flight (each ends within its time limit). */
+  async stop(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+  }
+
+  /** Looks for due deliveries now (after an event is recorded). */
+  private wake(): void {
+    if (this.running) this.schedule(0);
+  }
+
+  private schedule(delayMs: number): void {
+    if (!this.running) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.tick(), Math.max(0, delayMs));
+  }
+
+  private tick(): void {
+    this.timer = undefined;
+    if (!this.running) return;
+    void this.claimAndDeliver().then((started) => {
+      const { concurrency, pollIntervalMs } = this.deps.settings;
+      // Full: a finished attempt wakes the worker. Some started: look again at once for more.
+      if (this.inflight.size >= concurrency) this.schedule(pollIntervalMs);
+      else this.schedule(started > 0 ? 0 : this.untilNextLook());
+    });
+  }
+
+  /** Until the earliest pending delivery is due, within [MIN_LOOK_MS, pollIntervalMs]. */
+  private untilNextLook(): number {
+    const { pollIntervalMs } = this.deps.settings;
+    try {
+      const due = this.deps.records.nextDue();
+      if (due === null) return pollIntervalMs;
+      return Math.min(pollIntervalMs, Math.max(MIN_LOOK_MS, due - this.deps.clock()));
+    } catch {
+      return pollIntervalMs;
+    }
+  }
+
+  /**
+   * Claims what is due, up to the free capacity, and starts those attempts; returns how many
+   * started. Tests call it directly (with the worker stopped) and await `idle()`.
+   */
+  async claimAndDeliver(): Promise<number> {
+    const { settings, records, clock, logger } = this.deps;
+    const free = settings.concurrency - this.inflight.size;
+    if (free <= 0) return 0;
+    const now = clock();
+    this.pruneNow(now);
+    let claimed: WebhookDeliveryRow[];
+    try {
+      // No waiting for another process's lock here: the next look comes soon anyway.
+      claimed = await this.deps.whenWritable(() => records.claimDue(now, free, now + settings.attemptTimeoutMs + LEASE_MARGIN_MS), { maxWaitMs: 0 });
+    } catch (e) {
+      if (!(e instanceof DatabaseBusyError)) logger.error("webhook deliveries not claimed", { error: String(e) });
+      return 0;
+    }
+    for (const row of claimed) {
+      const work = this.deliver(row).finally(() => {
+        this.inflight.delete(work);
+        this.wake();
+      });
+      this.inflight.add(work);
+    }
+    return claimed.length;
+  }
+
+  /** Resolves when no attempt is in flight. */
+  async idle(): Promise<void> {
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+  }
+
+  private pruneNow(now: number): void {
+    if (now - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = now;
+    try {
+      this.deps.records.pruneFinished(now - DELIVERY_RETENTION_MS);
+    } catch {
+      // Housekeeping only: a locked database tries again in an hour.
+    }
+  }
+
+  private async deliver(row: WebhookDeliveryRow): Promise<void> {
+    const { clock, settings, logger } = this.deps;
+    const at = clock();
+    const started = performance.now();
+    const answer = await this.attempt(row);
+    const durationMs = performance.now() - started;
+    const made = row.attempts + 1;
+    let outcome: AttemptOutcome;
+    if (answer.ok) outcome = { state: "delivered" };
+    else if (answer.gone) outcome = { state: "failed", reason: `${answer.error} (410 Gone: no further attempts)` };
+    else {
+      const next = nextAttemptAt(clock(), made, settings.retryDelaysMs, this.deps.random);
+      outcome = next === null ? { state: "failed", reason: `${answer.error} (gave up after ${totalAttempts(settings.retryDelaysMs)} attempts)` } : { state: "pending", nextAttemptAt: next };
+    }
+    try {
+      await this.deps.whenWritable(() => this.deps.records.recordAttempt(row.id, { at, status: answer.status, error: answer.error, durationMs }, outcome), {
+        maxWaitMs: RECORD_WAIT_MS,
+      });
+    } catch (e) {
+      // Not recorded: the lease runs out and the attempt is made again (at least once).
+      logger.error("webhook attempt not recorded", { delivery_id: row.id, event_id: row.event_id, error: String(e) });
+      return;
+    }
+    if (outcome.state === "failed") logger.warn("webhook delivery failed", { delivery_id: row.id, event_id: row.event_id, user_id: row.user_id, attempts: made });
+  }
+
+  /** One attempt; never throws. */
+  private async attempt(row: WebhookDeliveryRow): Promise<AttemptAnswer> {
+    const failed = (error: string): AttemptAnswer => ({ ok: false, status: null, error, gone: false });
+    let secret: string | null;
+    try {
+      secret = this.endpoints.secretOf(row.user_id);
+    } catch {
+      return failed("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+    }
+    if (secret === null) return failed("no signing secret: create one on the Webhooks page");
+    const check = await checkWebhookTarget(row.url, this.policy);
+    if (!check.target) return failed(`not sent: ${check.refused}`);
+    const timestamp = Math.floor(this.deps.clock() / 1000);
+    return postWebhook(check.target, webhookHeaders(secret, row.event_id, timestamp, row.payload), row.payload, this.deps.settings.attemptTimeoutMs);
+  }
+}

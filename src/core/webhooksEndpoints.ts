@@ -1,0 +1,81 @@
+/**
+ * A user's webhook endpoint and signing secret, as the workbench manages them: the URL is
+ * checked with the URL rule (webhooksTarget) before it is saved; the secret is made here, shown
+ * once to the user and stored only sealed (webhooksSecretBox). Saving a first URL also makes
+ * the first secret, since nothing can be sent unsigned.
+ */
+import type { Clock } from "./clock";
+import { newWebhookSecret } from "./webhooksSignature";
+import { secretContext, type SecretBox } from "./webhooksSecretBox";
+import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
+import { checkWebhookTarget, type WebhookUrlPolicy } from "./webhooksTarget";
+
+export interface EndpointView {
+  url: string | null;
+  /** When the current secret was made; null when there is none. */
+  secretCreatedAt: number | null;
+}
+
+export interface DeliveryView {
+  delivery: WebhookDeliveryRow;
+  attempts: WebhookAttemptRow[];
+}
+
+export type SetUrlResult = { refused: string; secret?: undefined } | { refused?: undefined; url: string; secret: string | null };
+
+export class WebhookEndpoints {
+  constructor(
+    private readonly records: WebhookRecords,
+    private readonly box: SecretBox,
+    private readonly policy: WebhookUrlPolicy,
+    private readonly clock: Clock,
+  ) {}
+
+  view(userId: number): EndpointView {
+    const row = this.records.endpoint(userId);
+    return { url: row?.url ?? null, secretCreatedAt: row?.secret_created_at ?? null };
+  }
+
+  hasSecret(userId: number): boolean {
+    return (this.records.endpoint(userId)?.secret_sealed ?? null) !== null;
+  }
+
+  /**
+   * Saves the endpoint after checking it (the host is resolved, so a private address is refused
+   * now and not only at delivery). Returns the refusal, or the URL saved and the new secret when
+   * this made the first one (shown once).
+   */
+  async setUrl(userId: number, text: string): Promise<SetUrlResult> {
+    const check = await checkWebhookTarget(text.trim(), this.policy);
+    if (!check.target) return { refused: check.refused };
+    const url = check.target.url;
+    this.records.setEndpointUrl(userId, url, this.clock());
+    const secret = this.hasSecret(userId) ? null : this.rotateSecret(userId);
+    return { url, secret };
+  }
+
+  /** Removes the endpoint; its pending deliveries fail. The secret stays (per-request URLs use it). */
+  clear(userId: number): void {
+    this.records.setEndpointUrl(userId, null, this.clock());
+  }
+
+  /** Makes a new secret, replacing the old one at once (retries are signed with the new one); returns it, to show once. */
+  rotateSecret(userId: number): string {
+    const secret = newWebhookSecret();
+    this.records.setSecret(userId, this.box.seal(secret, secretContext(userId)), this.clock());
+    return secret;
+  }
+
+  /** The user's secret in plain text, to sign with; null when there is none. Throws when it cannot be opened (another key). */
+  secretOf(userId: number): string | null {
+    const sealed = this.records.endpoint(userId)?.secret_sealed ?? null;
+    return sealed === null ? null : this.box.open(sealed, secretContext(userId));
+  }
+
+  /** The user's latest deliveries, newest first, each with its attempts in order. */
+  deliveries(userId: number, limit: number): DeliveryView[] {
+    const deliveries = this.records.recentDeliveries(userId, limit);
+    const attempts = this.records.attemptsOf(deliveries.map((d) => d.id));
+    return deliveries.map((delivery) => ({ delivery, attempts: attempts.filter((a) => a.delivery_id === delivery.id) }));
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * What webhooks need from storage (store/webhooks implements it): each user's endpoint and
+ * sealed signing secret, the deliveries waiting or done, and every attempt made.
+ */
+
+export interface WebhookEndpointRow {
+  user_id: number;
+  /** null: no endpoint (a secret may still exist, for per-request webhook URLs). */
+  url: string | null;
+  /** The signing secret, sealed by SecretBox; never the secret itself. */
+  secret_sealed: string | null;
+  secret_created_at: number | null;
+  updated_at: number;
+}
+
+export type DeliveryState = "pending" | "delivered" | "failed";
+
+/** Where a delivery goes: the user's endpoint, a request's own webhook_url, or a test from the workbench (to the endpoint). */
+export type DeliverySource = "endpoint" | "request" | "test";
+
+export interface WebhookDeliveryRow {
+  id: number;
+  /** `msg_…`, the webhook-id header: the same on every attempt. */
+  event_id: string;
+  user_id: number;
+  event_type: string;
+  source: DeliverySource;
+  url: string;
+  /** The JSON body exactly as it is signed and sent. */
+  payload: string;
+  state: DeliveryState;
+  attempts: number;
+  /** When the next attempt is due (ms); null once delivered or failed. */
+  next_attempt_at: number | null;
+  last_status: number | null;
+  last_error: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+export interface WebhookAttemptRow {
+  id: number;
+  delivery_id: number;
+  attempted_at: number;
+  /** The HTTP status of the answer; null when there was none. */
+  status: number | null;
+  /** Why the attempt failed; null when it succeeded. */
+  error: string | null;
+  duration_ms: number;
+}
+
+export interface NewDelivery {
+  eventId: string;
+  userId: number;
+  eventType: string;
+  source: DeliverySource;
+  url: string;
+  payload: string;
+}
+
+export interface AttemptRecord {
+  at: number;
+  status: number | null;
+  error: string | null;
+  durationMs: number;
+}
+
+/** How a delivery goes on after an attempt. */
+export type AttemptOutcome = { state: "delivered" } | { state: "pending"; nextAttemptAt: number } | { state: "failed"; reason?: string };
+
+export interface WebhookRecords {
+  endpoint(userId: number): WebhookEndpointRow | null;
+  /**
+   * Sets (or clears, with null) the endpoint URL. Pending deliveries to the endpoint follow it:
+   * to the new URL, or failed ("the endpoint was removed") when it is cleared.
+   */
+  setEndpointUrl(userId: number, url: string | null, now: number): void;
+  setSecret(userId: number, sealed: string, now: number): void;
+  /** Adds deliveries due at `now`, all or none; one per event and URL (a repeated event is ignored). Returns how many were new. */
+  enqueue(deliveries: NewDelivery[], now: number): number;
+  /**
+   * Takes up to `limit` due deliveries for an attempt: their next_attempt_at moves to
+   * `leaseUntil`, so a crash during the attempt means it is made again after that (at least once).
+   */
+  claimDue(now: number, limit: number, leaseUntil: number): WebhookDeliveryRow[];
+  /** One attempt and its consequence, in one transaction. */
+  recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): void;
+  /** When the earliest pending delivery is due, or null. */
+  nextDue(): number | null;
+  recentDeliveries(userId: number, limit: number): WebhookDeliveryRow[];
+  attemptsOf(deliveryIds: number[]): WebhookAttemptRow[];
+  /** Deletes delivered and failed deliveries (and their attempts) finished before `before`. */
+  pruneFinished(before: number): number;
+}

@@ -1,0 +1,61 @@
+/** The webhooks page: set or remove the endpoint, create or rotate the secret (shown once), send a test event, see deliveries. */
+import { Elysia } from "elysia";
+import type { Services } from "../../services";
+import { totalAttempts } from "../../core/webhooksSchedule";
+import { webhooksPage, type WebhooksPageState } from "../../workbench/pages/webhooks";
+import type { Viewer } from "../../workbench/layout";
+import { workbenchGuards } from "./guards";
+import { formFields, htmlResponse, redirect } from "./respond";
+
+const hide = { detail: { hide: true } };
+
+/** Deliveries the page lists, newest first. */
+const RECENT_DELIVERIES = 25;
+
+const NOTICES: Record<string, string> = {
+  saved: "The endpoint was saved.",
+  removed: "The endpoint was removed.",
+  sent: "A test event is on its way; its delivery appears below (reload to see the attempts).",
+};
+
+export function webhooksRoutes(services: Services) {
+  const webhooks = services.taskEvents;
+  const delays = services.config.webhooks.retry_delays_ms;
+  const schedule = { attempts: totalAttempts(delays), spanMs: delays.reduce((a, b) => a + b, 0) };
+  const render = (viewer: Viewer, extra: Partial<WebhooksPageState> = {}, status = 200) =>
+    htmlResponse(
+      webhooksPage(viewer, {
+        endpoint: webhooks.endpoints.view(viewer.user.id),
+        deliveries: webhooks.endpoints.deliveries(viewer.user.id, RECENT_DELIVERIES),
+        schedule,
+        ...extra,
+      }),
+      status,
+    );
+
+  return new Elysia({ name: "workbench.webhooks" })
+    .use(workbenchGuards(services))
+    .get("/webhooks", ({ viewer, query }) => render(viewer, { notice: NOTICES[String(query.done)] ?? null }), { viewer: true, ...hide })
+    .post("/webhooks/endpoint", async ({ viewer, body }) => {
+      const typed = (formFields(body).url ?? "").trim();
+      if (typed === "") return render(viewer, { error: "Enter the URL to send webhooks to." }, 400);
+      const saved = await webhooks.endpoints.setUrl(viewer.user.id, typed);
+      if (saved.refused !== undefined) return render(viewer, { error: saved.refused, typedUrl: typed }, 400);
+      // The first endpoint also made the first secret: it exists only in this response.
+      if (saved.secret) return render(viewer, { secret: saved.secret, notice: NOTICES.saved }, 201);
+      return redirect("/webhooks?done=saved");
+    }, { viewer: true, ...hide })
+    .post("/webhooks/endpoint/remove", ({ viewer }) => {
+      webhooks.endpoints.clear(viewer.user.id);
+      return redirect("/webhooks?done=removed");
+    }, { viewer: true, ...hide })
+    .post("/webhooks/secret", ({ viewer }) => {
+      const secret = webhooks.endpoints.rotateSecret(viewer.user.id);
+      return render(viewer, { secret }, 201);
+    }, { viewer: true, ...hide })
+    .post("/webhooks/test", ({ viewer }) => {
+      const refused = webhooks.sendTestEvent(viewer.user.id);
+      if (refused !== null) return render(viewer, { error: refused }, 400);
+      return redirect("/webhooks?done=sent");
+    }, { viewer: true, ...hide });
+}

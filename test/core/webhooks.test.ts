@@ -1,0 +1,509 @@
+/**
+ * The webhook dispatcher below the server: events recorded (once per task and outcome, without
+ * image bytes), signed attempts to a real loopback receiver pinned by address with the original
+ * Host, retries by the schedule, 410 and give-up, redirects and slow receivers, bounded answers,
+ * the claim lease (a crash mid-attempt means the attempt is made again), endpoint changes,
+ * sealed secrets, and checkWebhookUrl. Real SQLite in memory, a fake clock, a scripted resolver;
+ * the worker's timer is not started: each test claims and awaits the attempts itself.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import type { Server } from "bun";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { createLogger } from "../../src/logger";
+import { WebhookDispatcher, taskEventId, type WebhookSettings } from "../../src/core/webhooks";
+import { SecretBox, secretContext } from "../../src/core/webhooksSecretBox";
+import { DEFAULT_RETRY_DELAYS_MS } from "../../src/core/webhooksSchedule";
+import { createServices } from "../../src/services";
+import { loadWebhookSecretKey } from "../../src/store/webhooks";
+import { configFromToml, tempDir } from "../support/server";
+import type { ImageTaskObject, TaskEvent } from "../../src/core/tasks";
+import type { Store } from "../../src/store";
+import { fakeClock, type FakeClock } from "../support/fakeClock";
+import { addUser, memoryStore, rawDb } from "../support/memoryStore";
+import { verifyStandardWebhook } from "../support/standardWebhooks";
+
+interface Hit {
+  path: string;
+  host: string | null;
+  headers: Record<string, string>;
+  body: string;
+}
+
+type Answer = (hit: Hit) => Response | Promise<Response>;
+
+let receiver: Server<undefined>;
+const hits: Hit[] = [];
+let answers: Answer[] = [];
+const ok: Answer = () => new Response("ok");
+
+beforeAll(() => {
+  receiver = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(request) {
+      const url = new URL(request.url);
+      const hit: Hit = { path: url.pathname + url.search, host: request.headers.get("host"), headers: Object.fromEntries(request.headers), body: await request.text() };
+      hits.push(hit);
+      return (answers.shift() ?? ok)(hit);
+    },
+  });
+});
+afterAll(() => receiver.stop(true));
+
+const port = () => receiver.port;
+/** Names resolve to loopback (the receiver), as a public name would to a public address. */
+const resolve = async (host: string) => {
+  if (host.endsWith(".test")) return ["127.0.0.1"];
+  throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
+};
+
+let store: Store;
+let clock: FakeClock;
+let logs: string[];
+let dispatcher: WebhookDispatcher;
+const KEY = new Uint8Array(32).fill(7);
+
+function makeDispatcher(settings: Partial<WebhookSettings> = {}, box = new SecretBox(() => KEY)): WebhookDispatcher {
+  return new WebhookDispatcher({
+    records: store.webhooks,
+    box,
+    whenWritable: store.whenWritable,
+    clock: clock.now,
+    logger: createLogger((l) => logs.push(l)),
+    resolve,
+    random: () => 0,
+    settings: { allowPrivateAddresses: true, retryDelaysMs: [5_000, 300_000], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 1_000, ...settings },
+  });
+}
+
+function setup(settings: Partial<WebhookSettings> = {}) {
+  store = memoryStore();
+  clock = fakeClock(1_800_000_000_000);
+  logs = [];
+  hits.length = 0;
+  answers = [];
+  dispatcher = makeDispatcher(settings);
+}
+afterEach(() => store?.close());
+
+function task(id: string, over: Partial<ImageTaskObject> = {}): ImageTaskObject {
+  return {
+    id,
+    object: "image.task",
+    status: "succeeded",
+    created_at: 1_800_000_000,
+    started_at: 1_800_000_001,
+    finished_at: 1_800_000_002,
+    model: "builtin-image",
+    endpoint: "generations",
+    result: { created: 1_800_000_002, data: [{ b64_json: "iVBORw0KGgoAAAA".repeat(1000), revised_prompt: "a lighthouse" }], size: "64x64" } as unknown as ImageTaskObject["result"],
+    ...over,
+  };
+}
+
+function event(userId: number, id = "req_task1", over: Partial<TaskEvent> = {}): TaskEvent {
+  return { type: "image.task.succeeded", userId, task: task(id), ...over };
+}
+
+/** Claims what is due and waits for those attempts. */
+async function deliverDue(): Promise<number> {
+  const n = await dispatcher.claimAndDeliver();
+  await dispatcher.idle();
+  return n;
+}
+
+async function userWithEndpoint(path = "/hook"): Promise<{ userId: number; secret: string }> {
+  const userId = addUser(store, 0);
+  const set = await dispatcher.endpoints.setUrl(userId, `http://hooks.test:${port()}${path}`);
+  if (set.refused !== undefined || set.secret === null) throw new Error(`no endpoint: ${set.refused}`);
+  return { userId, secret: set.secret };
+}
+
+const deliveriesOf = (userId: number) => dispatcher.endpoints.deliveries(userId, 50);
+
+describe("recording events", () => {
+  test("one delivery per task outcome and URL; the body is {type, timestamp, data} without image bytes", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    dispatcher.taskFinished(event(userId));
+    dispatcher.taskFinished(event(userId)); // the same outcome again: nothing new
+    dispatcher.taskFinished(event(userId, "req_task1", { type: "image.task.failed" })); // another outcome is another event
+    await Bun.sleep(0);
+    const rows = deliveriesOf(userId).map((d) => d.delivery);
+    expect(rows.length).toBe(2);
+    const succeeded = rows.find((r) => r.event_type === "image.task.succeeded")!;
+    expect(succeeded.event_id).toBe(taskEventId("image.task.succeeded", "req_task1"));
+    expect(succeeded.event_id).toMatch(/^msg_[0-9a-f]{32}$/);
+    expect(succeeded.state).toBe("pending");
+    expect(succeeded.next_attempt_at).toBe(clock.now());
+    expect(succeeded.source).toBe("endpoint");
+    const body = JSON.parse(succeeded.payload);
+    expect(body.type).toBe("image.task.succeeded");
+    expect(body.timestamp).toBe(new Date(clock.now()).toISOString());
+    expect(body.data.id).toBe("req_task1");
+    expect(body.data.object).toBe("image.task");
+    expect(body.data.result.data).toEqual([{ revised_prompt: "a lighthouse" }]);
+    expect(succeeded.payload.length).toBeLessThan(1000);
+  });
+
+  test("a user with no endpoint and no webhook_url records nothing; a request's webhook_url is a delivery of its own", async () => {
+    setup();
+    const bare = addUser(store, 0);
+    dispatcher.taskFinished(event(bare));
+    expect(deliveriesOf(bare)).toEqual([]);
+
+    const { userId } = await userWithEndpoint();
+    dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://per-request.test:${port()}/mine?task=2` }));
+    // The same URL as the endpoint is one delivery, not two.
+    dispatcher.taskFinished(event(userId, "req_3", { webhookUrl: `http://hooks.test:${port()}/hook` }));
+    dispatcher.taskFinished(event(userId, "req_4", { webhookUrl: "not a url" }));
+    const rows = deliveriesOf(userId).map((d) => [d.delivery.source, d.delivery.url, JSON.parse(d.delivery.payload).data.id]);
+    expect(rows).toEqual([
+      ["endpoint", `http://hooks.test:${port()}/hook`, "req_4"],
+      ["endpoint", `http://hooks.test:${port()}/hook`, "req_3"],
+      ["request", `http://per-request.test:${port()}/mine?task=2`, "req_2"],
+      ["endpoint", `http://hooks.test:${port()}/hook`, "req_2"],
+    ]);
+    expect(logs.some((l) => l.includes("task webhook_url not usable"))).toBe(true);
+  });
+
+  test("taskFinished never throws, even when the store does", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    store.close();
+    expect(() => dispatcher.taskFinished(event(userId))).not.toThrow();
+    expect(logs.some((l) => l.includes("task webhook not recorded"))).toBe(true);
+    store = memoryStore();
+  });
+});
+
+describe("attempts", () => {
+  test("a signed POST to the pinned address with the original Host; 2xx delivers", async () => {
+    setup();
+    const { userId, secret } = await userWithEndpoint("/hook?from=atelier");
+    dispatcher.taskFinished(event(userId));
+    expect(await deliverDue()).toBe(1);
+    expect(hits.length).toBe(1);
+    const hit = hits[0]!;
+    expect(hit.path).toBe("/hook?from=atelier");
+    expect(hit.host).toBe(`hooks.test:${port()}`);
+    expect(hit.headers["content-type"]).toBe("application/json");
+    expect(hit.headers["user-agent"]).toBe("Atelier-Webhooks/1");
+    expect(hit.headers["webhook-id"]).toBe(taskEventId("image.task.succeeded", "req_task1"));
+    expect(hit.headers["webhook-timestamp"]).toBe(String(Math.floor(clock.now() / 1000)));
+    expect(verifyStandardWebhook(secret, hit.headers, hit.body, Math.floor(clock.now() / 1000))).toBe(true);
+    const [d] = deliveriesOf(userId);
+    expect(d!.delivery.state).toBe("delivered");
+    expect(d!.delivery.attempts).toBe(1);
+    expect(d!.delivery.next_attempt_at).toBeNull();
+    expect(d!.attempts.map((a) => [a.status, a.error])).toEqual([[200, null]]);
+    expect(await deliverDue()).toBe(0);
+  });
+
+  test("failures are retried by the schedule with the same id and a new timestamp, then delivered", async () => {
+    setup();
+    const { userId, secret } = await userWithEndpoint();
+    answers = [() => new Response("boom", { status: 500 }), () => new Response("busy", { status: 503 })];
+    dispatcher.taskFinished(event(userId));
+    await deliverDue();
+    let [d] = deliveriesOf(userId);
+    expect(d!.delivery.state).toBe("pending");
+    expect(d!.delivery.next_attempt_at).toBe(clock.now() + 5_000);
+    expect(d!.delivery.last_error).toBe("HTTP 500: boom");
+    // Not due yet.
+    clock.advance(4_999);
+    expect(await deliverDue()).toBe(0);
+    clock.advance(1);
+    expect(await deliverDue()).toBe(1);
+    [d] = deliveriesOf(userId);
+    expect(d!.delivery.next_attempt_at).toBe(clock.now() + 300_000);
+    clock.advance(300_000);
+    await deliverDue();
+    [d] = deliveriesOf(userId);
+    expect(d!.delivery.state).toBe("delivered");
+    expect(d!.attempts.map((a) => a.status)).toEqual([500, 503, 200]);
+    expect(new Set(hits.map((h) => h.headers["webhook-id"])).size).toBe(1);
+    expect(new Set(hits.map((h) => h.headers["webhook-timestamp"])).size).toBe(3);
+    // Every attempt verifies at its own time.
+    const times = [1_800_000_000_000, 1_800_000_005_000, 1_800_000_305_000];
+    hits.forEach((h, i) => expect(verifyStandardWebhook(secret, h.headers, h.body, Math.floor(times[i]! / 1000))).toBe(true));
+  });
+
+  test("the schedule runs out: failed after 1 + delays attempts; 410 Gone ends it at once", async () => {
+    setup({ retryDelaysMs: [10, 10] });
+    const { userId } = await userWithEndpoint();
+    answers = [0, 1, 2].map(() => () => new Response("no", { status: 500 }));
+    dispatcher.taskFinished(event(userId));
+    for (let i = 0; i < 3; i++) {
+      await deliverDue();
+      clock.advance(10);
+    }
+    let [d] = deliveriesOf(userId);
+    expect(d!.delivery.state).toBe("failed");
+    expect(d!.delivery.attempts).toBe(3);
+    expect(d!.delivery.last_error).toBe("HTTP 500: no (gave up after 3 attempts)");
+    expect(d!.delivery.finished_at).not.toBeNull();
+    expect(logs.some((l) => l.includes("webhook delivery failed"))).toBe(true);
+
+    answers = [() => new Response("gone", { status: 410 })];
+    dispatcher.taskFinished(event(userId, "req_gone"));
+    await deliverDue();
+    [d] = deliveriesOf(userId);
+    expect(d!.delivery.state).toBe("failed");
+    expect(d!.delivery.attempts).toBe(1);
+    expect(d!.delivery.last_error).toContain("410 Gone: no further attempts");
+  });
+
+  test("redirects are not followed, slow receivers time out, long answers are read only in part", async () => {
+    setup({ attemptTimeoutMs: 300 });
+    const { userId } = await userWithEndpoint();
+    answers = [
+      () => new Response(null, { status: 302, headers: { location: `http://127.0.0.1:${port()}/elsewhere` } }),
+      async () => {
+        await Bun.sleep(1_000);
+        return new Response("late");
+      },
+      () => new Response("x".repeat(5_000_000), { status: 500 }),
+    ];
+    for (const id of ["req_a", "req_b", "req_c"]) {
+      dispatcher.taskFinished(event(userId, id));
+      await deliverDue();
+    }
+    expect(hits.map((h) => h.path)).toEqual(["/hook", "/hook", "/hook"]);
+    const errors = deliveriesOf(userId).map((d) => d.attempts[0]!.error!).reverse();
+    expect(errors[0]).toBe(`HTTP 302: redirects are not followed (to http://127.0.0.1:${port()}/elsewhere); set the final URL`);
+    expect(errors[1]).toBe("no answer within 300 ms");
+    expect(errors[2]).toBe(`HTTP 500: ${"x".repeat(200)}…`);
+    await Bun.sleep(800); // let the slow answer finish before the next test
+  });
+
+  test("a crash during an attempt: the claim's lease runs out and the attempt is made again", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    dispatcher.taskFinished(event(userId));
+    // Claimed by a process that then died before recording anything.
+    const claimed = store.webhooks.claimDue(clock.now(), 10, clock.now() + 32_000);
+    expect(claimed.length).toBe(1);
+    expect(await deliverDue()).toBe(0);
+    clock.advance(32_000);
+    expect(await deliverDue()).toBe(1);
+    expect(deliveriesOf(userId)[0]!.delivery.state).toBe("delivered");
+    expect(hits.length).toBe(1);
+  });
+
+  test("no more than `concurrency` attempts at once", async () => {
+    setup({ concurrency: 2 });
+    const { userId } = await userWithEndpoint();
+    let inFlight = 0;
+    let most = 0;
+    const slow: Answer = async () => {
+      most = Math.max(most, ++inFlight);
+      await Bun.sleep(50);
+      inFlight--;
+      return new Response("ok");
+    };
+    answers = [slow, slow, slow, slow, slow];
+    for (let i = 0; i < 5; i++) dispatcher.taskFinished(event(userId, `req_c${i}`));
+    expect(await dispatcher.claimAndDeliver()).toBe(2);
+    expect(await dispatcher.claimAndDeliver()).toBe(0);
+    await dispatcher.idle();
+    while ((await deliverDue()) > 0);
+    expect(most).toBe(2);
+    expect(deliveriesOf(userId).every((d) => d.delivery.state === "delivered")).toBe(true);
+  });
+
+  test("the worker's own timer delivers at once and retries when due (start/stop)", async () => {
+    setup({ retryDelaysMs: [100], pollIntervalMs: 50 });
+    // A real clock for the timer.
+    dispatcher = new WebhookDispatcher({
+      records: store.webhooks,
+      box: new SecretBox(() => KEY),
+      whenWritable: store.whenWritable,
+      clock: Date.now,
+      logger: createLogger((l) => logs.push(l)),
+      resolve,
+      settings: { allowPrivateAddresses: true, retryDelaysMs: [100], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 50 },
+    });
+    const { userId } = await userWithEndpoint();
+    answers = [() => new Response("first fails", { status: 500 })];
+    dispatcher.start();
+    dispatcher.start();
+    dispatcher.taskFinished(event(userId));
+    for (let i = 0; i < 100 && deliveriesOf(userId)[0]?.delivery.state !== "delivered"; i++) await Bun.sleep(20);
+    await dispatcher.stop();
+    const [d] = deliveriesOf(userId);
+    expect(d!.attempts.map((a) => a.status)).toEqual([500, 200]);
+    expect(d!.attempts[1]!.attempted_at - d!.attempts[0]!.attempted_at).toBeGreaterThanOrEqual(100);
+  });
+});
+
+describe("endpoints and secrets", () => {
+  test("URLs are checked before saving: refused when private, unless allowed; the first URL makes the first secret", async () => {
+    setup({ allowPrivateAddresses: false });
+    const userId = addUser(store, 0);
+    const refused = await dispatcher.endpoints.setUrl(userId, `http://127.0.0.1:${port()}/hook`);
+    expect(refused.refused).toBe("Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
+    expect(dispatcher.endpoints.view(userId)).toEqual({ url: null, secretCreatedAt: null });
+    expect((await dispatcher.endpoints.setUrl(userId, "ftp://example.com")).refused).toContain("http://");
+
+    const open = makeDispatcher({ allowPrivateAddresses: true });
+    const first = await open.endpoints.setUrl(userId, ` http://hooks.test:${port()}/a `);
+    expect(first.secret).toMatch(/^whsec_/);
+    expect(open.endpoints.view(userId)).toEqual({ url: `http://hooks.test:${port()}/a`, secretCreatedAt: clock.now() });
+    // A second URL keeps the secret.
+    const second = await open.endpoints.setUrl(userId, `http://hooks.test:${port()}/b`);
+    expect(second.secret).toBeNull();
+    expect(open.endpoints.secretOf(userId)).toBe(first.secret!);
+  });
+
+  test("secrets are stored sealed: the database holds neither the secret nor its key bytes", async () => {
+    setup();
+    const { userId, secret } = await userWithEndpoint();
+    const rotated = dispatcher.endpoints.rotateSecret(userId);
+    expect(rotated).not.toBe(secret);
+    const dump = JSON.stringify(rawDb(store).query("SELECT * FROM webhook_endpoints").all());
+    for (const s of [secret, rotated]) {
+      expect(dump).not.toContain(s);
+      expect(dump).not.toContain(s.slice(6, 30));
+    }
+    expect(dump).toContain('"secret_sealed":"v1.');
+    expect(dispatcher.endpoints.secretOf(userId)).toBe(rotated);
+    // Another user's row with this ciphertext does not open (the user id is bound in).
+    const other = addUser(store, 0);
+    store.webhooks.setSecret(other, store.webhooks.endpoint(userId)!.secret_sealed!, clock.now());
+    expect(() => dispatcher.endpoints.secretOf(other)).toThrow();
+    // Under another key nothing opens, and an attempt says so instead of sending unsigned.
+    const wrongKey = makeDispatcher({}, new SecretBox(() => new Uint8Array(32).fill(9)));
+    expect(() => wrongKey.endpoints.secretOf(userId)).toThrow();
+    dispatcher = wrongKey;
+    dispatcher.taskFinished(event(userId));
+    await deliverDue();
+    expect(hits.length).toBe(0);
+    expect(deliveriesOf(userId)[0]!.attempts[0]!.error).toBe("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+  });
+
+  test("retries after a rotation are signed with the new secret", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    answers = [() => new Response("no", { status: 500 })];
+    dispatcher.taskFinished(event(userId));
+    await deliverDue();
+    const rotated = dispatcher.endpoints.rotateSecret(userId);
+    clock.advance(5_000);
+    await deliverDue();
+    expect(verifyStandardWebhook(rotated, hits[1]!.headers, hits[1]!.body, Math.floor(clock.now() / 1000))).toBe(true);
+  });
+
+  test("pending deliveries follow a changed endpoint, and fail when it is removed", async () => {
+    setup();
+    const { userId } = await userWithEndpoint("/old");
+    dispatcher.taskFinished(event(userId, "req_1"));
+    dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://mine.test:${port()}/own` }));
+    await dispatcher.endpoints.setUrl(userId, `http://hooks.test:${port()}/new`);
+    expect(deliveriesOf(userId).map((d) => d.delivery.url)).toEqual([`http://mine.test:${port()}/own`, `http://hooks.test:${port()}/new`, `http://hooks.test:${port()}/new`]);
+    dispatcher.endpoints.clear(userId);
+    const after = deliveriesOf(userId).map((d) => [d.delivery.source, d.delivery.state, d.delivery.last_error]);
+    expect(after).toEqual([
+      ["request", "pending", null],
+      ["endpoint", "failed", "the endpoint was removed"],
+      ["endpoint", "failed", "the endpoint was removed"],
+    ]);
+    expect(dispatcher.endpoints.view(userId).url).toBeNull();
+    expect(dispatcher.endpoints.hasSecret(userId)).toBe(true);
+    await deliverDue();
+    expect(hits.map((h) => h.path)).toEqual(["/own"]);
+  });
+
+  test("a test event goes to the endpoint; without one it is refused", async () => {
+    setup();
+    const bare = addUser(store, 0);
+    expect(dispatcher.sendTestEvent(bare)).toBe("Set an endpoint URL first.");
+    const { userId, secret } = await userWithEndpoint();
+    expect(dispatcher.sendTestEvent(userId)).toBeNull();
+    await deliverDue();
+    const body = JSON.parse(hits[0]!.body);
+    expect(body.type).toBe("webhook.test");
+    expect(hits[0]!.headers["webhook-id"]).toMatch(/^msg_[A-Za-z0-9]{24}$/);
+    expect(verifyStandardWebhook(secret, hits[0]!.headers, hits[0]!.body, Math.floor(clock.now() / 1000))).toBe(true);
+    expect(deliveriesOf(userId)[0]!.delivery.source).toBe("test");
+  });
+});
+
+describe("checkWebhookUrl (a request's own webhook_url)", () => {
+  test("needs a signing secret and a URL that passes the rule", async () => {
+    setup({ allowPrivateAddresses: false });
+    const userId = addUser(store, 0);
+    expect(await dispatcher.checkWebhookUrl("https://hooks.example.com/x", userId)).toBe(
+      "A webhook_url needs a signing secret to sign with: create one on the workbench's Webhooks page first.",
+    );
+    dispatcher.endpoints.rotateSecret(userId);
+    expect(await dispatcher.checkWebhookUrl("http://10.0.0.1/x", userId)).toBe("Webhooks may only go to public addresses: 10.0.0.1 is a private address.");
+    expect(await dispatcher.checkWebhookUrl("gopher://x", userId)).toBe("A webhook URL must start with http:// or https://.");
+    expect(await dispatcher.checkWebhookUrl("http://nowhere.example/x", userId)).toBe("The host nowhere.example could not be resolved (ENOTFOUND).");
+    expect(await dispatcher.checkWebhookUrl("http://8.8.8.8/x", userId)).toBeNull();
+  });
+});
+
+describe("housekeeping", () => {
+  test("finished deliveries older than the retention are pruned with their attempts", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    dispatcher.taskFinished(event(userId));
+    await deliverDue();
+    expect(store.webhooks.pruneFinished(clock.now())).toBe(0);
+    expect(store.webhooks.pruneFinished(clock.now() + 10_000)).toBe(1);
+    expect(rawDb(store).query("SELECT COUNT(*) AS n FROM webhook_attempts").get()).toEqual({ n: 0 });
+  });
+});
+
+describe("[webhooks] configuration and the secret key", () => {
+  test("secret_key must be the base64 of 32 bytes; other keys are typed and bounded", () => {
+    const errorOf = (toml: string) => {
+      try {
+        configFromToml(toml);
+        return null;
+      } catch (e) {
+        return (e as Error).message;
+      }
+    };
+    expect(errorOf(`[webhooks]\nsecret_key = "c2hvcnQ="\n`)).toContain("webhooks.secret_key: must be the base64 of 32 random bytes");
+    expect(errorOf(`[webhooks]\nsecret_key = "${Buffer.alloc(32, 3).toString("base64")}"\n`)).toBeNull();
+    expect(errorOf(`[webhooks]\nallow_private_addresses = "yes"\n`)).toContain("webhooks.allow_private_addresses");
+    expect(errorOf(`[webhooks]\nretry_delays_ms = [-1]\n`)).toContain("webhooks.retry_delays_ms");
+    expect(errorOf(`[webhooks]\nattempt_timeout_ms = 600000\n`)).toContain("webhooks.attempt_timeout_ms");
+    expect(errorOf(`[webhooks]\nretry = 1\n`)).toContain("webhooks.retry: unknown key");
+    const defaults = configFromToml("").webhooks;
+    expect(defaults).toEqual({ allow_private_addresses: false, retry_delays_ms: [...DEFAULT_RETRY_DELAYS_MS], attempt_timeout_ms: 10_000, concurrency: 8, poll_interval_ms: 1_000 });
+  });
+
+  test("the key file is made 0600 on the first secret, and reused; a configured key makes none", async () => {
+    const run = (toml: string) => {
+      const config = configFromToml(toml);
+      config.server.data_dir = tempDir("atelier-webhook-key-");
+      const s = memoryStore();
+      const services = createServices({ config, store: s, logger: createLogger(() => {}) });
+      return { config, store: s, services };
+    };
+    const a = run("");
+    const keyFile = join(a.config.server.data_dir, "webhook-secrets.key");
+    expect(existsSync(keyFile)).toBe(false);
+    const user = addUser(a.store, 0);
+    const secret = a.services.taskEvents.endpoints.rotateSecret(user);
+    expect(statSync(keyFile).mode & 0o777).toBe(0o600);
+    expect(Buffer.from(readFileSync(keyFile, "utf8").trim(), "base64").length).toBe(32);
+    // Another process on the same data directory opens it with the same key.
+    const again = new SecretBox(() => loadWebhookSecretKey(a.config.server.data_dir));
+    expect(again.open(a.store.webhooks.endpoint(user)!.secret_sealed!, secretContext(user))).toBe(secret);
+    a.store.close();
+
+    const b = run(`[webhooks]\nsecret_key = "${Buffer.alloc(32, 5).toString("base64")}"\n`);
+    const other = addUser(b.store, 0);
+    b.services.taskEvents.endpoints.rotateSecret(other);
+    expect(existsSync(join(b.config.server.data_dir, "webhook-secrets.key"))).toBe(false);
+    expect(new SecretBox(() => Buffer.alloc(32, 5)).open(b.store.webhooks.endpoint(other)!.secret_sealed!, secretContext(other))).toMatch(/^whsec_/);
+    b.store.close();
+    rmSync(a.config.server.data_dir, { recursive: true, force: true });
+    rmSync(b.config.server.data_dir, { recursive: true, force: true });
+  });
+});
