@@ -6,14 +6,14 @@
 
   // ---- tabs (arrow keys move between them) ----
   const tabs = Array.from(document.querySelectorAll('[role="tab"]'));
-  function selectTab(tab) {
+  function selectTab(tab, focus = true) {
     for (const t of tabs) {
       const selected = t === tab;
       t.setAttribute("aria-selected", String(selected));
       t.tabIndex = selected ? 0 : -1;
       document.getElementById(t.getAttribute("aria-controls")).hidden = !selected;
     }
-    tab.focus();
+    if (focus) tab.focus();
   }
   tabs.forEach((tab, i) => {
     tab.addEventListener("click", () => selectTab(tab));
@@ -68,25 +68,93 @@
   }
 
   // ---- results ----
+  const blobOf = (b64, format) =>
+    new Blob([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], { type: `image/${format === "jpg" ? "jpeg" : format || "png"}` });
+
   function resultView(id) {
     const root = document.getElementById(id);
     const q = (s) => root.querySelector(s);
+    const progress = q("[data-progress]");
+    const cancel = q("[data-cancel]");
     let lastUrl = null;
+    let previewUrl = null;
+    let announced = "";
+    let onCancel = null;
+    cancel.addEventListener("click", () => { if (onCancel) onCancel(); });
+    /** The live region hears only coarse changes (a new state, a queue move, a quarter of progress). */
+    function announce(text) {
+      if (text === announced) return;
+      announced = text;
+      q("[data-announce]").textContent = text;
+    }
+    function hidePreview() {
+      q("[data-preview]").hidden = true;
+      if (previewUrl) { URL.revokeObjectURL(previewUrl); previewUrl = null; }
+    }
     return {
       busy(on) {
         q("[data-busy]").hidden = !on;
-        // A new request replaces the previous outcome, so an old image never sits under a new error.
-        if (on) { showError(q("[data-error]"), ""); q("[data-figure]").hidden = true; }
+        if (on) {
+          // A new request replaces the previous outcome, so an old image never sits under a new error.
+          showError(q("[data-error]"), "");
+          q("[data-figure]").hidden = true;
+          hidePreview();
+          this.status("Starting…", null);
+          announced = "";
+        } else {
+          this.cancelable(null);
+        }
       },
-      error(text) { showError(q("[data-error]"), text); },
+      /** The visible status line and the progress bar: a fraction 0..1, or null for "unknown". */
+      status(text, fraction) {
+        q("[data-status]").textContent = text;
+        if (typeof fraction === "number") progress.value = Math.round(fraction * 100);
+        else progress.removeAttribute("value"); // indeterminate
+      },
+      /** A task object from the API: queued (with its place) or running (with its progress). */
+      task(t) {
+        if (t.status === "queued") {
+          const place = typeof t.queue_position === "number" ? `, position ${t.queue_position} in the queue` : "";
+          this.status(`Queued${place}`, null);
+          announce(`Queued${place}.`);
+        } else if (t.status === "running") {
+          if (typeof t.progress === "number") {
+            const pct = Math.round(t.progress * 100);
+            this.status(`Running: ${pct} %`, t.progress);
+            announce(`Running, ${Math.floor(t.progress * 4) * 25} %.`);
+          } else {
+            this.status("Running…", null);
+            announce("Running.");
+          }
+        }
+      },
+      /** A partial image from the stream replaces the previous one. */
+      partial(event, n, total) {
+        if (!event.b64_json) return;
+        const url = URL.createObjectURL(blobOf(event.b64_json, event.output_format));
+        if (previewUrl) URL.revokeObjectURL(previewUrl);
+        previewUrl = url;
+        const img = q("[data-partial]");
+        img.src = url;
+        img.alt = `Preview ${n} of ${total} (the image is still being made)`;
+        q("[data-preview-caption]").textContent = `Preview ${n} of ${total}${event.size ? ` · ${event.size}` : ""}`;
+        q("[data-preview]").hidden = false;
+        this.status(`Receiving previews: ${n} of ${total}`, n / (total + 1));
+        announce(`Preview ${n} of ${total} received.`);
+      },
+      cancelable(fn) {
+        onCancel = fn;
+        cancel.hidden = !fn;
+        cancel.disabled = false;
+      },
+      cancelPending() { cancel.disabled = true; this.status("Canceling…", null); },
+      error(text) { showError(q("[data-error]"), text); hidePreview(); },
       async image(body, started) {
         const item = body.data && body.data[0];
         if (!item || !item.b64_json) throw new Error("The response contained no image.");
         const format = body.output_format || "png";
-        const bytes = Uint8Array.from(atob(item.b64_json), (c) => c.charCodeAt(0));
-        const blob = new Blob([bytes], { type: `image/${format === "jpg" ? "jpeg" : format}` });
         if (lastUrl) URL.revokeObjectURL(lastUrl);
-        lastUrl = URL.createObjectURL(blob);
+        lastUrl = URL.createObjectURL(blobOf(item.b64_json, format));
         q("[data-image]").src = lastUrl;
         const dl = q("[data-download]");
         dl.href = lastUrl;
@@ -96,30 +164,217 @@
         const gen = typeof body.generation_time_ms === "number" ? body.generation_time_ms : Math.round(performance.now() - started);
         q("[data-meta]").textContent =
           `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} ${credits === 1 ? "credit" : "credits"} left`);
+        hidePreview();
         q("[data-figure]").hidden = false;
+        announce("The image is ready.");
       },
     };
   }
 
-  async function callApi(path, init) {
+  /** The API's refusal as an Error with the page's own words (and the status, for the caller). */
+  function apiError(status, body) {
+    const code = body && body.error ? body.error.code : null;
+    let message;
+    // The API's own words for these two speak of API keys and headers, which mean nothing here.
+    if (status === 401) message = "Your session has ended. Sign in again, then come back to the playground.";
+    else if (code === "csrf_token_invalid") message = "This page belongs to an earlier session. Reload it and try again.";
+    else message = body && body.error && body.error.message ? body.error.message : `The server answered ${status}.`;
+    const err = new Error(message);
+    err.status = status;
+    err.code = code;
+    return err;
+  }
+
+  async function send(path, init) {
     const headers = Object.assign({ "x-csrf-token": window.atelier.csrf }, init.headers || {});
-    let res;
     try {
-      res = await fetch(path, Object.assign({}, init, { headers, credentials: "same-origin" }));
+      return await fetch(path, Object.assign({}, init, { headers, credentials: "same-origin" }));
     } catch {
-      throw new Error("Could not reach the server. Check your connection and try again.");
+      const err = new Error("Could not reach the server. Check your connection and try again.");
+      err.network = true;
+      throw err;
     }
+  }
+
+  async function callApi(path, init) {
+    const res = await send(path, init);
     let body = null;
     try { body = await res.json(); } catch { /* not JSON */ }
-    if (!res.ok) {
-      const code = body && body.error ? body.error.code : null;
-      // The API's own words for these two speak of API keys and headers, which mean nothing here.
-      if (res.status === 401) throw new Error("Your session has ended. Sign in again, then come back to the playground.");
-      if (code === "csrf_token_invalid") throw new Error("This page belongs to an earlier session. Reload it and try again.");
-      const msg = body && body.error && body.error.message ? body.error.message : `The server answered ${res.status}.`;
-      throw new Error(msg);
-    }
+    if (!res.ok) throw apiError(res.status, body);
     return body;
+  }
+
+  /**
+   * Server-sent events from a fetch body: events end at a blank line; `event:` names one,
+   * `data:` lines are joined; comment lines (the keep-alive) are skipped.
+   */
+  async function* serverEvents(body) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let searched = 0;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value.replace(/\r\n?/g, "\n");
+      let end;
+      // Search only the new text (and the newline before it) for the end of an event.
+      while ((end = buffer.indexOf("\n\n", Math.max(0, searched - 1))) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        searched = 0;
+        let event = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line === "" || line.startsWith(":")) continue;
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let v = colon < 0 ? "" : line.slice(colon + 1);
+          if (v.startsWith(" ")) v = v.slice(1);
+          if (field === "event") event = v;
+          else if (field === "data") data.push(v);
+        }
+        if (data.length > 0) yield { event, data: data.join("\n") };
+      }
+      searched = buffer.length;
+    }
+  }
+
+  // ---- the running request: remembered for this tab, so that a reload reattaches to it ----
+  const TASK_KEY = "atelier.playground.task";
+  const PARTIAL_IMAGES = 2;
+  const POLL_MS = 1000;
+  function rememberedTask() {
+    try {
+      const t = JSON.parse(sessionStorage.getItem(TASK_KEY) || "null");
+      return t && typeof t.id === "string" && (t.panel === "gen" || t.panel === "edit") ? t : null;
+    } catch { return null; }
+  }
+  function rememberTask(task) {
+    try { sessionStorage.setItem(TASK_KEY, JSON.stringify(task)); } catch { /* storage off: no reattach */ }
+  }
+  function forgetTask(id) {
+    try { const t = rememberedTask(); if (!t || t.id === id) sessionStorage.removeItem(TASK_KEY); } catch { /* storage off */ }
+  }
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  /**
+   * Runs one panel's image requests: streamed (previews as they arrive, then the image) or as a
+   * background task (polled: queue position, progress, Cancel); either way the task id is kept
+   * until the outcome is shown, and `reattach` follows a remembered one after a reload.
+   */
+  function imageRunner(panel, view, button) {
+    /** Polls the task until it ends; shows the image or throws its error. */
+    async function follow(id, started, cancelable) {
+      if (cancelable) {
+        view.cancelable(async () => {
+          view.cancelPending();
+          try { await callApi(`/v1/images/tasks/${encodeURIComponent(id)}/cancel`, { method: "POST" }); }
+          catch (err) { if (err.code !== "task_not_cancelable") view.error(err.message); }
+        });
+      }
+      let misses = 0;
+      for (;;) {
+        let t;
+        try {
+          t = await callApi(`/v1/images/tasks/${encodeURIComponent(id)}`, { method: "GET" });
+          misses = 0;
+        } catch (err) {
+          if (err.status === 404) { forgetTask(id); throw new Error("The earlier request is no longer available (its result has expired)."); }
+          if (err.status === 401 || err.status === 403) { forgetTask(id); throw err; }
+          // A dropped connection or a busy server: keep trying for a while.
+          if (++misses >= 30) throw err;
+          view.status("Reconnecting…", null);
+          await sleep(POLL_MS * 2);
+          continue;
+        }
+        if (t.status === "succeeded") {
+          await view.image(t.result, started);
+          forgetTask(id);
+          return;
+        }
+        if (t.status === "failed" || t.status === "canceled") {
+          forgetTask(id);
+          const why = t.error && t.error.message ? t.error.message : "";
+          throw new Error(t.status === "canceled" ? "Canceled. The credit was refunded." : why || "The generation failed. The credit was refunded.");
+        }
+        view.task(t);
+        await sleep(POLL_MS);
+      }
+    }
+
+    async function streamed(path, init, started) {
+      const res = await send(path, init);
+      if (!res.ok) {
+        let body = null;
+        try { body = await res.json(); } catch { /* not JSON */ }
+        throw apiError(res.status, body);
+      }
+      if (!(res.headers.get("content-type") || "").includes("text/event-stream")) return view.image(await res.json(), started);
+      const id = res.headers.get("x-request-id");
+      if (id) rememberTask({ id, panel, mode: "stream", startedAt: Date.now() - (performance.now() - started) });
+      view.status("Running…", null);
+      let shown = 0;
+      let failure = null;
+      try {
+        for await (const ev of serverEvents(res.body)) {
+          let data;
+          try { data = JSON.parse(ev.data); } catch { continue; }
+          if (ev.event.endsWith(".partial_image")) view.partial(data, ++shown, PARTIAL_IMAGES);
+          else if (ev.event.endsWith(".completed")) {
+            await view.image({ data: [{ b64_json: data.b64_json }], output_format: data.output_format, size: data.size, generation_time_ms: data.generation_time_ms }, started);
+            if (id) forgetTask(id);
+            return;
+          } else if (ev.event === "error") {
+            failure = new Error(data.error && data.error.message ? data.error.message : "The generation failed.");
+            break;
+          }
+        }
+      } catch {
+        // The connection dropped: the generation goes on on the server; follow it below.
+      }
+      if (failure) { if (id) forgetTask(id); throw failure; }
+      if (!id) throw new Error("The connection was lost before the image arrived.");
+      await follow(id, started, false);
+    }
+
+    async function background(path, init, started) {
+      const headers = Object.assign({}, init.headers || {}, { prefer: "respond-async" });
+      const task = await callApi(path, Object.assign({}, init, { headers }));
+      if (!task || task.object !== "image.task") return view.image(task, started); // answered at once
+      rememberTask({ id: task.id, panel, mode: "async", startedAt: Date.now() - (performance.now() - started) });
+      view.task(task);
+      await follow(task.id, started, true);
+    }
+
+    async function run(work, returnFocus) {
+      button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
+      view.busy(true);
+      try {
+        await work();
+      } catch (err) {
+        view.error(err.message);
+        window.atelier.refreshBalance();
+      } finally {
+        view.busy(false);
+        if (returnFocus) keepFocus(button);
+        else button.disabled = false;
+      }
+    }
+
+    return {
+      /** Sends the request; `init` is the fetch init of the synchronous request. */
+      submit(path, init, inBackground) {
+        const started = performance.now();
+        return run(() => (inBackground ? background(path, init, started) : streamed(path, init, started)), true);
+      },
+      reattach(task) {
+        const started = performance.now() - Math.max(0, Date.now() - (Number(task.startedAt) || Date.now()));
+        return run(async () => {
+          view.status("Reconnecting to the running request…", null);
+          await follow(task.id, started, task.mode === "async");
+        }, false);
+      },
+    };
   }
 
   // ---- generate ----
@@ -172,28 +427,20 @@
     if (!document.activeElement || document.activeElement === document.body) button.focus();
   }
 
-  const genResult = resultView("gen-result");
+  const genRunner = imageRunner("gen", resultView("gen-result"), gen.querySelector('button[type="submit"]'));
   gen.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = gen.elements.prompt.value.trim();
     if (!prompt) { showError(genError, "Write a prompt first."); gen.elements.prompt.focus(); return; }
     showError(genError, "");
-    const button = gen.querySelector('button[type="submit"]');
-    button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
-    genResult.busy(true);
-    const started = performance.now();
-    try {
-      const body = { prompt, model: gen.elements.model.value, size: gen.elements.size.value, quality: gen.elements.quality.value, response_format: "b64_json" };
-      if (refs.length > 0) body.reference_images = await Promise.all(refs.map((r) => readDataUrl(r.file)));
-      const answer = await callApi("/v1/images/generations", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-      await genResult.image(answer, started);
-    } catch (err) {
-      genResult.error(err.message);
-      window.atelier.refreshBalance();
-    } finally {
-      genResult.busy(false);
-      keepFocus(button);
-    }
+    const inBackground = gen.elements.background.checked;
+    const body = { prompt, model: gen.elements.model.value, size: gen.elements.size.value, quality: gen.elements.quality.value, response_format: "b64_json" };
+    if (!inBackground) Object.assign(body, { stream: true, partial_images: PARTIAL_IMAGES });
+    let references = [];
+    try { if (refs.length > 0) references = await Promise.all(refs.map((r) => readDataUrl(r.file))); }
+    catch { showError(genError, "A reference image could not be read."); return; }
+    if (references.length > 0) body.reference_images = references;
+    await genRunner.submit("/v1/images/generations", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, inBackground);
   });
 
   // ---- edit: image + painted or uploaded mask ----
@@ -281,7 +528,7 @@
     return new Promise((resolve) => out.toBlob(resolve, "image/png"));
   }
 
-  const editResult = resultView("edit-result");
+  const editRunner = imageRunner("edit", resultView("edit-result"), edit.querySelector('button[type="submit"]'));
   edit.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = edit.elements.prompt.value.trim();
@@ -293,30 +540,26 @@
       if (problem) { showError(editError, problem); return; }
     }
     showError(editError, "");
-    const button = edit.querySelector('button[type="submit"]');
-    button.disabled = true; // a disabled button loses focus: keepFocus() gives it back
-    editResult.busy(true);
-    const started = performance.now();
-    try {
-      const form = new FormData();
-      form.append("image", editFile, editFile.name);
-      if (maskFile) form.append("mask", maskFile, maskFile.name);
-      else if (painted) form.append("mask", await paintedMask(), "mask.png");
-      form.append("prompt", prompt);
-      form.append("model", edit.elements.model.value);
-      form.append("size", edit.elements.size.value);
-      form.append("quality", edit.elements.quality.value);
-      form.append("response_format", "b64_json");
-      const answer = await callApi("/v1/images/edits", { method: "POST", body: form });
-      await editResult.image(answer, started);
-    } catch (err) {
-      editResult.error(err.message);
-      window.atelier.refreshBalance();
-    } finally {
-      editResult.busy(false);
-      keepFocus(button);
-    }
+    const inBackground = edit.elements.background.checked;
+    const form = new FormData();
+    form.append("image", editFile, editFile.name);
+    if (maskFile) form.append("mask", maskFile, maskFile.name);
+    else if (painted) form.append("mask", await paintedMask(), "mask.png");
+    form.append("prompt", prompt);
+    form.append("model", edit.elements.model.value);
+    form.append("size", edit.elements.size.value);
+    form.append("quality", edit.elements.quality.value);
+    form.append("response_format", "b64_json");
+    if (!inBackground) { form.append("stream", "true"); form.append("partial_images", String(PARTIAL_IMAGES)); }
+    await editRunner.submit("/v1/images/edits", { method: "POST", body: form }, inBackground);
   });
+
+  // ---- a request still running when the page was (re)loaded: follow it ----
+  const running = rememberedTask();
+  if (running) {
+    if (running.panel === "edit") selectTab(document.getElementById("tab-edit"), false);
+    (running.panel === "edit" ? editRunner : genRunner).reattach(running);
+  }
 
   // ---- chat ----
   const chat = document.getElementById("chat-form");

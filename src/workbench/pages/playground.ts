@@ -1,7 +1,8 @@
 /**
  * The playground: image generation (with reference images), image edit (image + painted or
  * uploaded mask) and chat. The forms are plain HTML; /assets/playground.js sends them to the
- * same /v1 endpoints with the session and the CSRF header.
+ * same /v1 endpoints with the session and the CSRF header, streamed (previews as they arrive) or
+ * as a background task, and reattaches to a running one after a reload.
  */
 import type { CatalogModel } from "../../core/models";
 import { html, jsonForScript, type Html } from "../html";
@@ -42,10 +43,27 @@ function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultMod
   </div>`;
 }
 
+/**
+ * Where a request's outcome appears: its status (queue position, progress, previews as they
+ * arrive; a Cancel button for a background task), the final image or the error. Screen readers
+ * hear the coarse changes from the one live region ([data-announce]), not every poll.
+ */
 function resultPanel(prefix: string): Html {
-  return html`<div class="result" id="${prefix}-result" aria-live="polite">
+  return html`<div class="result" id="${prefix}-result">
   <p class="msg error" role="alert" hidden data-error></p>
-  <p class="muted" hidden data-busy>Generating… <span class="spinner" aria-hidden="true"></span></p>
+  <div class="task-progress" hidden data-busy>
+    <div class="row">
+      <span class="spinner" aria-hidden="true"></span>
+      <span id="${prefix}-status" data-status>Generating…</span>
+      <button type="button" class="small" hidden data-cancel>Cancel</button>
+    </div>
+    <progress id="${prefix}-progress" max="100" aria-label="Image progress" aria-describedby="${prefix}-status" data-progress></progress>
+  </div>
+  <p class="visually-hidden" role="status" aria-live="polite" data-announce></p>
+  <figure class="preview" hidden data-preview>
+    <img alt="" data-partial>
+    <figcaption class="muted" data-preview-caption></figcaption>
+  </figure>
   <figure hidden data-figure>
     <img alt="Generated image" data-image>
     <figcaption>
@@ -54,6 +72,13 @@ function resultPanel(prefix: string): Html {
     </figcaption>
   </figure>
 </div>`;
+}
+
+function backgroundChoice(prefix: string): Html {
+  return html`<div class="check">
+      <input type="checkbox" id="${prefix}-background" name="background" data-background>
+      <label for="${prefix}-background">Run in the background <span class="muted">(a queued task: shows its place in the queue, can be canceled, keeps running when you leave the page; no previews)</span></label>
+    </div>`;
 }
 
 export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined): Html {
@@ -85,6 +110,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
       <input id="gen-refs" type="file" accept="image/png,image/jpeg,image/webp" multiple data-ref-input>
       <ul class="thumbs" data-ref-list aria-label="Selected reference images"></ul>
     </fieldset>
+    ${backgroundChoice("gen")}
     <p class="msg error" role="alert" hidden data-form-error></p>
     <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Generate (1 credit)</button>
   </form>
@@ -108,6 +134,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     <label for="edit-prompt">Prompt</label>
     <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="Replace the sky with a starry night"></textarea>
     ${imageFields("edit", m, defaultImageModel)}
+    ${backgroundChoice("edit")}
     <p class="msg error" role="alert" hidden data-form-error></p>
     <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Edit (1 credit)</button>
   </form>
