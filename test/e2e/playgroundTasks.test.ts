@@ -203,6 +203,9 @@ describe("the playground on the streaming and async paths", () => {
     expect(await page.locator("#gen-result [data-busy]").isVisible()).toBe(true);
     expect(await page.getByRole("button", { name: "Generate (1 credit)" }).isDisabled()).toBe(true);
     expect(await page.locator("#gen-result [data-cancel]").isHidden()).toBe(true);
+    // The form shows what is running.
+    expect(await page.locator("#gen-prompt").inputValue()).toBe("reload while streaming");
+    expect(await page.locator("#gen-size").inputValue()).toBe(SIZE);
     await shots("03-stream-reattached");
 
     openGate("reload");
@@ -230,6 +233,8 @@ describe("the playground on the streaming and async paths", () => {
     await page.reload();
     await containsText(page.locator("#gen-result [data-status]"), "Queued, position 1 in the queue");
     expect(await page.getByRole("button", { name: "Cancel" }).isVisible()).toBe(true);
+    expect(await page.locator("#gen-prompt").inputValue()).toBe("background lighthouse");
+    expect(await page.locator("#gen-background").isChecked()).toBe(true);
     await shots("04-background-queued");
 
     openGate("blocker");
@@ -257,6 +262,8 @@ describe("the playground on the streaming and async paths", () => {
     await containsText(page.locator("#gen-result [data-status]"), "Queued");
     await page.getByRole("button", { name: "Cancel" }).click();
     await containsText(page.locator("#gen-result [data-error]"), "Canceled. The credit was refunded.");
+    // A cancel the user asked for is a notice, not an error.
+    expect(await page.locator("#gen-result [data-error]").getAttribute("class")).toBe("msg notice");
     expect(await page.locator("#gen-result [data-busy]").isHidden()).toBe(true);
     expect(await rememberedTask()).toBeNull();
     expect(server.balance(userId)).toBe(before);

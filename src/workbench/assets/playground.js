@@ -148,7 +148,13 @@
         cancel.disabled = false;
       },
       cancelPending() { cancel.disabled = true; this.status("Canceling…", null); },
-      error(text) { showError(q("[data-error]"), text); hidePreview(); },
+      /** The outcome that is not an image: an error, or a calmer notice (a cancel the user asked for). */
+      error(text, tone) {
+        const el = q("[data-error]");
+        el.className = `msg ${tone === "notice" ? "notice" : "error"}`;
+        showError(el, text);
+        hidePreview();
+      },
       async image(body, started) {
         const item = body.data && body.data[0];
         if (!item || !item.b64_json) throw new Error("The response contained no image.");
@@ -262,7 +268,22 @@
    * background task (polled: queue position, progress, Cancel); either way the task id is kept
    * until the outcome is shown, and `reattach` follows a remembered one after a reload.
    */
-  function imageRunner(panel, view, button) {
+  function imageRunner(panel, view, form) {
+    const button = form.querySelector('button[type="submit"]');
+    const FIELDS = ["prompt", "model", "size", "quality"];
+    /** The form as sent, kept with the task so that a reload shows what is running. */
+    const snapshot = () => Object.fromEntries(FIELDS.map((f) => [f, form.elements[f].value]).concat([["background", form.elements.background.checked]]));
+    function restore(saved) {
+      if (!saved || typeof saved !== "object") return;
+      const set = (name) => {
+        const el = form.elements[name];
+        if (typeof saved[name] === "string" && (el.tagName !== "SELECT" || Array.from(el.options).some((o) => o.value === saved[name]))) el.value = saved[name];
+      };
+      set("model");
+      form.elements.model.dispatchEvent(new Event("change")); // the model's sizes and qualities
+      for (const f of ["prompt", "size", "quality"]) set(f);
+      form.elements.background.checked = saved.background === true;
+    }
     /** Polls the task until it ends; shows the image or throws its error. */
     async function follow(id, started, cancelable) {
       if (cancelable) {
@@ -295,7 +316,10 @@
         if (t.status === "failed" || t.status === "canceled") {
           forgetTask(id);
           const why = t.error && t.error.message ? t.error.message : "";
-          throw new Error(t.status === "canceled" ? "Canceled. The credit was refunded." : why || "The generation failed. The credit was refunded.");
+          if (t.status !== "canceled") throw new Error(why || "The generation failed. The credit was refunded.");
+          const canceled = new Error("Canceled. The credit was refunded.");
+          canceled.tone = "notice";
+          throw canceled;
         }
         view.task(t);
         await sleep(POLL_MS);
@@ -311,7 +335,7 @@
       }
       if (!(res.headers.get("content-type") || "").includes("text/event-stream")) return view.image(await res.json(), started);
       const id = res.headers.get("x-request-id");
-      if (id) rememberTask({ id, panel, mode: "stream", startedAt: Date.now() - (performance.now() - started) });
+      if (id) rememberTask({ id, panel, mode: "stream", form: snapshot(), startedAt: Date.now() - (performance.now() - started) });
       view.status("Running…", null);
       let shown = 0;
       let failure = null;
@@ -341,7 +365,7 @@
       const headers = Object.assign({}, init.headers || {}, { prefer: "respond-async" });
       const task = await callApi(path, Object.assign({}, init, { headers }));
       if (!task || task.object !== "image.task") return view.image(task, started); // answered at once
-      rememberTask({ id: task.id, panel, mode: "async", startedAt: Date.now() - (performance.now() - started) });
+      rememberTask({ id: task.id, panel, mode: "async", form: snapshot(), startedAt: Date.now() - (performance.now() - started) });
       view.task(task);
       await follow(task.id, started, true);
     }
@@ -352,7 +376,7 @@
       try {
         await work();
       } catch (err) {
-        view.error(err.message);
+        view.error(err.message, err.tone);
         window.atelier.refreshBalance();
       } finally {
         view.busy(false);
@@ -369,6 +393,7 @@
       },
       reattach(task) {
         const started = performance.now() - Math.max(0, Date.now() - (Number(task.startedAt) || Date.now()));
+        restore(task.form);
         return run(async () => {
           view.status("Reconnecting to the running request…", null);
           await follow(task.id, started, task.mode === "async");
@@ -427,7 +452,7 @@
     if (!document.activeElement || document.activeElement === document.body) button.focus();
   }
 
-  const genRunner = imageRunner("gen", resultView("gen-result"), gen.querySelector('button[type="submit"]'));
+  const genRunner = imageRunner("gen", resultView("gen-result"), gen);
   gen.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = gen.elements.prompt.value.trim();
@@ -528,7 +553,7 @@
     return new Promise((resolve) => out.toBlob(resolve, "image/png"));
   }
 
-  const editRunner = imageRunner("edit", resultView("edit-result"), edit.querySelector('button[type="submit"]'));
+  const editRunner = imageRunner("edit", resultView("edit-result"), edit);
   edit.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = edit.elements.prompt.value.trim();
