@@ -15,6 +15,7 @@ import { pathOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
 import { chatRoutes } from "./http/v1/chat";
 import { imagesRoutes } from "./http/v1/images";
+import { imageTasksRoutes } from "./http/v1/images/tasks";
 import { workbenchRoutes } from "./http/workbench";
 import type { Services } from "./services";
 
@@ -102,7 +103,8 @@ export function createApp(services: Services) {
     .use(adminUpstreamsRoutes(services))
     .use(modelsRoutes(services))
     .use(chatRoutes(services))
-    .use(imagesRoutes(services));
+    .use(imagesRoutes(services))
+    .use(imageTasksRoutes(services));
 
   generateOpenApiNow(app as unknown as Elysia);
   return app;

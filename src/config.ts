@@ -40,6 +40,10 @@ const Limits = T.Object(
     queue_timeout_ms: T.Integer({ minimum: 0, default: 60_000 }),
     generation_timeout_ms: T.Integer({ minimum: 1, default: 300_000 }),
     chat_concurrency: T.Integer({ minimum: 1, default: 16 }),
+    async_concurrency: T.Integer({ minimum: 1, default: 2, description: "Async image tasks running at once, server-wide (apart from the synchronous requests' slots)." }),
+    async_per_user_concurrency: T.Integer({ minimum: 1, default: 1, description: "Async image tasks running at once for one user." }),
+    async_queue_size: T.Integer({ minimum: 1, default: 200, description: "Async image tasks queued or running, server-wide; beyond it 429 task_queue_full." }),
+    async_per_user_queue_size: T.Integer({ minimum: 1, default: 20, description: "Async image tasks queued or running for one user." }),
   },
   { additionalProperties: false, default: {} },
 );
@@ -101,6 +105,17 @@ const Workbench = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Tasks = T.Object(
+  {
+    retention_hours: T.Integer({
+      minimum: 1,
+      default: 24,
+      description: "How long a finished task (async, streamed or idempotent) stays readable with its result; then GET answers 404 task_expired.",
+    }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 const Database = T.Object(
   {
     busy_wait_ms: T.Integer({
@@ -139,6 +154,7 @@ export const ConfigSchema = T.Object(
     server: Server,
     limits: Limits,
     database: Database,
+    tasks: Tasks,
     upstreams: T.Array(Upstream, { default: [] }),
     models: T.Array(Model, { default: [] }),
     workbench: Workbench,

@@ -40,10 +40,13 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const store = createStore(db, latestVersion());
   const services = createServices({ config, store, logger });
   options.customize?.(services);
-  const recovered = store.credits.recoverInterrupted(services.clock());
+  const recovered = store.credits.recoverInterrupted(services.clock(), config.tasks.retention_hours * 3_600_000);
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
   store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);
+  // Async tasks left queued by a previous run start now.
+  services.tasks.start();
+  services.taskEvents.start();
 
   const app = createApp(services);
   const inflight = new Set<Promise<unknown>>();
@@ -134,10 +137,11 @@ export async function startServer(config: Config, logger: Logger, options: Start
     stop() {
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inflight.size });
+        services.tasks.stop();
         const graceful = server.stop(false);
         let graceTimer: ReturnType<typeof setTimeout> | undefined;
         const deadline = new Promise((r) => (graceTimer = setTimeout(r, config.server.shutdown_grace_ms)));
-        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle()]), deadline]);
+        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop()]), deadline]);
         clearTimeout(graceTimer);
         await server.stop(true);
         services.upstreams.close();

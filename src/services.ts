@@ -18,6 +18,9 @@ import type { Logger } from "./logger";
 import type { Store } from "./store";
 import { createWorkbench, type Workbench } from "./http/workbench/workbench";
 import type { Clock } from "./core/clock";
+import type { ImageFlowDeps } from "./core/imageRequests";
+import { TaskRunner } from "./core/taskRunner";
+import { describeFailure } from "./http/errorMapping";
 import { WebhookDispatcher } from "./core/webhooks";
 import { SecretBox } from "./core/webhooksSecretBox";
 import { loadWebhookSecretKey } from "./store/webhooks";
@@ -46,6 +49,10 @@ export interface Services {
   upstreams: UpstreamPools;
   /** The concurrency gates, built from [limits]: image requests queue; chat does not. */
   gates: { image: Gate; chat: Gate };
+  /** What the image flow needs, shared by the synchronous routes and the async task runner. */
+  imageFlow: ImageFlowDeps;
+  /** Async image tasks: the durable queue and its runner (started and stopped by the server). */
+  tasks: TaskRunner;
   /** Where finished tasks are announced: the webhook dispatcher (its delivery worker is started and stopped by the server). */
   taskEvents: WebhookDispatcher;
 }
@@ -98,7 +105,7 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
-  const services: Omit<Services, "upstreams" | "taskEvents"> = {
+  const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents"> = {
     config: deps.config,
     store: deps.store,
     logger: deps.logger,
@@ -114,7 +121,26 @@ export function createServices(deps: AppDeps): Services {
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
+  const imageFlow: ImageFlowDeps = {
+    store: deps.store,
+    gate: services.gates.image,
+    engines: services.engines,
+    background: services.background,
+    logger: deps.logger,
+    clock,
+    generationTimeoutMs: deps.config.limits.generation_timeout_ms,
+    busyWaitMs: deps.config.database.busy_wait_ms,
+    describeFailure,
+  };
   const taskEvents = createWebhookDispatcher(deps, clock);
-  return { ...services, upstreams, taskEvents };
+  const { limits } = deps.config;
+  const tasks = new TaskRunner({
+    ...imageFlow,
+    catalog: services.catalog,
+    events: { taskFinished: (event) => taskEvents.taskFinished(event) },
+    limits: { concurrency: limits.async_concurrency, perUserConcurrency: limits.async_per_user_concurrency, queueSize: limits.async_queue_size, perUserQueueSize: limits.async_per_user_queue_size },
+    retentionMs: deps.config.tasks.retention_hours * 3_600_000,
+  });
+  return { ...services, upstreams, imageFlow, tasks, taskEvents };
 }
 

@@ -41,12 +41,13 @@ const SECTIONS: [string, TObject][] = [
   ["`[[models]]`", objectOf(ConfigSchema.properties.models)],
   ["`[workbench]`", objectOf(ConfigSchema.properties.workbench)],
   ["`[database]`", objectOf(ConfigSchema.properties.database)],
+  ["`[tasks]`", objectOf(ConfigSchema.properties.tasks)],
   ["`[webhooks]`", objectOf(ConfigSchema.properties.webhooks)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "limits", "models", "server", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "limits", "models", "server", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {

@@ -1,8 +1,8 @@
 /** Hashing and comparing secrets (API keys, session ids, setup tokens, CSRF tokens), defined once. */
 
 /** SHA-256 as lowercase hex: how a secret is stored (never the secret itself). */
-export function sha256Hex(text: string): string {
-  return new Bun.CryptoHasher("sha256").update(text).digest("hex");
+export function sha256Hex(data: string | Uint8Array): string {
+  return new Bun.CryptoHasher("sha256").update(data).digest("hex");
 }
 
 /**

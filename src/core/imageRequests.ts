@@ -8,7 +8,8 @@
  * Failures are thrown as they are (GateRejected, InsufficientCreditsError, ImageInputError,
  * EngineError…); http/errorMapping turns them into answers and history rows.
  */
-import { InsufficientCreditsError } from "./store";
+import { InsufficientCreditsError, type IdempotencyClaim, type ImageCharge, type NewTask } from "./store";
+import { imageResultBody } from "./imageResult";
 import { NoEngineError, type FlowDeps } from "./requestFlow";
 import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
@@ -24,6 +25,15 @@ export interface ImageRequest {
   keyId: number | null;
   kind: ImageRequestKind;
   job: Omit<ImageJob, "signal">;
+  /** The request is a task (async, streamed, or with an Idempotency-Key): its row and result are kept. */
+  task?: TaskOptions;
+}
+
+export interface TaskOptions {
+  row: NewTask;
+  idempotency?: IdempotencyClaim;
+  /** How long the task's result (or error) stays readable after it ends. */
+  retentionMs: number;
 }
 
 export interface ImageOutcome {
@@ -55,14 +65,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   try {
     await checkInputs(engine, req);
     // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
-    await store.whenWritable(
-      () =>
-        store.credits.chargeForImage(
-          { requestId: req.requestId, userId: req.userId, keyId: req.keyId, kind: req.kind, model: req.job.model.id, prompt: req.job.prompt },
-          deps.clock(),
-        ),
-      { maxWaitMs: deps.busyWaitMs },
-    );
+    await store.whenWritable(() => store.credits.chargeForImage(chargeOf(req), deps.clock()), { maxWaitMs: deps.busyWaitMs });
   } catch (e) {
     permit.release();
     throw e;
@@ -73,26 +76,58 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   return deps.background.track(work);
 }
 
-async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: ImageEngine, queueMs: number): Promise<ImageOutcome> {
+/** The charge of a request (with its task row and key claim, when it is a task). */
+export function chargeOf(req: ImageRequest): ImageCharge {
+  return {
+    requestId: req.requestId,
+    userId: req.userId,
+    keyId: req.keyId,
+    kind: req.kind,
+    model: req.job.model.id,
+    prompt: req.job.prompt,
+    ...(req.task ? { task: req.task.row, idempotency: req.task.idempotency } : {}),
+  };
+}
+
+/**
+ * The part after the charge: engine, verification, then the success or the refund recorded.
+ * Not the client's signal: a charged generation finishes whatever the client does; `cancel`
+ * (an async task's cancel) aborts it and the refund records it as canceled.
+ */
+export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: ImageEngine, queueMs: number, cancel?: AbortSignal): Promise<ImageOutcome> {
   let generationMs: number | null = null;
   try {
     const started = performance.now();
     let image: GeneratedImage;
     try {
-      // Not the client's signal: a charged generation finishes whatever the client does.
-      image = await withDeadline(deps.generationTimeoutMs, (signal) => {
-        const job: ImageJob = { ...req.job, signal };
-        return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
-      }).result;
+      image = await withDeadline(
+        deps.generationTimeoutMs,
+        (signal) => {
+          const job: ImageJob = { ...req.job, signal };
+          return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
+        },
+        cancel,
+      ).result;
     } finally {
       generationMs = Math.round(performance.now() - started);
     }
+    if (cancel?.aborted) throw new TaskCanceled();
     await verifyOutput(image);
-    await recordSuccess(deps, req, image, queueMs, generationMs);
-    return { image, queueMs, generationMs };
+    const outcome = { image, queueMs, generationMs };
+    await recordSuccess(deps, req, outcome);
+    return outcome;
   } catch (e) {
-    await recordFailure(deps, req, e, queueMs, generationMs);
-    throw e;
+    const failure = cancel?.aborted ? new TaskCanceled() : e;
+    await recordFailure(deps, req, failure, queueMs, generationMs);
+    throw failure;
+  }
+}
+
+/** An async task canceled by its owner (queued, or aborted while running); refunded. */
+export class TaskCanceled extends Error {
+  override name = "TaskCanceled";
+  constructor() {
+    super("The task was canceled; its credit was refunded.");
   }
 }
 
@@ -102,9 +137,10 @@ async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: I
  * in the background (if the process stops first, the row is still pending and the next start
  * refunds it: the client then got its image for free, never charged for nothing).
  */
-async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, image: GeneratedImage, queueMs: number, generationMs: number): Promise<void> {
-  const t = image.trace;
-  const details = { queueMs: Math.round(queueMs), generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs };
+async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: ImageOutcome): Promise<void> {
+  const t = outcome.image.trace;
+  const task = req.task ? { result: JSON.stringify(imageResultBody(outcome, req.job, deps.clock())), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
+  const details = { queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs, task };
   const recorded = deps.background.track(deps.store.whenWritable(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
   const ok = await landsWithin(recorded, deps.busyWaitMs);
   if (ok === false) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
@@ -123,9 +159,16 @@ async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown,
   const failure = deps.describeFailure(e);
   const refund = () => {
     if (e instanceof EngineError && e.trace) store.requests.recordTrace(req.requestId, e.trace);
+    const task = req.task
+      ? {
+          status: e instanceof TaskCanceled ? ("canceled" as const) : ("failed" as const),
+          error: { message: failure.message, type: failure.type ?? "server_error", param: failure.param ?? null, code: failure.code },
+          expiresAt: deps.clock() + req.task.retentionMs,
+        }
+      : undefined;
     return store.credits.refundOnce(
       req.requestId,
-      { status: "failed", errorCode: failure.code, errorMessage: failure.message, queueMs: Math.round(queueMs), generationMs },
+      { status: "failed", errorCode: failure.code, errorMessage: failure.message, queueMs: Math.round(queueMs), generationMs, task },
       deps.clock(),
     );
   };
@@ -158,7 +201,7 @@ async function landsWithin<T>(work: Promise<T>, ms: number): Promise<T | "later"
  * so the gate bounds them, but before the charge, so a corrupt upload is a 400 that costs
  * nothing; then the engine's own limits (headers only).
  */
-async function checkInputs(engine: ImageEngine, req: ImageRequest): Promise<void> {
+export async function checkInputs(engine: ImageEngine, req: ImageRequest): Promise<void> {
   const { images, mask } = req.job;
   const paramOf = (i: number | "mask") => (i === "mask" ? (mask?.param ?? "mask") : (images[i]?.param ?? `image[${i}]`));
   // One at a time: a request with many images does not take the whole decode pool.

@@ -13,6 +13,9 @@ import type { FlowStore } from "./store";
 export interface FailureDescription {
   code: string;
   message: string;
+  /** The rest of the OpenAI error object, for a task's `error` (defaults: server_error, null). */
+  type?: string;
+  param?: string | null;
 }
 
 export interface FlowDeps {

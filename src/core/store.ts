@@ -3,6 +3,7 @@
  * interfaces. store/ implements them on SQLite today; a second backend implements the same.
  * No SQL here, and nothing from store/: dependencies point from store to core.
  */
+import type { ErrorBody } from "./errorBody";
 
 export type Role = "user" | "admin";
 
@@ -56,6 +57,99 @@ export interface ImageCharge {
   kind: "generate" | "edit";
   model: string;
   prompt: string;
+  /** The request is a task (async, streamed, or sent with an Idempotency-Key): its row, in the same transaction. */
+  task?: NewTask;
+  /** Claims the Idempotency-Key in the same transaction; IdempotencyKeyTaken if another request holds it. */
+  idempotency?: IdempotencyClaim;
+}
+
+export type TaskMode = "sync" | "async" | "stream";
+
+/** The job of a queued task, as stored until it runs (its images are TaskInputs). */
+export interface StoredJob {
+  model: string;
+  prompt: string;
+  size: { width: number; height: number } | null;
+  quality: string;
+  extra: Record<string, unknown>;
+}
+
+export interface TaskInput {
+  role: "image" | "mask";
+  param: string;
+  mime: "image/png" | "image/jpeg" | "image/webp";
+  width: number;
+  height: number;
+  bytes: Uint8Array;
+}
+
+export interface NewTask {
+  mode: TaskMode;
+  /** "queued" for async tasks (the runner starts them), "running" for the others. */
+  status: "queued" | "running";
+  endpoint: "generations" | "edits";
+  model: string;
+  job?: StoredJob;
+  inputs?: TaskInput[];
+  webhookUrl?: string | null;
+}
+
+export interface IdempotencyClaim {
+  key: string;
+  fingerprint: string;
+  expiresAt: number;
+}
+
+export interface TaskRow {
+  id: string;
+  user_id: number;
+  mode: TaskMode;
+  status: "queued" | "running" | "succeeded" | "failed" | "canceled";
+  endpoint: "generations" | "edits";
+  model: string;
+  job: string | null;
+  webhook_url: string | null;
+  result: string | null;
+  error: string | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  expires_at: number | null;
+  expired: number;
+}
+
+export interface IdempotencyRow {
+  user_id: number;
+  key: string;
+  fingerprint: string;
+  request_id: string;
+  created_at: number;
+  expires_at: number;
+}
+
+/** Tasks and Idempotency-Keys (the money of a task moves through CreditLedger). */
+export interface TaskStore {
+  get(id: string): TaskRow | null;
+  /** The user's tasks, newest first, after the cursor task (exclusive). */
+  list(userId: number, opts: { status?: TaskRow["status"]; limit: number; after?: string }): TaskRow[];
+  inputs(id: string): TaskInput[];
+  /** Queued tasks in the order they run. */
+  queued(): TaskRow[];
+  /** 1-based place of a queued task in the queue. */
+  queuePosition(id: string): number;
+  /** Queued and running async tasks, server-wide and for one user. */
+  asyncLoad(userId: number): { all: number; user: number };
+  /** queued → running; false when it was no longer queued. */
+  start(id: string, now: number): boolean;
+  /** The Idempotency-Key's record while it has not expired. */
+  idempotency(userId: number, key: string, now: number): IdempotencyRow | null;
+  /** Drops results past their retention and keys past their 24 h; returns the tasks expired. */
+  expire(now: number): number;
+}
+
+/** Another request claimed this Idempotency-Key first; nothing was written. */
+export class IdempotencyKeyTaken extends Error {
+  override name = "IdempotencyKeyTaken";
 }
 
 /** How a charged request ended when it did not succeed (recorded with its refund). */
@@ -65,6 +159,8 @@ export interface FailedOutcome {
   errorMessage: string;
   queueMs?: number | null;
   generationMs?: number | null;
+  /** For a task: how it ends (failed or canceled), its error object, and when its record expires. */
+  task?: { status: "failed" | "canceled"; error: ErrorBody["error"]; expiresAt: number };
 }
 
 /** Which upstream account served a request, as the history keeps it (every field optional). */
@@ -120,8 +216,8 @@ export interface CreditLedger {
 }
 
 export interface RequestLog {
-  /** pending → succeeded; false when the request was no longer pending. */
-  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number } & TraceFields, now: number): boolean;
+  /** pending → succeeded (with a task's result, kept until expiresAt); false when the request was no longer pending. */
+  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): boolean;
   recordTrace(id: string, trace: TraceFields): void;
   recordChat(record: ChatRecord, now: number): void;
 }
@@ -130,6 +226,7 @@ export interface RequestLog {
 export interface FlowStore {
   credits: CreditLedger;
   requests: RequestLog;
+  tasks: TaskStore;
   /**
    * Runs one write (a transaction, all or nothing), retrying without blocking the event loop
    * while another process holds the write lock; DatabaseBusyError after maxWaitMs (Infinity

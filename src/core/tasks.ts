@@ -5,6 +5,7 @@
  * announced (webhooks).
  */
 import type { ErrorBody } from "./errorBody";
+import type { ImageResultBody } from "./imageResult";
 
 export type TaskStatus = "queued" | "running" | "succeeded" | "failed" | "canceled";
 
@@ -24,7 +25,7 @@ export interface ImageTaskObject {
   /** 0..1 while running, when the engine reports it. */
   progress?: number;
   /** Exactly the synchronous 200 body, once succeeded. */
-  result?: Record<string, unknown>;
+  result?: ImageResultBody;
   /** The OpenAI error object, once failed or canceled. */
   error?: ErrorBody["error"];
 }

@@ -8,6 +8,9 @@ import { GateRejected } from "../core/gate";
 import { ClientDisconnected, NoEngineError, type FailureDescription } from "../core/requestFlow";
 import { ImageInputError } from "../core/imageInput";
 import { ModelNotFoundError } from "../core/imageRequest";
+import { TaskCanceled } from "../core/imageRequests";
+import { IdempotencyInProgress, IdempotencyKeyReused, InvalidIdempotencyKey } from "../core/idempotency";
+import { TaskNotCancelable, TaskNotFound, TaskQueueFull } from "../core/taskRunner";
 import {
   EngineError,
   EngineOutputInvalid,
@@ -46,6 +49,18 @@ export function apiErrorOf(e: unknown): ApiError | null {
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
   }
   if (e instanceof ClientDisconnected) return clientClosedRequest();
+  if (e instanceof TaskCanceled) return new ApiError(409, "invalid_request_error", e.message, null, "task_canceled");
+  if (e instanceof TaskNotCancelable) return new ApiError(409, "invalid_request_error", `This task cannot be canceled: ${e.message}.`, null, "task_not_cancelable");
+  if (e instanceof InvalidIdempotencyKey) return badRequest(e.message, null, "invalid_idempotency_key");
+  if (e instanceof TaskQueueFull) return tooManyRequests(e.message, "task_queue_full", 5000);
+  if (e instanceof TaskNotFound) return notFound(`No task '${e.taskId}': it does not exist, is not yours, or has expired.`, null, e.expired ? "task_expired" : "task_not_found");
+  if (e instanceof IdempotencyKeyReused) {
+    return badRequest(`The Idempotency-Key '${e.key}' was already used with a different request (method, path or body) in the last 24 hours; send a new key for a new request.`, null, "idempotency_key_reused");
+  }
+  if (e instanceof IdempotencyInProgress) {
+    const busy = tooManyRequests("", "x", 1000);
+    return new ApiError(409, "invalid_request_error", `A request with the Idempotency-Key '${e.key}' is still running; retry shortly to get its answer.`, null, "idempotency_request_in_progress", busy.headers);
+  }
   if (e instanceof ModelNotFoundError) return modelNotFound(e.model);
   if (e instanceof DatabaseBusyError || isDatabaseBusy(e)) return databaseBusy();
   if (e instanceof EngineError) return apiErrorOfEngine(e);
@@ -70,8 +85,8 @@ function apiErrorOfEngine(e: EngineError): ApiError {
 /** The request history's code and message for a failure; nothing internal for the unexpected. */
 export function describeFailure(e: unknown): FailureDescription {
   const api = apiErrorOf(e);
-  if (api) return { code: api.errorCode ?? "internal_error", message: api.message };
-  return { code: "internal_error", message: "internal error" };
+  if (api) return { code: api.errorCode ?? "internal_error", message: api.message, type: api.type, param: api.param };
+  return { code: "internal_error", message: "internal error", type: "server_error", param: null };
 }
 
 /**

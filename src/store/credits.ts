@@ -4,10 +4,40 @@
  * refunded <= charged, and at most one charge and one refund row per request.
  */
 import type { Db } from "./database";
-import { InsufficientCreditsError, type CreditLedger, type FailedOutcome, type ImageCharge, type LedgerRow } from "../core/store";
+import { IdempotencyKeyTaken, InsufficientCreditsError, type CreditLedger, type FailedOutcome, type ImageCharge, type LedgerRow } from "../core/store";
 
 export { InsufficientCreditsError } from "../core/store";
 export type { ImageCharge, LedgerRow } from "../core/store";
+
+/** The task row of a charged request (and its stored inputs), inside the charge's transaction. */
+function insertTask(db: Db, c: ImageCharge, now: number): void {
+  const t = c.task!;
+  db.query(
+    `INSERT INTO tasks (id, user_id, mode, status, endpoint, model, job, webhook_url, created_at, started_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  ).run(c.requestId, c.userId, t.mode, t.status, t.endpoint, t.model, t.job ? JSON.stringify(t.job) : null, t.webhookUrl ?? null, now, t.status === "running" ? now : null);
+  const insert = db.query("INSERT INTO task_inputs (task_id, position, role, param, mime, width, height, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  (t.inputs ?? []).forEach((input, i) => insert.run(c.requestId, i, input.role, input.param, input.mime, input.width, input.height, input.bytes));
+}
+
+/**
+ * Claims the Idempotency-Key for this request. A key still answering for a live or succeeded
+ * request is not taken over (IdempotencyKeyTaken rolls the whole charge back); an expired one,
+ * or one whose request failed and was refunded, is.
+ */
+function claimIdempotencyKey(db: Db, c: ImageCharge, now: number): void {
+  const k = c.idempotency!;
+  const claimed = db
+    .query(
+      `INSERT INTO idempotency_keys (user_id, key, fingerprint, request_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (user_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, request_id = excluded.request_id,
+              created_at = excluded.created_at, expires_at = excluded.expires_at
+        WHERE idempotency_keys.expires_at <= ?
+           OR (SELECT status FROM requests WHERE id = idempotency_keys.request_id) IN ('failed', 'interrupted')`,
+    )
+    .run(c.userId, k.key, k.fingerprint, c.requestId, now, k.expiresAt, now);
+  if (claimed.changes !== 1) throw new IdempotencyKeyTaken(`the Idempotency-Key is held by another request`);
+}
 
 /** The history's endpoint column keeps the route each kind of image request came in on. */
 const ENDPOINT_OF_KIND: Record<ImageCharge["kind"], string> = { generate: "/v1/images/generations", edit: "/v1/images/edits" };
@@ -70,6 +100,8 @@ export class CreditStore implements CreditLedger {
       this.db
         .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', -1, ?, ?)")
         .run(c.userId, c.requestId, now);
+      if (c.task) insertTask(this.db, c, now);
+      if (c.idempotency) claimIdempotencyKey(this.db, c, now);
       return row.credits;
     }).immediate();
   }
@@ -89,6 +121,12 @@ export class CreditStore implements CreditLedger {
         )
         .get(failure.status, failure.errorCode, failure.errorMessage, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId);
       if (!req) return false;
+      if (failure.task) {
+        this.db
+          .query("UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')")
+          .run(failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, requestId);
+      }
+      this.db.query("DELETE FROM task_inputs WHERE task_id = ?").run(requestId);
       if (req.credits_charged > 0) {
         this.db.query("UPDATE users SET credits = credits + ? WHERE id = ?").run(req.credits_charged, req.user_id);
         this.db
@@ -99,14 +137,20 @@ export class CreditStore implements CreditLedger {
     }).immediate();
   }
 
-  /** Requests a crash left pending: each is marked interrupted and refunded once. */
-  recoverInterrupted(now: number): string[] {
-    const pending = this.db.query<{ id: string }, []>("SELECT id FROM requests WHERE status = 'pending'").all();
+  /**
+   * Requests a crash left pending: each is marked interrupted and refunded once (a task among
+   * them fails, keeping its record for `taskRetentionMs`). Queued async tasks are not
+   * interrupted: they run after the restart.
+   */
+  recoverInterrupted(now: number, taskRetentionMs = 0): string[] {
+    const pending = this.db
+      .query<{ id: string }, []>("SELECT id FROM requests WHERE status = 'pending' AND id NOT IN (SELECT id FROM tasks WHERE status = 'queued')")
+      .all();
     const refunded: string[] = [];
+    const message = "the server stopped before the request finished";
     for (const { id } of pending) {
-      if (this.refundOnce(id, { status: "interrupted", errorCode: "interrupted", errorMessage: "the server stopped before the request finished" }, now)) {
-        refunded.push(id);
-      }
+      const task = { status: "failed" as const, error: { message: `The task was interrupted: ${message}; its credit was refunded.`, type: "server_error", param: null, code: "interrupted" }, expiresAt: now + taskRetentionMs };
+      if (this.refundOnce(id, { status: "interrupted", errorCode: "interrupted", errorMessage: message, task }, now)) refunded.push(id);
     }
     return refunded;
   }

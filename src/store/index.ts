@@ -6,6 +6,7 @@ import { RequestStore } from "./requests";
 import { UserStore } from "./users";
 import { UpstreamStateStore } from "./upstreams";
 import { SessionStore } from "./sessions";
+import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
 import { retryWhileBusy } from "./busy";
 import type { AccountStore, FlowStore } from "../core/store";
@@ -18,6 +19,7 @@ export interface Store extends FlowStore, AccountStore {
   requests: RequestStore;
   upstreams: UpstreamStateStore;
   sessions: SessionStore;
+  tasks: SqliteTaskStore;
   webhooks: WebhookStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
@@ -34,6 +36,7 @@ export function createStore(db: Db, latest: number): Store {
     requests: new RequestStore(db),
     upstreams: new UpstreamStateStore(db),
     sessions: new SessionStore(db),
+    tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(db),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {

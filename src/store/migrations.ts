@@ -114,6 +114,59 @@ export const migrations: Migration[] = [
     `,
   },
   {
+    version: 3,
+    name: "image tasks (async, streamed, idempotent requests), their inputs, idempotency keys",
+    sql: `
+      -- An image request that outlives its connection; its id is the request's id. The credit
+      -- stays with the requests row and the ledger; this row holds the task's own life.
+      CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY REFERENCES requests(id),
+        user_id     INTEGER NOT NULL REFERENCES users(id),
+        mode        TEXT NOT NULL CHECK (mode IN ('sync', 'async', 'stream')),
+        status      TEXT NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'canceled')),
+        endpoint    TEXT NOT NULL CHECK (endpoint IN ('generations', 'edits')),
+        model       TEXT NOT NULL,
+        job         TEXT,
+        webhook_url TEXT,
+        result      TEXT,
+        error       TEXT,
+        created_at  INTEGER NOT NULL,
+        started_at  INTEGER,
+        finished_at INTEGER,
+        expires_at  INTEGER,
+        expired     INTEGER NOT NULL DEFAULT 0 CHECK (expired IN (0, 1))
+      ) STRICT;
+      CREATE INDEX tasks_user_time ON tasks(user_id, created_at DESC, id DESC);
+      CREATE INDEX tasks_queue ON tasks(status, created_at) WHERE status IN ('queued', 'running');
+      CREATE INDEX tasks_expiry ON tasks(expires_at) WHERE expired = 0 AND expires_at IS NOT NULL;
+
+      -- The images a queued async task runs with, kept until it finishes.
+      CREATE TABLE task_inputs (
+        task_id  TEXT NOT NULL REFERENCES tasks(id),
+        position INTEGER NOT NULL,
+        role     TEXT NOT NULL CHECK (role IN ('image', 'mask')),
+        param    TEXT NOT NULL,
+        mime     TEXT NOT NULL,
+        width    INTEGER NOT NULL,
+        height   INTEGER NOT NULL,
+        bytes    BLOB NOT NULL,
+        PRIMARY KEY (task_id, position)
+      ) STRICT;
+
+      -- Idempotency-Key: one per user and key, pointing at the request that answers it.
+      CREATE TABLE idempotency_keys (
+        user_id     INTEGER NOT NULL REFERENCES users(id),
+        key         TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        request_id  TEXT NOT NULL REFERENCES requests(id),
+        created_at  INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL,
+        PRIMARY KEY (user_id, key)
+      ) STRICT;
+      CREATE INDEX idempotency_expiry ON idempotency_keys(expires_at);
+    `,
+  },
+  {
     version: 4,
     name: "webhooks: endpoints with sealed signing secrets, deliveries, attempts",
     sql: `

@@ -43,17 +43,24 @@ export class RequestStore implements RequestLog {
   }
 
   /** A charged image request that succeeded: the charge stands. */
-  markSucceeded(id: string, t: { queueMs: number; generationMs: number } & TraceFields, now: number): boolean {
-    return (
-      this.db
+  markSucceeded(id: string, t: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): boolean {
+    return this.db.transaction(() => {
+      const changed = this.db
         .query(
           `UPDATE requests SET status = 'succeeded', queue_ms = ?, generation_ms = ?, upstream_id = ?, account_id = ?,
                   attempts = ?, upstream_latency_ms = ?, finished_at = ? WHERE id = ? AND status = 'pending'`,
         )
-        .run(t.queueMs, t.generationMs, t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, now, id)
-        .changes === 1
-    );
+        .run(t.queueMs, t.generationMs, t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, now, id).changes === 1;
+      if (changed && t.task) {
+        this.db
+          .query("UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')")
+          .run(t.task.result, now, t.task.expiresAt, id);
+      }
+      if (changed) this.db.query("DELETE FROM task_inputs WHERE task_id = ?").run(id);
+      return changed;
+    }).immediate();
   }
+
 
   /** Upstream details for a request regardless of outcome (a failure still shows what was tried). */
   recordTrace(id: string, t: TraceFields): void {

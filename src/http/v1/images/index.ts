@@ -7,71 +7,163 @@
  */
 import { Elysia } from "elysia";
 import type { ImageInput } from "../../../core/engine";
-import { newId } from "../../../core/ids";
+import { checkIdempotencyKey, decideIdempotency, IDEMPOTENCY_TTL_MS, IdempotencyInProgress, requestFingerprint } from "../../../core/idempotency";
 import { checkMask, imageFromDataUrl } from "../../../core/imageInput";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
-import { runImageRequest, type ImageFlowDeps } from "../../../core/imageRequests";
+import { runImageRequest } from "../../../core/imageRequests";
+import { imageResultBody, type ImageResultBody } from "../../../core/imageResult";
+import { IdempotencyKeyTaken, type IdempotencyClaim, type TaskRow } from "../../../core/store";
+import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
 import type { Services } from "../../../services";
 import { apiAuth, type Principal } from "../../auth";
 import { acceptApiBody } from "../../body";
-import { describeFailure } from "../../errorMapping";
+import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
-import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, MultipartTextFields } from "./model";
+import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
 import { asList, fileToImage, indexedImages, multipartText, requestFields, validate } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
-import { withoutNullFields } from "../../../core/values";
+import { isPlainObject, withoutNullFields } from "../../../core/values";
 
-const OUTPUT_FORMAT = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" } as const;
+/** The request headers that make an image request idempotent or async (for the OpenAPI document). */
+const JOB_HEADERS = [
+  {
+    name: "Idempotency-Key",
+    in: "header" as const,
+    required: false,
+    description:
+      "1 to 255 printable characters, per user, remembered 24 hours: a repeat of the same request gets the first answer again (`Idempotent-Replayed: true`) without a charge; the same key with a different request is 400 `idempotency_key_reused`; while the first still runs, 409 `idempotency_request_in_progress`.",
+    schema: { type: "string" as const, minLength: 1, maxLength: 255 },
+  },
+  {
+    name: "Prefer",
+    in: "header" as const,
+    required: false,
+    description: "`respond-async`: answer 202 at once with the task (`Location: /v1/images/tasks/{id}`) and generate in the background.",
+    schema: { type: "string" as const, example: "respond-async" },
+  },
+];
 
-const ERROR_STATUSES = [400, 401, 402, 403, 404, 413, 415, 429, 500, 502, 503, 504] as const;
+/** `Prefer: respond-async` (RFC 7240), among other preferences. */
+function prefersAsync(prefer: string | null): boolean {
+  return prefer !== null && prefer.split(",").some((p) => p.split(";")[0]!.trim().toLowerCase() === "respond-async");
+}
+
+const ERROR_STATUSES = [400, 401, 402, 403, 404, 409, 413, 415, 429, 500, 502, 503, 504] as const;
 
 export function imagesRoutes(services: Services) {
-  const flow: ImageFlowDeps = {
-    store: services.store,
-    gate: services.gates.image,
-    engines: services.engines,
-    background: services.background,
-    logger: services.logger,
-    clock: services.clock,
-    generationTimeoutMs: services.config.limits.generation_timeout_ms,
-    busyWaitMs: services.config.database.busy_wait_ms,
-    describeFailure,
-  };
+  const { imageFlow: flow, store, tasks } = services;
   const streaming: ImageStreamDeps = { flow, clock: services.clock, logger: services.logger, heartbeatMs: services.config.server.stream_heartbeat_ms };
 
-  async function run(
-    kind: ImageRequestKind,
-    principal: Principal,
-    request: Request,
-    set: { headers: Record<string, string | number> },
-    job: ReturnType<typeof imageJobFrom> & { images: ImageInput[]; mask?: ImageInput },
-  ) {
-    const req = { requestId: newId("img_"), userId: principal.userId, keyId: principal.keyId, kind, job };
-    // `stream: true` (imageJobFrom sets partialImages exactly then): OpenAI's server-sent events,
-    // a Response that Elysia sends as it is (typed away so the route keeps its 200 schema).
-    if (job.partialImages !== undefined) return (await streamImageAnswer(streaming, req, request.signal)) as never;
-    const outcome = await runImageRequest(flow, req, request.signal);
-    set.headers["x-queue-time-ms"] = String(Math.round(outcome.queueMs));
-    const { image } = outcome;
-    return {
-      created: Math.floor(services.clock() / 1000),
-      generation_time_ms: outcome.generationMs,
-      data: [{ b64_json: Buffer.from(image.bytes).toString("base64"), revised_prompt: image.revisedPrompt ?? job.prompt }],
-      size: `${image.width}x${image.height}`,
-      quality: job.quality,
-      output_format: OUTPUT_FORMAT[image.mime],
-    };
+  type Job = ReturnType<typeof imageJobFrom> & { images: ImageInput[]; mask?: ImageInput };
+  type Answer = { status: 200 | 202; body: unknown; location?: string; queueMs?: number; replayed?: boolean };
+
+  /**
+   * One image request, as the client asked for it: synchronous (the default), async
+   * (`Prefer: respond-async`: 202 with the task) and/or idempotent (`Idempotency-Key`: a repeat
+   * replays the first answer, never charged twice).
+   */
+  async function answer(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, body: unknown): Promise<Answer> {
+    const respondAsync = prefersAsync(request.headers.get("prefer"));
+    const webhookUrl = await checkedWebhookUrl(body, respondAsync, principal.userId);
+    const key = request.headers.get("idempotency-key");
+    if (key === null) return run(kind, principal, request, job, respondAsync, undefined, webhookUrl);
+    checkIdempotencyKey(key);
+    const fingerprint = await requestFingerprint(request.method, pathOf(request), body);
+    // Twice at most: a concurrent first request may claim the key between our look and our charge.
+    for (let attempt = 0; ; attempt++) {
+      const decision = decideIdempotency(store.tasks, principal.userId, key, fingerprint, services.clock());
+      if (decision.kind === "replay") {
+        const replayed = await replay(decision.task, key);
+        if (replayed) return replayed;
+        continue; // the request it waited for failed and was refunded: this one runs
+      }
+      try {
+        return await run(kind, principal, request, job, respondAsync, { key, fingerprint, expiresAt: services.clock() + IDEMPOTENCY_TTL_MS }, webhookUrl);
+      } catch (e) {
+        if (!(e instanceof IdempotencyKeyTaken) || attempt > 0) throw e;
+      }
+    }
+  }
+
+  /**
+   * The per-request webhook (async tasks only), checked before anything is charged: a public
+   * http(s) URL, and a user with a webhook secret to sign with.
+   */
+  async function checkedWebhookUrl(body: unknown, respondAsync: boolean, userId: number): Promise<string | undefined> {
+    const url = isPlainObject(body) ? body.webhook_url : undefined;
+    if (url === undefined || url === null) return undefined;
+    if (typeof url !== "string") throw badRequest("Invalid 'webhook_url': must be a string.", "webhook_url", "invalid_value");
+    if (!respondAsync) {
+      throw badRequest("'webhook_url' is for async tasks: send it with the header 'Prefer: respond-async'.", "webhook_url", "webhook_url_requires_async");
+    }
+    const problem = await services.taskEvents.checkWebhookUrl(url, userId);
+    if (problem) throw badRequest(`Invalid 'webhook_url': ${problem}`, "webhook_url", "invalid_webhook_url");
+    return url;
+  }
+
+  async function run(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, respondAsync: boolean, idempotency?: IdempotencyClaim, webhookUrl?: string): Promise<Answer> {
+    const req = { requestId: metaOf(request).id, userId: principal.userId, keyId: principal.keyId, kind, job };
+    // A keyed task keeps its answer at least as long as its key can replay it.
+    const retentionMs = Math.max(services.config.tasks.retention_hours * 3_600_000, idempotency ? IDEMPOTENCY_TTL_MS : 0);
+    if (respondAsync) {
+      const task = await tasks.submit({ request: req, idempotency, webhookUrl });
+      return { status: 202, body: tasks.describe(task), location: `/v1/images/tasks/${task.id}` };
+    }
+    const endpoint = kind === "edit" ? ("edits" as const) : ("generations" as const);
+    // `stream: true` (imageJobFrom sets partialImages exactly then): OpenAI's server-sent events.
+    // A stream is a task, so a client that drops it can still read the result.
+    const streamed = job.partialImages !== undefined;
+    const taskOptions =
+      idempotency || streamed ? { row: { mode: streamed ? ("stream" as const) : ("sync" as const), status: "running" as const, endpoint, model: job.model.id }, idempotency, retentionMs } : undefined;
+    if (streamed) return { status: 200, body: await streamImageAnswer(streaming, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal) };
+    const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
+    return { status: 200, body: imageResultBody(outcome, job, services.clock()), queueMs: outcome.queueMs };
+  }
+
+  /**
+   * The first request's answer again. A synchronous one still running is waited for (up to the
+   * queue timeout, then 409 so the client retries); null when it failed and was refunded.
+   */
+  async function replay(task: TaskRow, key: string): Promise<Answer | null> {
+    if (task.mode === "async") return { status: 202, body: tasks.describe(task), location: `/v1/images/tasks/${task.id}`, replayed: true };
+    const until = performance.now() + services.config.limits.queue_timeout_ms;
+    let current: TaskRow | null = task;
+    while (current && (current.status === "running" || current.status === "queued")) {
+      if (performance.now() > until) throw new IdempotencyInProgress(key);
+      await Bun.sleep(100);
+      current = store.tasks.get(task.id);
+    }
+    if (!current || current.status !== "succeeded") return null;
+    if (!current.result) throw new TaskNotFound(task.id, true);
+    return { status: 200, body: JSON.parse(current.result), replayed: true };
+  }
+
+  /** The answer with its headers: the task's Location, the replay mark, the queue time. */
+  function respond(a: Answer, set: { status?: number | string; headers: Record<string, string | number> }) {
+    set.status = a.status;
+    if (a.location) {
+      set.headers.location = a.location;
+      set.headers["preference-applied"] = "respond-async";
+    }
+    if (a.replayed) set.headers["idempotent-replayed"] = "true";
+    if (a.queueMs !== undefined) set.headers["x-queue-time-ms"] = String(Math.round(a.queueMs));
+    return a.body;
+  }
+
+  async function handle(kind: ImageRequestKind, ctx: { principal: Principal; request: Request; set: { status?: number | string; headers: Record<string, string | number> } }, job: Job, body: unknown) {
+    // A 202's body is the task object: Elysia checks each answer against the schema of its status.
+    return respond(await answer(kind, ctx.principal, ctx.request, job, body), ctx.set) as ImageResultBody;
   }
 
   const common = {
-    response: { 200: "ImageResponse" as const, ...errorResponses(...ERROR_STATUSES) },
+    response: { 200: "ImageResponse" as const, 202: "ImageTask" as const, ...errorResponses(...ERROR_STATUSES) },
   };
 
   return new Elysia({ name: "v1.images", prefix: "/v1" })
     .use(sharedModels)
-    .model({ ImageResponse: imageResponseSchema(), ImageGenerationRequest, ImageEditJsonRequest, ImageEditMultipartRequest })
+    .model({ ImageResponse: imageResponseSchema(), ImageTask: imageTaskSchema(), ImageGenerationRequest, ImageEditJsonRequest, ImageEditMultipartRequest })
     .use(apiAuth(services.auth))
     .post(
       "/images/generations",
@@ -87,7 +179,7 @@ export function imagesRoutes(services: Services) {
           b.reference_image !== undefined
             ? [imageFromDataUrl(b.reference_image, "reference_image")]
             : (b.reference_images ?? []).map((u, i) => imageFromDataUrl(u, `reference_images[${i}]`));
-        return await run("generate", principal, request, set, { ...fields, images });
+        return handle("generate", { principal, request, set }, { ...fields, images }, body);
       },
       {
         parse: acceptApiBody(services.auth, "json"),
@@ -101,6 +193,7 @@ export function imagesRoutes(services: Services) {
             "The `x-queue-time-ms` response header reports the time spent waiting for a slot.",
           security: bearerSecurity,
           operationId: "createImage",
+          parameters: JOB_HEADERS,
           requestBody: {
             required: true,
             content: { "application/json": { schema: { $ref: "#/components/schemas/ImageGenerationRequest" } } },
@@ -138,7 +231,7 @@ export function imagesRoutes(services: Services) {
           if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
         }
         if (mask) checkMask(mask, images[0]!);
-        return await run("edit", principal, request, set, { ...fields, images, mask });
+        return handle("edit", { principal, request, set }, { ...fields, images, mask }, body);
       },
       {
         parse: acceptApiBody(services.auth, "multipart", "json"),
@@ -152,6 +245,7 @@ export function imagesRoutes(services: Services) {
             "Costs 1 credit when accepted; refunded automatically if the edit fails.",
           security: bearerSecurity,
           operationId: "editImage",
+          parameters: JOB_HEADERS,
           requestBody: {
             required: true,
             content: {

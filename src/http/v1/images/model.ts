@@ -55,6 +55,14 @@ const commonFields = {
   moderation: t.Optional(t.String({ description: "Passed to the engine: `low | auto`.", examples: ["auto"] })),
   style: t.Optional(t.String({ description: "Passed to the engine: `vivid | natural`.", examples: ["vivid"] })),
   user: t.Optional(t.String({ description: "Your end-user id; passed to the engine.", examples: ["user-1234"] })),
+  webhook_url: t.Optional(
+    t.String({
+      maxLength: 2048,
+      description:
+        "Async tasks only (`Prefer: respond-async`): also POST the task's `image.task.*` events here, signed with your webhook secret (Standard Webhooks). Must be a public http(s) URL; refused before the charge otherwise.",
+      examples: ["https://example.com/hooks/atelier"],
+    }),
+  ),
 };
 
 export const PASS_THROUGH = ["background", "output_format", "output_compression", "moderation", "style", "user"] as const;
@@ -109,6 +117,7 @@ export const ImageEditMultipartRequest = t.Object(
     n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
     stream: t.Optional(t.String({ description: "`true` for the streamed answer (see the JSON form's `stream`).", examples: ["false"] })),
     partial_images: t.Optional(t.String({ description: `With \`stream=true\`: 0-${MAX_PARTIAL_IMAGES} partial images before the final one.`, examples: ["2"] })),
+    webhook_url: t.Optional(t.String({ description: "Async tasks only: also POST the task events here (see the JSON form).", examples: ["https://example.com/hooks/atelier"] })),
   },
   { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
 );
@@ -139,3 +148,45 @@ export const imageResponseSchema = () => t.Object(
   { description: "The generated image." },
 );
 
+
+/**
+ * The task object (async image requests; also the payload of task webhooks). Made per app like
+ * the image response (compiling a response schema mutates it in place).
+ */
+export const imageTaskSchema = () =>
+  t.Object(
+    {
+      id: t.String({ description: "The task id; also the request id (x-request-id), in the history and the ledger.", examples: ["img_4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
+      object: t.Literal("image.task"),
+      status: t.Union([t.Literal("queued"), t.Literal("running"), t.Literal("succeeded"), t.Literal("failed"), t.Literal("canceled")], {
+        description: "`queued` → `running` → `succeeded` | `failed`; `canceled` when its owner canceled it. Failed and canceled tasks are refunded.",
+      }),
+      created_at: Integer({ description: "Unix seconds when the task was accepted (and charged)." }),
+      started_at: t.Union([Integer(), t.Null()], { description: "Unix seconds when it started running." }),
+      finished_at: t.Union([Integer(), t.Null()], { description: "Unix seconds when it ended." }),
+      model: t.String({ examples: ["builtin-image"] }),
+      endpoint: t.Union([t.Literal("generations"), t.Literal("edits")]),
+      queue_position: t.Optional(Integer({ minimum: 1, description: "While queued: 1 for the next task to start." })),
+      progress: t.Optional(t.Number({ minimum: 0, maximum: 1, description: "While running, when the engine reports it." })),
+      result: t.Optional(t.Ref("ImageResponse", { description: "Once succeeded: exactly the synchronous 200 body." })),
+      error: t.Optional(
+        t.Object(
+          {
+            message: t.String(),
+            type: t.String(),
+            param: t.Union([t.String(), t.Null()]),
+            code: t.Union([t.String(), t.Null()]),
+          },
+          { description: "Once failed or canceled: the OpenAI error object." },
+        ),
+      ),
+    },
+    { description: "An image request that runs in the background (Prefer: respond-async)." },
+  );
+
+export const imageTaskListSchema = () =>
+  t.Object({
+    object: t.Literal("list"),
+    data: t.Array(t.Ref("ImageTask")),
+    has_more: t.Boolean({ description: "Whether older tasks follow; pass the last id as `after` for the next page." }),
+  });

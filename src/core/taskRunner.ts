@@ -1,0 +1,287 @@
+/**
+ * Async image tasks: accepted (charged) at once, queued durably in the store, run in the
+ * background within their own bounds (server-wide and per user, so a burst of async work
+ * cannot starve the synchronous path), cancelable, and announced when they end.
+ *
+ *   submit: engine? → bounds → decode the inputs → charge + task row + inputs (+ key), one txn
+ *   run:    claim (queued → running) → generateCharged (engine, verify, success or refund)
+ *           → announce (TaskEventSink)
+ * Tasks still queued when the server stops run after the restart; a task that was running is
+ * refunded as interrupted by the store's recovery at start.
+ */
+import type { ImageEngine, ImageInput, ImageJob } from "./engine";
+import type { ImageTaskObject, TaskEventSink } from "./tasks";
+import type { ImageResultBody } from "./imageResult";
+import { checkInputs, generateCharged, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
+import { NoEngineError } from "./requestFlow";
+import type { ModelDirectory } from "./imageRequest";
+import { describeSource, type CatalogModel } from "./models";
+import { InsufficientCreditsError, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
+
+export interface AsyncLimits {
+  /** Async tasks running at once, server-wide. */
+  concurrency: number;
+  /** Async tasks running at once for one user. */
+  perUserConcurrency: number;
+  /** Async tasks queued or running, server-wide; beyond it TaskQueueFull. */
+  queueSize: number;
+  /** Async tasks queued or running for one user. */
+  perUserQueueSize: number;
+}
+
+export interface TaskRunnerDeps extends ImageFlowDeps {
+  catalog: ModelDirectory;
+  events: TaskEventSink;
+  limits: AsyncLimits;
+  /** How long a finished task stays readable. */
+  retentionMs: number;
+}
+
+/** The async queue is at one of its bounds; nothing was charged. */
+export class TaskQueueFull extends Error {
+  override name = "TaskQueueFull";
+}
+
+/** No such task for this user (never existed, someone else's, or expired). */
+export class TaskNotFound extends Error {
+  override name = "TaskNotFound";
+  constructor(
+    readonly taskId: string,
+    readonly expired = false,
+  ) {
+    super(`no task ${taskId}`);
+  }
+}
+
+/** The task has already ended (succeeded, failed or canceled) and cannot be canceled. */
+export class TaskNotCancelable extends Error {
+  override name = "TaskNotCancelable";
+}
+
+export interface AsyncSubmission {
+  request: ImageRequest;
+  idempotency?: IdempotencyClaim;
+  webhookUrl?: string | null;
+}
+
+export class TaskRunner {
+  private readonly running = new Map<string, { userId: number; cancel: AbortController }>();
+  private readonly progress = new Map<string, number>();
+  private stopped = true;
+  private sweep: ReturnType<typeof setInterval> | undefined;
+
+  constructor(private readonly deps: TaskRunnerDeps) {}
+
+  /** Starts running queued tasks (those left from before a restart included) and the expiry sweep. */
+  start(): void {
+    this.stopped = false;
+    this.kick();
+    this.sweep = setInterval(() => this.expireOld(), 60_000);
+    this.expireOld();
+  }
+
+  /** Stops starting tasks; running ones finish (the graceful stop waits for background work). */
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.sweep);
+  }
+
+  /** Accepts an async task: checked and charged now, run later. Returns its row. */
+  async submit(sub: AsyncSubmission): Promise<TaskRow> {
+    const { deps } = this;
+    const req = sub.request;
+    const engine = deps.engines.imageEngine(req.job.model);
+    if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
+    if ((deps.store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
+    this.checkBounds(req.userId);
+    // Decoded now, before the charge: a corrupt upload is a 400 that costs nothing.
+    await checkInputs(engine, req);
+    const row = {
+      mode: "async" as const,
+      status: "queued" as const,
+      endpoint: req.kind === "edit" ? ("edits" as const) : ("generations" as const),
+      model: req.job.model.id,
+      job: storedJob(req.job),
+      inputs: storedInputs(req.job),
+      webhookUrl: sub.webhookUrl ?? null,
+    };
+    const charged: ImageRequest = { ...req, task: { row, idempotency: sub.idempotency, retentionMs: deps.retentionMs } };
+    await deps.store.whenWritable(
+      () => {
+        // Re-checked inside the write: two submissions racing for the last place cannot both pass.
+        this.checkBounds(req.userId);
+        return deps.store.credits.chargeForImage(chargeRow(charged), deps.clock());
+      },
+      { maxWaitMs: deps.busyWaitMs },
+    );
+    this.kick();
+    return deps.store.tasks.get(req.requestId)!;
+  }
+
+  /** Cancels a queued task (refunded at once) or a running one (aborted, then refunded). */
+  async cancel(userId: number, taskId: string): Promise<TaskRow> {
+    const { deps } = this;
+    const task = deps.store.tasks.get(taskId);
+    if (!task || task.user_id !== userId || task.mode !== "async") throw new TaskNotFound(taskId);
+    if (task.status === "running") {
+      this.running.get(taskId)?.cancel.abort();
+      await deps.background.idle();
+    } else if (task.status === "queued") {
+      const description = deps.describeFailure(new TaskCanceled());
+      const error = { message: description.message, type: description.type ?? "invalid_request_error", param: null, code: description.code };
+      const refunded = await deps.store.whenWritable(
+        () => deps.store.credits.refundOnce(taskId, { status: "failed", errorCode: description.code, errorMessage: description.message, task: { status: "canceled", error, expiresAt: deps.clock() + deps.retentionMs } }, deps.clock()),
+        { maxWaitMs: deps.busyWaitMs },
+      );
+      if (refunded) this.announce(taskId);
+    } else {
+      throw new TaskNotCancelable(`the task has already ${task.status}`);
+    }
+    return deps.store.tasks.get(taskId)!;
+  }
+
+  /** The task as the API shows it: queue place while queued, progress while running. */
+  describe(task: TaskRow): ImageTaskObject {
+    const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
+    const object: ImageTaskObject = {
+      id: task.id,
+      object: "image.task",
+      status: task.status,
+      created_at: Math.floor(task.created_at / 1000),
+      started_at: seconds(task.started_at),
+      finished_at: seconds(task.finished_at),
+      model: task.model,
+      endpoint: task.endpoint,
+    };
+    if (task.status === "queued") object.queue_position = this.deps.store.tasks.queuePosition(task.id);
+    if (task.status === "running" && this.progress.has(task.id)) object.progress = this.progress.get(task.id);
+    if (task.result) object.result = JSON.parse(task.result) as ImageResultBody;
+    if (task.error) object.error = JSON.parse(task.error) as ImageTaskObject["error"];
+    return object;
+  }
+
+  /** The user's task, or TaskNotFound (task_expired once its retention has passed). */
+  taskOf(userId: number, taskId: string): TaskRow {
+    const task = this.deps.store.tasks.get(taskId);
+    if (!task || task.user_id !== userId) throw new TaskNotFound(taskId);
+    if (task.expired) throw new TaskNotFound(taskId, true);
+    return task;
+  }
+
+  private checkBounds(userId: number): void {
+    const load = this.deps.store.tasks.asyncLoad(userId);
+    const { limits } = this.deps;
+    if (load.user >= limits.perUserQueueSize) {
+      throw new TaskQueueFull(`You have ${load.user} async tasks queued or running, the most one user may have (${limits.perUserQueueSize}); wait for some to finish.`);
+    }
+    if (load.all >= limits.queueSize) throw new TaskQueueFull(`The async task queue is full (${limits.queueSize} tasks); retry shortly.`);
+  }
+
+  /** Starts queued tasks while the bounds allow, oldest first, skipping users at their own limit. */
+  private kick(): void {
+    if (this.stopped) return;
+    const { limits } = this.deps;
+    if (this.running.size >= limits.concurrency) return;
+    for (const task of this.deps.store.tasks.queued()) {
+      if (this.running.size >= limits.concurrency) return;
+      const mine = [...this.running.values()].filter((r) => r.userId === task.user_id).length;
+      if (mine >= limits.perUserConcurrency) continue;
+      if (!this.deps.store.tasks.start(task.id, this.deps.clock())) continue;
+      this.run(task);
+    }
+  }
+
+  private run(task: TaskRow): void {
+    const cancel = new AbortController();
+    this.running.set(task.id, { userId: task.user_id, cancel });
+    const work = this.execute(task, cancel.signal)
+      .catch(() => {}) // recorded and refunded by generateCharged; announced below
+      .finally(() => {
+        this.running.delete(task.id);
+        this.progress.delete(task.id);
+        this.announce(task.id);
+        this.kick();
+      });
+    this.deps.background.track(work);
+  }
+
+  private async execute(task: TaskRow, cancel: AbortSignal): Promise<void> {
+    const { deps } = this;
+    const stored = JSON.parse(task.job ?? "null") as StoredJob | null;
+    const model = stored ? deps.catalog.get(stored.model) : undefined;
+    const onProgress = (r: { fraction?: number }) => void (r.fraction !== undefined && this.progress.set(task.id, r.fraction));
+    const request: ImageRequest = {
+      requestId: task.id,
+      userId: task.user_id,
+      keyId: null,
+      kind: task.endpoint === "edits" ? "edit" : "generate",
+      job:
+        stored && model
+          ? { model, prompt: stored.prompt, size: stored.size, quality: stored.quality, extra: stored.extra, ...inputsOf(deps.store.tasks.inputs(task.id)), onProgress }
+          : // Only reached to record the failure below: the model is gone, so nothing is generated.
+            { model: { ...GONE_MODEL, id: task.model }, prompt: "", size: null, quality: "auto", images: [], extra: {} },
+      task: { row: { mode: "async", status: "running", endpoint: task.endpoint, model: task.model }, retentionMs: deps.retentionMs },
+    };
+    // The configuration changed while the task waited (its model or engine is gone): it fails
+    // and is refunded like any engine failure.
+    const engine = (model && deps.engines.imageEngine(model)) || goneEngine(task.model);
+    const queueMs = (task.started_at ?? deps.clock()) - task.created_at;
+    await generateCharged(deps, request, engine, queueMs, cancel);
+  }
+
+  private announce(taskId: string): void {
+    const task = this.deps.store.tasks.get(taskId);
+    if (!task || task.mode !== "async") return;
+    const type = task.status === "succeeded" ? "image.task.succeeded" : task.status === "canceled" ? "image.task.canceled" : task.status === "failed" ? "image.task.failed" : null;
+    if (!type) return;
+    try {
+      this.deps.events.taskFinished({ type, userId: task.user_id, task: this.describe(task), ...(task.webhook_url ? { webhookUrl: task.webhook_url } : {}) });
+    } catch (e) {
+      this.deps.logger.error("could not record a task event", { request_id: taskId, error: String(e) });
+    }
+  }
+
+  private expireOld(): void {
+    try {
+      this.deps.store.tasks.expire(this.deps.clock());
+    } catch (e) {
+      // A locked database: the next sweep catches up.
+      this.deps.logger.warn("task expiry sweep skipped", { error: String(e) });
+    }
+  }
+}
+
+const GONE_MODEL: CatalogModel = { id: "", kind: "image", ownedBy: "", created: 0, source: { kind: "builtin" }, upstreamModel: "", params: {} };
+
+function goneEngine(model: string): ImageEngine {
+  const fail = () => Promise.reject(new NoEngineError(`the model '${model}' is no longer served by this server`));
+  return { generate: fail, edit: fail };
+}
+
+function chargeRow(req: ImageRequest) {
+  return {
+    requestId: req.requestId,
+    userId: req.userId,
+    keyId: req.keyId,
+    kind: req.kind,
+    model: req.job.model.id,
+    prompt: req.job.prompt,
+    task: req.task!.row,
+    idempotency: req.task!.idempotency,
+  };
+}
+
+function storedJob(job: Omit<ImageJob, "signal">): StoredJob {
+  return { model: job.model.id, prompt: job.prompt, size: job.size, quality: job.quality, extra: job.extra };
+}
+
+function storedInputs(job: Omit<ImageJob, "signal">): TaskInput[] {
+  const input = (role: TaskInput["role"], image: ImageInput, param: string): TaskInput => ({ role, param: image.param ?? param, mime: image.mime, width: image.width, height: image.height, bytes: image.bytes });
+  return [...job.images.map((image, i) => input("image", image, `image[${i}]`)), ...(job.mask ? [input("mask", job.mask, "mask")] : [])];
+}
+
+function inputsOf(rows: TaskInput[]): { images: ImageInput[]; mask?: ImageInput } {
+  const image = (r: TaskInput): ImageInput => ({ bytes: r.bytes, mime: r.mime, width: r.width, height: r.height, param: r.param });
+  const mask = rows.find((r) => r.role === "mask");
+  return { images: rows.filter((r) => r.role === "image").map(image), ...(mask ? { mask: image(mask) } : {}) };
+}

@@ -1,0 +1,403 @@
+/**
+ * Image jobs that outlive the connection, through real servers: Idempotency-Key (a retry storm
+ * charges once; the openai client's own timeout retry is not charged twice; a failed request
+ * may run again; a different request is refused; keys survive a restart), async tasks
+ * (Prefer: respond-async, polling, listing, cancel with refund, a proxy that times out before
+ * the image is ready, retention), and a SIGKILL with queued tasks.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess } from "../support/process";
+import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { ControlledEngine, until } from "../support/images";
+import { startFakeOpenAI } from "../support/fakeUpstreams";
+import { UpstreamFailed } from "../../src/core/engine";
+
+let server: TestServer;
+let engine: ControlledEngine;
+
+beforeAll(async () => {
+  engine = new ControlledEngine();
+  server = await startTestServer({
+    config: (c) => {
+      c.server.log_requests = false;
+      c.limits.queue_timeout_ms = 20_000;
+      c.limits.generation_concurrency = 8;
+      c.limits.per_user_concurrency = 8;
+      c.limits.async_concurrency = 1;
+      c.limits.async_per_user_concurrency = 1;
+    },
+    customize: (s) => s.engines.registerBuiltinImage(engine),
+  });
+});
+afterAll(async () => {
+  engine.releaseAll();
+  await server.close();
+});
+
+const ledgerOk = (userId: number) => expect(server.services.store.credits.ledgerSum(userId)).toBe(server.balance(userId));
+
+function post(key: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(server.url + path, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
+}
+
+const GEN = { prompt: "a red fox", size: "64x64" };
+
+describe("Idempotency-Key", () => {
+  test("a retry storm with one key: every answer is the same image, one credit charged", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    engine.hold("succeed");
+    const storm = Array.from({ length: 8 }, () => post(key, "/v1/images/generations", GEN, { "idempotency-key": "storm-1" }));
+    await until(() => engine.waiting >= 1, "the first request to reach the engine");
+    await Bun.sleep(200);
+    expect(engine.waiting).toBe(1);
+    engine.releaseAll();
+    const answers = await Promise.all(storm);
+    const bodies = await Promise.all(answers.map((r) => r.json()));
+    for (const r of answers) expect(r.status).toBe(200);
+    expect(new Set(bodies.map((b) => b.data[0].b64_json)).size).toBe(1);
+    expect(answers.filter((r) => r.headers.get("idempotent-replayed") === "true")).toHaveLength(7);
+    expect(server.balance(userId)).toBe(4);
+    ledgerOk(userId);
+    engine.behave = async (job) => engine.png(job);
+  });
+
+  test("the openai client's own retry after its timeout is answered by the first request, not charged again", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    // The first attempt times out; a retry (same headers, so the same key) waits for the first
+    // request's answer. (openai-node sends no Idempotency-Key by itself: it is passed as a header.)
+    const client = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, timeout: 500, maxRetries: 5 });
+    let calls = 0;
+    engine.behave = async (job) => {
+      calls++;
+      await Bun.sleep(700);
+      return engine.png(job);
+    };
+    const image = await client.images.generate({ model: "builtin-image", prompt: "a slow fox", size: "64x64" as never }, { headers: { "Idempotency-Key": "client-retry-1" } });
+    expect(image.data?.[0]?.b64_json?.length).toBeGreaterThan(0);
+    expect(calls).toBe(1);
+    expect(server.balance(userId)).toBe(4);
+    engine.behave = async (job) => engine.png(job);
+  });
+
+  test("the same key with a different request is 400 idempotency_key_reused naming the key, nothing charged", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    expect((await post(key, "/v1/images/generations", GEN, { "idempotency-key": "reuse-1" })).status).toBe(200);
+    const res = await post(key, "/v1/images/generations", { ...GEN, prompt: "a blue fox" }, { "idempotency-key": "reuse-1" });
+    expect(res.status).toBe(400);
+    const err = (await res.json()).error;
+    expect(err.code).toBe("idempotency_key_reused");
+    expect(err.message).toContain("reuse-1");
+    expect(server.balance(userId)).toBe(4);
+  });
+
+  test("keys are per user: another user's same key runs its own request", async () => {
+    const a = await server.userWithKey({ credits: 2 });
+    const b = await server.userWithKey({ credits: 2 });
+    expect((await post(a.key, "/v1/images/generations", GEN, { "idempotency-key": "shared-name" })).status).toBe(200);
+    const res = await post(b.key, "/v1/images/generations", GEN, { "idempotency-key": "shared-name" });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("idempotent-replayed")).toBeNull();
+    expect(server.balance(b.userId)).toBe(1);
+  });
+
+  test("a request that failed and was refunded runs again under its key", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 3 });
+    engine.behave = async () => {
+      throw new UpstreamFailed("the first try fails");
+    };
+    expect((await post(key, "/v1/images/generations", GEN, { "idempotency-key": "fail-then-ok" })).status).toBe(502);
+    expect(server.balance(userId)).toBe(3);
+    engine.behave = async (job) => engine.png(job);
+    const again = await post(key, "/v1/images/generations", GEN, { "idempotency-key": "fail-then-ok" });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBeNull();
+    expect(server.balance(userId)).toBe(2);
+    ledgerOk(userId);
+  });
+
+  test("multipart edits are fingerprinted by their files: the same upload replays, another file is a different request", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    const { makePng } = await import("../support/images");
+    const form = (color: number) => {
+      const f = new FormData();
+      f.append("image", new File([makePng(32, 32, () => [color, 0, 0, 255])], "a.png", { type: "image/png" }));
+      f.append("prompt", "make it blue");
+      f.append("size", "64x64");
+      return f;
+    };
+    const send = (color: number) => fetch(`${server.url}/v1/images/edits`, { method: "POST", headers: { authorization: `Bearer ${key}`, "idempotency-key": "edit-1" }, body: form(color) });
+    expect((await send(10)).status).toBe(200);
+    const replay = await send(10);
+    expect(replay.status).toBe(200);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect((await send(200)).status).toBe(400);
+    expect(server.balance(userId)).toBe(4);
+  });
+
+  test("keys and their answers are durable: after a restart on the same data the repeat is replayed, not charged", async () => {
+    const dataDir = tempDir("atelier-idem-");
+    const first = await startTestServer({ config: (c) => void (c.server.data_dir = dataDir) });
+    const { key, userId } = await first.userWithKey({ credits: 3 });
+    const original = await (await fetch(`${first.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": "durable-1" }, body: JSON.stringify(GEN) })).json();
+    await first.stop();
+    const second = await startTestServer({ config: (c) => void (c.server.data_dir = dataDir) });
+    try {
+      const res = await fetch(`${second.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": "durable-1" }, body: JSON.stringify(GEN) });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("idempotent-replayed")).toBe("true");
+      expect((await res.json()).data[0].b64_json).toBe(original.data[0].b64_json);
+      expect(second.balance(userId)).toBe(2);
+    } finally {
+      await second.close();
+    }
+  });
+
+  test("a malformed key is 400 invalid_idempotency_key", async () => {
+    const { key } = await server.userWithKey({ credits: 1 });
+    const res = await post(key, "/v1/images/generations", GEN, { "idempotency-key": "x".repeat(256) });
+    expect(res.status).toBe(400);
+    expect((await res.json()).error.code).toBe("invalid_idempotency_key");
+  });
+});
+
+describe("async tasks", () => {
+  const ASYNC = { prefer: "respond-async" };
+
+  async function waitForTask(key: string, id: string, done = (t: { status: string }) => ["succeeded", "failed", "canceled"].includes(t.status)) {
+    for (let i = 0; i < 200; i++) {
+      const t = await (await fetch(`${server.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+      if (done(t)) return t;
+      await Bun.sleep(25);
+    }
+    throw new Error("task did not finish");
+  }
+
+  test("Prefer: respond-async answers 202 with Location and the task; the result is the synchronous body; charged once", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 3 });
+    const res = await post(key, "/v1/images/generations", GEN, ASYNC);
+    expect(res.status).toBe(202);
+    const task = await res.json();
+    expect(res.headers.get("location")).toBe(`/v1/images/tasks/${task.id}`);
+    expect(res.headers.get("preference-applied")).toBe("respond-async");
+    expect(res.headers.get("x-request-id")).toBe(task.id);
+    expect(task).toMatchObject({ object: "image.task", model: "builtin-image", endpoint: "generations" });
+    expect(["queued", "running", "succeeded"]).toContain(task.status);
+    expect(server.balance(userId)).toBe(2);
+    const done = await waitForTask(key, task.id);
+    expect(done.status).toBe("succeeded");
+    expect(Object.keys(done.result).sort()).toEqual(["created", "data", "generation_time_ms", "output_format", "quality", "size"]);
+    expect(done.result.size).toBe("64x64");
+    expect(done.started_at).toBeGreaterThanOrEqual(done.created_at);
+    expect(server.services.store.requests.get(task.id)).toMatchObject({ status: "succeeded", credits_charged: 1 });
+    ledgerOk(userId);
+  });
+
+  test("the official openai client submits a task with Prefer and reads it back", async () => {
+    const { key } = await server.userWithKey({ credits: 2 });
+    const client = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1` });
+    const task = await client.post<{ id: string; object: string }>("/images/generations", { body: { prompt: "a fox", size: "64x64" }, headers: { Prefer: "respond-async" } });
+    expect(task.object).toBe("image.task");
+    let read = await client.get<{ status: string; result?: { data: { b64_json: string }[] } }>(`/images/tasks/${task.id}`);
+    for (let i = 0; i < 100 && read.status !== "succeeded"; i++) {
+      await Bun.sleep(25);
+      read = await client.get(`/images/tasks/${task.id}`);
+    }
+    expect(read.result!.data[0]!.b64_json.length).toBeGreaterThan(0);
+  });
+
+  test("queue positions, listing newest first with a cursor, and someone else's task is 404", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    engine.hold("succeed");
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id);
+    await until(() => engine.waiting === 1, "the first task to run");
+    const second = await (await fetch(`${server.url}/v1/images/tasks/${ids[1]}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(second).toMatchObject({ status: "queued", queue_position: 1 });
+    const third = await (await fetch(`${server.url}/v1/images/tasks/${ids[2]}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(third.queue_position).toBe(2);
+    const page1 = await (await fetch(`${server.url}/v1/images/tasks?limit=2`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(page1.data.map((t: { id: string }) => t.id)).toEqual([ids[2], ids[1]]);
+    expect(page1.has_more).toBe(true);
+    const page2 = await (await fetch(`${server.url}/v1/images/tasks?limit=2&after=${ids[1]}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(page2.data.map((t: { id: string }) => t.id)).toEqual([ids[0]]);
+    const other = await server.userWithKey();
+    const foreign = await fetch(`${server.url}/v1/images/tasks/${ids[0]}`, { headers: { authorization: `Bearer ${other.key}` } });
+    expect(foreign.status).toBe(404);
+    while (engine.waiting > 0 || server.services.store.tasks.queued().length > 0) {
+      engine.releaseAll();
+      await Bun.sleep(20);
+    }
+    for (const id of ids) expect((await waitForTask(key, id)).status).toBe("succeeded");
+    engine.behave = async (job) => engine.png(job);
+    expect(server.balance(userId)).toBe(2);
+  });
+
+  test("cancel: a queued task is refunded at once, a running one is aborted and refunded, an ended one is 409", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    engine.behave = (job) => new Promise((_, reject) => job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted"))));
+    const running = (await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id;
+    const queued = (await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id;
+    await until(() => engine.calls.some(() => true) && server.services.store.tasks.get(running)?.status === "running", "the first task to run");
+    expect(server.balance(userId)).toBe(3);
+    const cancelQueued = await post(key, `/v1/images/tasks/${queued}/cancel`, {});
+    expect(cancelQueued.status).toBe(200);
+    expect(await cancelQueued.json()).toMatchObject({ status: "canceled", error: { code: "task_canceled" } });
+    expect(server.balance(userId)).toBe(4);
+    const cancelRunning = await post(key, `/v1/images/tasks/${running}/cancel`, {});
+    expect(cancelRunning.status).toBe(200);
+    expect((await cancelRunning.json()).status).toBe("canceled");
+    expect(server.balance(userId)).toBe(5);
+    const again = await post(key, `/v1/images/tasks/${running}/cancel`, {});
+    expect(again.status).toBe(409);
+    expect((await again.json()).error.code).toBe("task_not_cancelable");
+    ledgerOk(userId);
+    engine.behave = async (job) => engine.png(job);
+  });
+
+  test("an async request with a key returns the same task on a repeat", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 3 });
+    const first = await (await post(key, "/v1/images/generations", GEN, { ...ASYNC, "idempotency-key": "async-1" })).json();
+    const res = await post(key, "/v1/images/generations", GEN, { ...ASYNC, "idempotency-key": "async-1" });
+    expect(res.status).toBe(202);
+    expect(res.headers.get("idempotent-replayed")).toBe("true");
+    expect((await res.json()).id).toBe(first.id);
+    await waitForTask(key, first.id);
+    expect(server.balance(userId)).toBe(2);
+  });
+
+  test("a proxy that gives up after 1 s in front of a 3 s generation: the async task still delivers the image", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 3 });
+    engine.behave = async (job) => {
+      await Bun.sleep(3000);
+      return engine.png(job);
+    };
+    const proxy = Bun.serve({
+      port: 0,
+      hostname: "127.0.0.1",
+      async fetch(req) {
+        const url = new URL(req.url);
+        try {
+          return await fetch(server.url + url.pathname + url.search, { method: req.method, headers: req.headers, body: req.body, signal: AbortSignal.timeout(1000) });
+        } catch {
+          return new Response("upstream timed out", { status: 524 });
+        }
+      },
+    });
+    try {
+      const direct = await fetch(`http://127.0.0.1:${proxy.port}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }, body: JSON.stringify(GEN) });
+      expect(direct.status).toBe(524);
+      const accepted = await fetch(`http://127.0.0.1:${proxy.port}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify(GEN) });
+      expect(accepted.status).toBe(202);
+      const { id } = await accepted.json();
+      let task: { status: string; result?: { data: { b64_json: string }[] } } = { status: "queued" };
+      for (let i = 0; i < 100 && task.status !== "succeeded"; i++) {
+        await Bun.sleep(100);
+        task = await (await fetch(`http://127.0.0.1:${proxy.port}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+      }
+      expect(task.status).toBe("succeeded");
+      expect(task.result!.data[0]!.b64_json.length).toBeGreaterThan(0);
+    } finally {
+      proxy.stop(true);
+      engine.behave = async (job) => engine.png(job);
+    }
+    // The synchronous request the proxy cut off still ran to the end and was charged; the async one too.
+    await until(() => server.balance(userId) === 1, "both generations to be charged");
+    ledgerOk(userId);
+  });
+
+  test("a stream the client drops: the generation finishes and its result is kept with the task", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 2 });
+    engine.behave = async (job) => {
+      await Bun.sleep(300);
+      return engine.png(job);
+    };
+    const client = new AbortController();
+    const res = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...GEN, stream: true, partial_images: 1 }),
+      signal: client.signal,
+    });
+    expect(res.headers.get("content-type")).toContain("text/event-stream");
+    const id = res.headers.get("x-request-id")!;
+    client.abort();
+    const done = await waitForTask(key, id);
+    engine.behave = async (job) => engine.png(job);
+    expect(done).toMatchObject({ status: "succeeded", endpoint: "generations" });
+    expect(done.result.data[0].b64_json.length).toBeGreaterThan(0);
+    expect(server.balance(userId)).toBe(1);
+  });
+
+  test("a finished task is readable until its retention ends, then 404 task_expired", async () => {
+    const { key } = await server.userWithKey({ credits: 2 });
+    const { id } = await (await post(key, "/v1/images/generations", GEN, ASYNC)).json();
+    await waitForTask(key, id);
+    server.services.store.tasks.expire(Date.now() + 25 * 3_600_000);
+    const res = await fetch(`${server.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } });
+    expect(res.status).toBe(404);
+    expect((await res.json()).error.code).toBe("task_expired");
+  });
+
+  test("a full async queue for the user is 429 task_queue_full and nothing is charged", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 40 });
+    engine.hold("succeed");
+    const statuses: number[] = [];
+    for (let i = 0; i < 21; i++) statuses.push((await post(key, "/v1/images/generations", GEN, ASYNC)).status);
+    expect(statuses.slice(0, 20).every((s) => s === 202)).toBe(true);
+    expect(statuses[20]).toBe(429);
+    expect(server.balance(userId)).toBe(20);
+    while (server.services.store.tasks.queued().length > 0 || engine.waiting > 0) {
+      engine.releaseAll();
+      await Bun.sleep(20);
+    }
+    engine.behave = async (job) => engine.png(job);
+  });
+});
+
+describe("a server killed with async tasks queued", () => {
+  test("queued tasks run after the restart, the running one is refunded once as interrupted", async () => {
+    const upstream = startFakeOpenAI();
+    upstream.setLatency(60_000);
+    const dataDir = tempDir("atelier-kill-");
+    const config = `${dataDir}/atelier.toml`;
+    await Bun.write(
+      config,
+      `[server]\nlog_requests = false\n[limits]\nasync_concurrency = 1\n\n[[upstreams]]\nid = "slow"\nkind = "openai"\nbase_url = "${upstream.url}/v1"\n[[upstreams.accounts]]\nid = "a"\napi_key = "sk-test-slow"\n\n[[models]]\nid = "slow-image"\nkind = "image"\nupstream = "slow"\n`,
+    );
+    const env = { ATELIER_DATA: dataDir, ATELIER_CONFIG: config };
+    expect((await runAtelier(ATELIER_FROM_SOURCE, ["user", "add", "kill@example.com", "--credits", "10"], { env })).code).toBe(0);
+    const key = lastLine((await runAtelier(ATELIER_FROM_SOURCE, ["key", "create", "kill@example.com", "--name", "k"], { env })).stdout);
+    const first = await startServerProcess(ATELIER_FROM_SOURCE, ["--port", "0", "--host", "127.0.0.1"], { env });
+    const submit = async (url: string) =>
+      (await (await fetch(`${url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify({ model: "slow-image", prompt: "x", size: "64x64" }) })).json()).id as string;
+    const ids = [await submit(first.url), await submit(first.url), await submit(first.url)];
+    await until(() => upstream.received.length === 1, "the first task to reach the upstream", 10_000);
+    first.proc.kill("SIGKILL");
+    await first.proc.exited;
+    upstream.setLatency(0);
+    const second = await startServerProcess(ATELIER_FROM_SOURCE, ["--port", "0", "--host", "127.0.0.1"], { env });
+    try {
+      const status = async (id: string) => (await (await fetch(`${second.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { status: string; error?: { code: string } };
+      for (let i = 0; i < 200; i++) {
+        const all = await Promise.all(ids.map(status));
+        if (all.every((t) => t.status !== "queued" && t.status !== "running")) break;
+        await Bun.sleep(50);
+      }
+      const [killed, a, b] = await Promise.all(ids.map(status));
+      expect(killed).toMatchObject({ status: "failed", error: { code: "interrupted" } });
+      expect(a!.status).toBe("succeeded");
+      expect(b!.status).toBe("succeeded");
+    } finally {
+      await second.stop();
+      await upstream.stop();
+    }
+    // 10 credits, 3 charged, the interrupted one refunded once: 8.
+    const list = await runAtelier(ATELIER_FROM_SOURCE, ["user", "list"], { env });
+    expect(list.stdout).toMatch(/kill@example\.com\S*\s.*\b8\b/);
+  }, 60_000);
+});
