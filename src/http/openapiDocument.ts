@@ -7,6 +7,8 @@
  *    2020-12 would treat as a base URI change; dropped.
  *  - error responses get a description that says when the status happens, instead of the
  *    generator's "Response for status 401".
+ *  - the image operations' 200 also lists `text/event-stream` (the answer to `stream: true`),
+ *    with OpenAI's events as schemas, and their 202 says what it is.
  */
 import { ERROR_DESCRIPTIONS } from "./shared";
 
@@ -56,5 +58,50 @@ export function polishOpenApiDocument(input: unknown): JsonObject {
       }
     }
   }
+  describeImageStreams(paths);
   return fixed;
+}
+
+/** Image streaming events (OpenAI's convention); `X` is `image_generation` or `image_edit`. */
+function streamEventSchemas(prefix: "image_generation" | "image_edit"): JsonObject {
+  const common: JsonObject = {
+    b64_json: { type: "string", description: "The picture, base64." },
+    size: { type: "string" },
+    quality: { type: "string" },
+    background: { type: "string" },
+    output_format: { type: "string", enum: ["png", "jpeg", "webp"] },
+    created_at: { type: "integer", description: "Unix seconds." },
+  };
+  return {
+    description:
+      `Server-sent events: up to \`partial_images\` \`${prefix}.partial_image\` events, then \`${prefix}.completed\` ` +
+      "(or `error`, after which the credit is refunded). A comment line at least every 15 s keeps proxies from closing the stream. Each event's `data` is one of these objects.",
+    oneOf: [
+      { type: "object", title: `${prefix}.partial_image`, required: ["type", "b64_json", "partial_image_index"], properties: { type: { const: `${prefix}.partial_image` }, partial_image_index: { type: "integer", minimum: 0, maximum: 2 }, ...common } },
+      { type: "object", title: `${prefix}.completed`, required: ["type", "b64_json"], properties: { type: { const: `${prefix}.completed` }, generation_time_ms: { type: "integer" }, ...common } },
+      { type: "object", title: "error", required: ["type", "error"], properties: { type: { const: "error" }, error: { $ref: "#/components/schemas/ErrorResponse/properties/error" } } },
+    ],
+  };
+}
+
+function describeImageStreams(paths: JsonObject): void {
+  const operations: [string, "image_generation" | "image_edit"][] = [
+    ["/v1/images/generations", "image_generation"],
+    ["/v1/images/edits", "image_edit"],
+  ];
+  for (const [path, prefix] of operations) {
+    const item = paths[path];
+    const post = isObject(item) ? item.post : undefined;
+    if (!isObject(post) || !isObject(post.responses)) continue;
+    const ok = post.responses["200"];
+    if (isObject(ok) && isObject(ok.content)) {
+      ok.description = "The image (JSON), or with `stream: true` the server-sent events.";
+      ok.content["text/event-stream"] = { schema: streamEventSchemas(prefix) };
+    }
+    const accepted = post.responses["202"];
+    if (isObject(accepted)) {
+      accepted.description = "With `Prefer: respond-async`: the task, accepted and charged; `Location` is its URL.";
+      accepted.headers = { Location: { description: "/v1/images/tasks/{id}", schema: { type: "string" } } };
+    }
+  }
 }
