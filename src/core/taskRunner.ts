@@ -140,6 +140,16 @@ export class TaskRunner {
     return deps.store.tasks.get(taskId)!;
   }
 
+  /**
+   * Progress of a task this runner does not run (a streamed request), so that GET shows it too.
+   */
+  followProgress(taskId: string): { report: (fraction: number) => void } {
+    // Forgotten once the task can no longer be running (the engine's deadline has passed).
+    const forget = setTimeout(() => this.progress.delete(taskId), this.deps.generationTimeoutMs + 60_000);
+    forget.unref?.();
+    return { report: (fraction) => void this.progress.set(taskId, fraction) };
+  }
+
   /** The task as the API shows it: queue place while queued, progress while running. */
   describe(task: TaskRow): ImageTaskObject {
     const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));

@@ -333,6 +333,28 @@ describe("async tasks", () => {
     expect(server.balance(userId)).toBe(1);
   });
 
+  test("a running stream's progress shows on its task (what a reattaching page polls)", async () => {
+    const { key } = await server.userWithKey({ credits: 2 });
+    let release!: () => void;
+    engine.behave = (job) =>
+      new Promise((resolve) => {
+        job.onProgress?.({ fraction: 0.5 });
+        release = () => resolve(engine.png(job));
+      });
+    const res = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...GEN, stream: true, partial_images: 0 }),
+    });
+    const id = res.headers.get("x-request-id")!;
+    await until(() => release !== undefined, "the engine to start");
+    const running = await (await fetch(`${server.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(running).toMatchObject({ status: "running", progress: 0.5 });
+    release();
+    await res.text();
+    engine.behave = async (job) => engine.png(job);
+  });
+
   test("a finished task is readable until its retention ends, then 404 task_expired", async () => {
     const { key } = await server.userWithKey({ credits: 2 });
     const { id } = await (await post(key, "/v1/images/generations", GEN, ASYNC)).json();

@@ -6,7 +6,7 @@
  * Failures are thrown and mapped in http/errorMapping.
  */
 import { Elysia } from "elysia";
-import type { ImageInput } from "../../../core/engine";
+import type { ImageInput, ProgressReport } from "../../../core/engine";
 import { checkIdempotencyKey, decideIdempotency, IDEMPOTENCY_TTL_MS, IdempotencyInProgress, requestFingerprint } from "../../../core/idempotency";
 import { checkMask, imageFromDataUrl } from "../../../core/imageInput";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
@@ -117,7 +117,16 @@ export function imagesRoutes(services: Services) {
     const streamed = job.partialImages !== undefined;
     const taskOptions =
       idempotency || streamed ? { row: { mode: streamed ? ("stream" as const) : ("sync" as const), status: "running" as const, endpoint, model: job.model.id }, idempotency, retentionMs } : undefined;
-    if (streamed) return { status: 200, body: await streamImageAnswer(streaming, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal) };
+    if (streamed) {
+      // The task shows the stream's progress too (a page that reattaches polls it).
+      const progress = tasks.followProgress(req.requestId);
+      const onProgress = (r: ProgressReport) => {
+        if (r.fraction !== undefined) progress.report(r.fraction);
+        job.onProgress?.(r);
+      };
+      const tracked = { ...req, job: { ...job, onProgress }, task: taskOptions! };
+      return { status: 200, body: await streamImageAnswer(streaming, tracked, request.signal) };
+    }
     const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
     return { status: 200, body: imageResultBody(outcome, job, services.clock()), queueMs: outcome.queueMs };
   }

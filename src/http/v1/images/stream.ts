@@ -197,10 +197,14 @@ class EventStream {
     this.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
-  /** From now on a comment line goes out after every heartbeatMs of silence. */
+  /**
+   * From now on a comment line goes out after every heartbeatMs of silence. One goes out at
+   * once: the runtime sends the status line and headers (x-request-id, the task's id) only
+   * with the first bytes, and a client should not wait for the first partial to get them.
+   */
   startHeartbeat(): void {
     this.beating = true;
-    this.rearm();
+    this.write(": started\n\n");
   }
 
   close(): void {
