@@ -12,7 +12,7 @@
 import type { ImageEngine, ImageInput, ImageJob } from "./engine";
 import type { ImageTaskObject, TaskEventSink } from "./tasks";
 import type { ImageResultBody } from "./imageResult";
-import { checkInputs, generateCharged, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
+import { chargeOf, checkInputs, generateCharged, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
@@ -110,7 +110,7 @@ export class TaskRunner {
       () => {
         // Re-checked inside the write: two submissions racing for the last place cannot both pass.
         this.checkBounds(req.userId);
-        return deps.store.credits.chargeForImage(chargeRow(charged), deps.clock());
+        return deps.store.credits.chargeForImage(chargeOf(charged), deps.clock());
       },
       { maxWaitMs: deps.busyWaitMs },
     );
@@ -268,18 +268,6 @@ function goneEngine(model: string): ImageEngine {
   return { generate: fail, edit: fail };
 }
 
-function chargeRow(req: ImageRequest) {
-  return {
-    requestId: req.requestId,
-    userId: req.userId,
-    keyId: req.keyId,
-    kind: req.kind,
-    model: req.job.model.id,
-    prompt: req.job.prompt,
-    task: req.task!.row,
-    idempotency: req.task!.idempotency,
-  };
-}
 
 function storedJob(job: Omit<ImageJob, "signal">): StoredJob {
   return { model: job.model.id, prompt: job.prompt, size: job.size, quality: job.quality, extra: job.extra };
