@@ -30,7 +30,8 @@ import { nextAttemptAt, totalAttempts } from "./webhooksSchedule";
 import type { SecretBox } from "./webhooksSecretBox";
 import { webhookHeaders } from "./webhooksSignature";
 import type { AttemptOutcome, NewDelivery, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
-import { checkWebhookTarget, systemResolver, webhookUrlSyntax, type ResolveHost, type WebhookUrlPolicy } from "./webhooksTarget";
+import { systemResolver, type ResolveHost } from "./pinnedFetch";
+import { checkWebhookTarget, webhookUrlSyntax, type WebhookUrlPolicy } from "./webhooksTarget";
 
 export interface WebhookSettings {
   allowPrivateAddresses: boolean;

@@ -1,11 +1,11 @@
 /**
- * One webhook attempt: a signed POST to the pinned address (webhooksTarget), answered within the
- * attempt's time limit. A 2xx is success; redirects are never followed (the spec: a 3xx is a
- * failure, the user should fix the URL), and no proxy from the environment is used (the request
- * must go to the address that was checked). At most MAX_RESPONSE_BYTES of the answer are read,
+ * One webhook attempt: a signed POST to the pinned address (webhooksTarget, pinnedFetch), answered
+ * within the attempt's time limit. A 2xx is success; redirects are never followed (the spec: a 3xx
+ * is a failure, the user should fix the URL), and no proxy from the environment is used (the
+ * request must go to the address that was checked). At most MAX_RESPONSE_BYTES of the answer are read,
  * and its first characters kept to show in the workbench.
  */
-import type { PinnedTarget } from "./webhooksTarget";
+import { fetchPinned, type PinnedTarget } from "./pinnedFetch";
 
 /** Bytes of an answer read before the connection is dropped. */
 export const MAX_RESPONSE_BYTES = 64 * 1024;
@@ -53,15 +53,12 @@ function excerpt(text: string): string {
 export async function postWebhook(target: PinnedTarget, headers: Record<string, string>, body: string, timeoutMs: number): Promise<AttemptAnswer> {
   const init: BunFetchRequestInit = {
     method: "POST",
-    headers: { ...headers, host: target.hostHeader, "content-type": "application/json", "user-agent": WEBHOOK_USER_AGENT },
+    headers: { ...headers, "content-type": "application/json", "user-agent": WEBHOOK_USER_AGENT },
     body,
-    redirect: "manual",
-    proxy: false,
     signal: AbortSignal.timeout(timeoutMs),
   };
-  if (target.serverName) init.tls = { serverName: target.serverName };
   try {
-    const response = await fetch(target.connectUrl, init);
+    const response = await fetchPinned(target, init);
     const text = await readBounded(response, MAX_RESPONSE_BYTES).catch(() => "");
     const status = response.status;
     if (status >= 200 && status < 300) return { ok: true, status, error: null, gone: false };

@@ -4,8 +4,9 @@
  * operator's allow_private_addresses switch. The resolver is scripted: no DNS.
  */
 import { describe, expect, test } from "bun:test";
-import { addressRefusal, parseIp } from "../../src/core/webhooksAddress";
-import { checkWebhookTarget, webhookUrlSyntax, type ResolveHost } from "../../src/core/webhooksTarget";
+import type { ResolveHost } from "../../src/core/pinnedFetch";
+import { addressRefusal, parseIp } from "../../src/core/publicAddress";
+import { checkWebhookTarget, webhookUrlSyntax } from "../../src/core/webhooksTarget";
 
 describe("addresses", () => {
   const refused: [string, string][] = [

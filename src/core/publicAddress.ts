@@ -1,8 +1,9 @@
 /**
- * Which IP addresses a webhook may be sent to: only public unicast ones. Webhook URLs come from
- * users, so without this rule anyone could make the server POST into its own network (server-side
- * request forgery: a database's HTTP port, a cloud metadata service at 169.254.169.254, an admin
- * page on localhost). Refused, unless the operator allows private addresses in the config:
+ * Which IP addresses the server may connect to for a URL a user gave (a webhook, an image
+ * reference): only public unicast ones. Without this rule anyone could make the server send
+ * requests into its own network (server-side request forgery: a database's HTTP port, a cloud
+ * metadata service at 169.254.169.254, an admin page on localhost). Refused, unless the operator
+ * allows private addresses in the config:
  *
  *   IPv4  0/8 (this network, unspecified), 10/8, 172.16/12, 192.168/16 (private), 100.64/10
  *         (shared, carrier-grade NAT), 127/8 (loopback), 169.254/16 (link-local), 192.0.0/24
@@ -16,8 +17,8 @@
  *         NAT64 64:ff9b::/96, 6to4 2002::/16) are judged by that IPv4 address; the deprecated
  *         IPv4-compatible ::/96 is always refused.
  *
- * Only literal addresses are judged here; webhooksTarget resolves names and connects to the
- * address it judged.
+ * Only literal addresses are judged here; pinnedFetch resolves names and connects to the address
+ * it judged.
  */
 
 export interface ParsedIp {
@@ -142,7 +143,7 @@ const GLOBAL_UNICAST_V6 = block("2000::/3", "global unicast");
 const IPV4_COMPATIBLE = block("::/96", "IPv4-compatible");
 
 /**
- * Why a webhook may not go to this address ("loopback", "private", "link-local", …), or null
+ * Why the server may not connect to this address ("loopback", "private", "link-local", …), or null
  * when it is a public unicast address. Text that is no IP address is refused as such.
  */
 export function addressRefusal(address: string): string | null {
