@@ -116,6 +116,17 @@ const Tasks = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Storage = T.Object(
+  {
+    dir: T.Optional(T.String({ description: "Where generated images are kept (default: data_dir/images), content-addressed in sharded folders." })),
+    retention_days: T.Integer({ minimum: 0, default: 30, description: "Days a generated image is kept; 0 keeps it until max_bytes evicts it." }),
+    max_bytes: T.Integer({ minimum: 0, default: 0, description: "Total size of kept images; past it the oldest expire first. 0: no limit." }),
+    url_ttl_s: T.Integer({ minimum: 1, maximum: 7 * 86_400, default: 3_600, description: "How long a `response_format: \"url\"` link works (OpenAI's last 60 minutes)." }),
+    sweep_interval_s: T.Integer({ minimum: 1, default: 600, description: "How often expired images are deleted and files and rows are reconciled." }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 const Database = T.Object(
   {
     busy_wait_ms: T.Integer({
@@ -155,6 +166,7 @@ export const ConfigSchema = T.Object(
     limits: Limits,
     database: Database,
     tasks: Tasks,
+    storage: Storage,
     upstreams: T.Array(Upstream, { default: [] }),
     models: T.Array(Model, { default: [] }),
     workbench: Workbench,
@@ -266,6 +278,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   }
   const config = withDefaults as Config;
   config.server.data_dir = resolve(config.server.data_dir);
+  if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
   return config;
 }

@@ -42,12 +42,13 @@ const SECTIONS: [string, TObject][] = [
   ["`[workbench]`", objectOf(ConfigSchema.properties.workbench)],
   ["`[database]`", objectOf(ConfigSchema.properties.database)],
   ["`[tasks]`", objectOf(ConfigSchema.properties.tasks)],
+  ["`[storage]`", objectOf(ConfigSchema.properties.storage)],
   ["`[webhooks]`", objectOf(ConfigSchema.properties.webhooks)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "limits", "models", "server", "tasks", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "limits", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {

@@ -8,6 +8,7 @@ import { UpstreamStateStore } from "./upstreams";
 import { SessionStore } from "./sessions";
 import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
+import { SqliteImageRecords, ServerSecretStore } from "./images";
 import { retryWhileBusy } from "./busy";
 import type { AccountStore, FlowStore } from "../core/store";
 
@@ -21,6 +22,9 @@ export interface Store extends FlowStore, AccountStore {
   sessions: SessionStore;
   tasks: SqliteTaskStore;
   webhooks: WebhookStore;
+  /** The image archive's rows (the bytes: store/imageFiles.ts). */
+  images: SqliteImageRecords;
+  secrets: ServerSecretStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
@@ -38,6 +42,8 @@ export function createStore(db: Db, latest: number): Store {
     sessions: new SessionStore(db),
     tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(db),
+    images: new SqliteImageRecords(db),
+    secrets: new ServerSecretStore(db),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {

@@ -217,4 +217,35 @@ export const migrations: Migration[] = [
       CREATE INDEX webhook_attempts_delivery ON webhook_attempts(delivery_id);
     `,
   },
+  {
+    version: 5,
+    name: "images: the archive of generated images; server secrets",
+    sql: `
+      -- One row per kept image; the bytes live in the blob store under their sha256 (content
+      -- addressed, so rows may share a file). expires_at NULL keeps it until max_bytes evicts it.
+      CREATE TABLE images (
+        id          TEXT PRIMARY KEY,
+        request_id  TEXT NOT NULL,
+        user_id     INTEGER NOT NULL,
+        mime        TEXT NOT NULL CHECK (mime IN ('image/png', 'image/jpeg', 'image/webp')),
+        bytes       INTEGER NOT NULL CHECK (bytes > 0),
+        width       INTEGER NOT NULL CHECK (width > 0),
+        height      INTEGER NOT NULL CHECK (height > 0),
+        sha256      TEXT NOT NULL CHECK (length(sha256) = 64),
+        created_at  INTEGER NOT NULL,
+        expires_at  INTEGER
+      ) STRICT;
+      CREATE INDEX images_sha256 ON images(sha256);
+      CREATE INDEX images_created ON images(created_at, id);
+      CREATE INDEX images_expires ON images(expires_at) WHERE expires_at IS NOT NULL;
+      CREATE INDEX images_request ON images(request_id);
+
+      -- Secrets the server makes for itself on first use (the key that signs image links).
+      CREATE TABLE server_secrets (
+        name       TEXT PRIMARY KEY,
+        value      BLOB NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+    `,
+  },
 ];
