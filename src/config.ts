@@ -160,6 +160,23 @@ const Webhooks = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Fetch = T.Object(
+  {
+    allow_private: T.Boolean({
+      default: false,
+      description:
+        "Let image references given by URL point to loopback, private, link-local and other non-public addresses (images on the same host or LAN). Off, such URLs, names resolving to them and redirects to them are refused.",
+    }),
+    timeout_ms: T.Integer({
+      minimum: 100,
+      maximum: 120_000,
+      default: 15_000,
+      description: "Time limit for fetching one image reference by URL: name lookups, connections, redirects and the body.",
+    }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
@@ -171,6 +188,7 @@ export const ConfigSchema = T.Object(
     models: T.Array(Model, { default: [] }),
     workbench: Workbench,
     webhooks: Webhooks,
+    fetch: Fetch,
   },
   { additionalProperties: false },
 );

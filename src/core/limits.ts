@@ -21,6 +21,10 @@ export const MAX_PARTIAL_IMAGES = 3;
 /** One input image, in decoded bytes (10 MiB). */
 export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 
+/** An image reference given by URL: its length in characters, and the redirects followed. */
+export const MAX_IMAGE_URL_CHARS = 8192;
+export const MAX_IMAGE_URL_REDIRECTS = 3;
+
 /** Each side of `size` on models that accept any WxH (the built-in renderer). */
 export const FREE_SIZE_MIN = 64;
 export const FREE_SIZE_MAX = 2048;

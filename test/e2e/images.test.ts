@@ -308,7 +308,7 @@ const generationCases: Case[] = [
   { name: "response_format png", body: { prompt: "x", response_format: "png" }, param: "response_format" },
   { name: "both reference fields", body: { prompt: "x", reference_image: okUrl, reference_images: [okUrl] }, param: "reference_image" },
   { name: "11 reference images", body: { prompt: "x", reference_images: Array(11).fill(okUrl) }, param: "reference_images" },
-  { name: "reference image not a data URL", body: { prompt: "x", reference_image: "https://example.com/a.png" }, param: "reference_image", code: "invalid_image_url" },
+  { name: "reference image neither a data URL nor http(s)", body: { prompt: "x", reference_image: "ftp://example.com/a.png" }, param: "reference_image", code: "invalid_image_url" },
   { name: "invalid base64", body: { prompt: "x", reference_images: [okUrl, "data:image/png;base64,iVBOR%%%"] }, param: "reference_images[1]", code: "invalid_base64" },
   { name: "unpadded base64", body: { prompt: "x", reference_images: [okUrl, okUrl, okUrl, okUrl.replace(/=+$/, "") + "A"] }, param: "reference_images[3]", code: "invalid_base64" },
   { name: "GIF type", body: { prompt: "x", reference_images: ["data:image/gif;base64,R0lGODlhAQABAAAAACw="] }, param: "reference_images[0]", code: "invalid_image_format" },

@@ -8,7 +8,9 @@
 import { Elysia } from "elysia";
 import type { ImageInput, ProgressReport } from "../../../core/engine";
 import { checkIdempotencyKey, decideIdempotency, IDEMPOTENCY_TTL_MS, IdempotencyInProgress, requestFingerprint } from "../../../core/idempotency";
-import { checkMask, imageFromDataUrl } from "../../../core/imageInput";
+import { checkMask } from "../../../core/imageInput";
+import type { ImageFetchPolicy } from "../../../core/imageFetch";
+import { systemResolver } from "../../../core/pinnedFetch";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
 import { runImageRequest } from "../../../core/imageRequests";
 import { imageResultBody, type ImageResultBody } from "../../../core/imageResult";
@@ -22,7 +24,7 @@ import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
-import { asList, fileToImage, indexedImages, multipartText, requestFields, validate } from "./parse";
+import { asList, fileToImage, imagesFromSources, indexedImages, multipartText, requestFields, validate } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
 
@@ -54,6 +56,7 @@ const ERROR_STATUSES = [400, 401, 402, 403, 404, 409, 413, 415, 429, 500, 502, 5
 
 export function imagesRoutes(services: Services) {
   const { imageFlow: flow, store, tasks } = services;
+  const fetchPolicy: ImageFetchPolicy = { allowPrivateAddresses: services.config.fetch.allow_private, timeoutMs: services.config.fetch.timeout_ms, resolve: systemResolver };
   const streaming: ImageStreamDeps = { flow, clock: services.clock, logger: services.logger, heartbeatMs: services.config.server.stream_heartbeat_ms };
 
   type Job = ReturnType<typeof imageJobFrom> & { images: ImageInput[]; mask?: ImageInput };
@@ -184,10 +187,12 @@ export function imagesRoutes(services: Services) {
         if (b.reference_image !== undefined && b.reference_images !== undefined) {
           throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
         }
-        const images =
+        const images = await imagesFromSources(
           b.reference_image !== undefined
-            ? [imageFromDataUrl(b.reference_image, "reference_image")]
-            : (b.reference_images ?? []).map((u, i) => imageFromDataUrl(u, `reference_images[${i}]`));
+            ? [{ value: b.reference_image, param: "reference_image" }]
+            : (b.reference_images ?? []).map((u, i) => ({ value: u, param: `reference_images[${i}]` })),
+          fetchPolicy,
+        );
         return handle("generate", { principal, request, set }, { ...fields, images }, body);
       },
       {
@@ -236,8 +241,10 @@ export function imagesRoutes(services: Services) {
           validate(ImageEditJsonRequest, given);
           fields = imageJobFrom(services.catalog, requestFields(given));
           const b = given as { images: { image_url: string }[]; mask?: { image_url: string } };
-          images = b.images.map((img, i) => imageFromDataUrl(img.image_url, `images[${i}]`));
-          if (b.mask !== undefined) mask = imageFromDataUrl(b.mask.image_url, "mask");
+          const sources = b.images.map((img, i) => ({ value: img.image_url, param: `images[${i}]` }));
+          if (b.mask !== undefined) sources.push({ value: b.mask.image_url, param: "mask" });
+          images = await imagesFromSources(sources, fetchPolicy);
+          if (b.mask !== undefined) mask = images.pop();
         }
         if (mask) checkMask(mask, images[0]!);
         return handle("edit", { principal, request, set }, { ...fields, images, mask }, body);

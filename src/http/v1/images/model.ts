@@ -68,7 +68,13 @@ const commonFields = {
 export const PASS_THROUGH = ["background", "output_format", "output_compression", "moderation", "style", "user"] as const;
 
 const DataUrl = (description: string) =>
-  t.String({ description: `${description} A data URL \`data:image/<png|jpeg|jpg|webp>;base64,<data>\`, at most 10 MiB decoded.`, examples: [TINY_PNG] });
+  t.String({
+    description:
+      `${description} A data URL \`data:image/<png|jpeg|jpg|webp>;base64,<data>\`, or an \`https://\` (or \`http://\`) URL the server fetches: ` +
+      "public addresses only (unless the operator allows private ones), at most 3 redirects, within the fetch time limit. " +
+      "At most 10 MiB either way, sniffed as PNG, JPEG or WebP; a URL that cannot be fetched is a 400 naming the field, before any charge.",
+    examples: [TINY_PNG],
+  });
 
 export const ImageGenerationRequest = t.Object(
   {

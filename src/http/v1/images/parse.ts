@@ -7,7 +7,8 @@ import type { TSchema } from "elysia";
 import { Value } from "@sinclair/typebox/value";
 import { countChars } from "../../../core/chatRequest";
 import type { ImageInput } from "../../../core/engine";
-import { ImageInputError, imageFromBytes } from "../../../core/imageInput";
+import { fetchImage, isImageUrl, type ImageFetchPolicy } from "../../../core/imageFetch";
+import { ImageInputError, imageFromBytes, imageFromDataUrl } from "../../../core/imageInput";
 import type { ImageRequestFields } from "../../../core/imageRequest";
 import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS } from "../../../core/limits";
 import { badRequest } from "../../errors";
@@ -56,6 +57,47 @@ export async function fileToImage(value: unknown, param: string): Promise<ImageI
   // Refuse from the declared part size before reading it into an array.
   if (value.size > MAX_IMAGE_BYTES) throw new ImageInputError(`'${param}' is larger than 10 MiB (${MAX_IMAGE_BYTES} bytes).`, param, "image_too_large");
   return imageFromBytes(new Uint8Array(await value.arrayBuffer()), param);
+}
+
+/** A JSON image field: a data URL (decoded) or an http(s) URL (fetched, core/imageFetch). */
+export async function imageFromSource(value: unknown, param: string, policy: ImageFetchPolicy, signal?: AbortSignal): Promise<ImageInput> {
+  if (isImageUrl(value)) return fetchImage(value, param, policy, signal);
+  if (typeof value === "string" && !/^data:/i.test(value.slice(0, 5))) {
+    throw new ImageInputError(
+      `'${param}' must be a data URL (data:image/<png|jpeg|jpg|webp>;base64,<data>) or an http:// or https:// URL of the image.`,
+      param,
+      "invalid_image_url",
+    );
+  }
+  return imageFromDataUrl(value, param);
+}
+
+/** Image URLs of one request fetched at once. */
+const CONCURRENT_IMAGE_FETCHES = 4;
+
+/**
+ * Several JSON image fields, in order, fetching at most CONCURRENT_IMAGE_FETCHES URLs at once;
+ * the first failure stops the rest and is what the client hears.
+ */
+export async function imagesFromSources(sources: { value: unknown; param: string }[], policy: ImageFetchPolicy): Promise<ImageInput[]> {
+  const out: ImageInput[] = new Array(sources.length);
+  const stop = new AbortController();
+  let failure: { error: unknown } | undefined;
+  let next = 0;
+  async function worker() {
+    while (!failure && next < sources.length) {
+      const i = next++;
+      try {
+        out[i] = await imageFromSource(sources[i]!.value, sources[i]!.param, policy, stop.signal);
+      } catch (e) {
+        failure ??= { error: e };
+        stop.abort();
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(CONCURRENT_IMAGE_FETCHES, sources.length) }, worker));
+  if (failure) throw failure.error;
+  return out;
 }
 
 export const asList = (v: unknown): unknown[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
