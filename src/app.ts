@@ -16,6 +16,7 @@ import { modelsRoutes } from "./http/v1/models";
 import { chatRoutes } from "./http/v1/chat";
 import { imagesRoutes } from "./http/v1/images";
 import { imageTasksRoutes } from "./http/v1/images/tasks";
+import { imageFilesRoutes } from "./http/files";
 import { workbenchRoutes } from "./http/workbench";
 import type { Services } from "./services";
 
@@ -104,7 +105,8 @@ export function createApp(services: Services) {
     .use(modelsRoutes(services))
     .use(chatRoutes(services))
     .use(imagesRoutes(services))
-    .use(imageTasksRoutes(services));
+    .use(imageTasksRoutes(services))
+    .use(imageFilesRoutes(services));
 
   generateOpenApiNow(app as unknown as Elysia);
   return app;

@@ -47,6 +47,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
   // Async tasks left queued by a previous run start now.
   services.tasks.start();
   services.taskEvents.start();
+  // Expired images go, and files and rows are reconciled (also after a crash mid-sweep).
+  services.imageSweeper.start();
 
   const app = createApp(services);
   const inflight = new Set<Promise<unknown>>();
@@ -138,10 +140,11 @@ export async function startServer(config: Config, logger: Logger, options: Start
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inflight.size });
         services.tasks.stop();
+        const sweepStopped = services.imageSweeper.stop();
         const graceful = server.stop(false);
         let graceTimer: ReturnType<typeof setTimeout> | undefined;
         const deadline = new Promise((r) => (graceTimer = setTimeout(r, config.server.shutdown_grace_ms)));
-        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop()]), deadline]);
+        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
         clearTimeout(graceTimer);
         await server.stop(true);
         services.upstreams.close();

@@ -24,6 +24,10 @@ import { describeFailure } from "./http/errorMapping";
 import { WebhookDispatcher } from "./core/webhooks";
 import { SecretBox } from "./core/webhooksSecretBox";
 import { loadWebhookSecretKey } from "./store/webhooks";
+import { join } from "node:path";
+import { ImageArchive, ImageSweeper } from "./core/imageArchive";
+import { ImageLinks } from "./core/imageLinks";
+import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
 
 export interface AppDeps {
   config: Config;
@@ -53,6 +57,11 @@ export interface Services {
   imageFlow: ImageFlowDeps;
   /** Async image tasks: the durable queue and its runner (started and stopped by the server). */
   tasks: TaskRunner;
+  /** Every successful image, kept ([storage]); its sweep is started and stopped by the server. */
+  images: ImageArchive;
+  imageSweeper: ImageSweeper;
+  /** Signed, expiring links to kept images (`response_format: "url"`). */
+  imageLinks: ImageLinks;
   /** Where finished tasks are announced: the webhook dispatcher (its delivery worker is started and stopped by the server). */
   taskEvents: WebhookDispatcher;
 }
@@ -82,6 +91,26 @@ function createGates(limits: Config["limits"]): Services["gates"] {
   };
 }
 
+/** The image archive from [storage]: files under storage.dir (default data_dir/images), rows in the database. */
+function createImageArchive(deps: AppDeps, clock: Clock): ImageArchive {
+  const { server, storage } = deps.config;
+  const blobs = server.data_dir === ":memory:" && storage.dir === undefined ? new MemoryImageBlobs(clock) : new FileImageBlobs(storage.dir ?? join(server.data_dir, "images"));
+  return new ImageArchive({
+    records: deps.store.images,
+    blobs,
+    clock,
+    logger: deps.logger,
+    // A file younger than an hour without its row may belong to a put in another process.
+    settings: { retentionDays: storage.retention_days, maxBytes: storage.max_bytes, orphanGraceMs: 3_600_000 },
+  });
+}
+
+/** The key that signs image links: made on first use and kept in the database, so restarts and other processes agree. */
+function imageLinkKey(store: Store, clock: Clock): () => Uint8Array {
+  let key: Uint8Array | undefined;
+  return () => (key ??= store.secrets.getOrCreate("image_links", clock()));
+}
+
 /** Webhooks from [webhooks]: secrets sealed under the configured key or data_dir/webhook-secrets.key. */
 function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher {
   const c = deps.config.webhooks;
@@ -105,6 +134,7 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
+  const images = createImageArchive(deps, clock);
   const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents"> = {
     config: deps.config,
     store: deps.store,
@@ -117,6 +147,9 @@ export function createServices(deps: AppDeps): Services {
     background: new BackgroundWork(),
     engines: withBuiltinChat(new EngineRegistry()),
     gates: createGates(deps.config.limits),
+    images,
+    imageSweeper: new ImageSweeper(images, deps.config.storage.sweep_interval_s * 1000, deps.logger),
+    imageLinks: new ImageLinks(imageLinkKey(deps.store, clock), deps.config.storage.url_ttl_s * 1000, clock),
   };
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
@@ -131,6 +164,7 @@ export function createServices(deps: AppDeps): Services {
     generationTimeoutMs: deps.config.limits.generation_timeout_ms,
     busyWaitMs: deps.config.database.busy_wait_ms,
     describeFailure,
+    images,
   };
   const taskEvents = createWebhookDispatcher(deps, clock);
   const { limits } = deps.config;

@@ -58,12 +58,10 @@ export function imageJobFrom(catalog: ModelDirectory, fields: ImageRequestFields
   if (fields.n !== undefined && fields.n !== null && fields.n !== 1) {
     throw new ImageInputError(`Invalid 'n' ${JSON.stringify(fields.n)}: this service returns exactly one image per request; send n = 1 or omit it.`, "n", "invalid_value");
   }
-  if (fields.response_format === "url") {
-    throw new ImageInputError(
-      "response_format 'url' is not supported: this server does not host generated images. Omit response_format or send 'b64_json' to get the image inline.",
-      "response_format",
-      "unsupported_response_format",
-    );
+  // "url" answers with a signed link to the kept image (core/imageLinks); the http layer builds it.
+  const format = fields.response_format;
+  if (format !== undefined && format !== null && format !== "b64_json" && format !== "url") {
+    throw new ImageInputError(`Invalid 'response_format' ${JSON.stringify(format)}: send 'b64_json' (the default) or 'url'.`, "response_format", "invalid_value");
   }
   const partialImages = fields.partial_images ?? 0;
   if (fields.stream === true && (!Number.isInteger(partialImages) || partialImages < 0 || partialImages > MAX_PARTIAL_IMAGES)) {

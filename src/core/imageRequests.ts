@@ -18,6 +18,7 @@ import { verifyDecodesOffThread } from "./image/codec";
 import { assertDecodable, ImageInputError, sniffImageMime } from "./imageInput";
 import { readDimensions } from "./image/dimensions";
 import type { ImageRequestKind } from "./imageRequest";
+import type { ArchivedImage, ImageKeeper } from "./imageArchive";
 
 export interface ImageRequest {
   requestId: string;
@@ -42,11 +43,15 @@ export interface ImageOutcome {
   queueMs: number;
   /** The engine's own time (queue wait and verification excluded). */
   generationMs: number;
+  /** The image as kept in the archive; absent when there is no archive or keeping it failed. */
+  stored?: ArchivedImage;
 }
 
 export interface ImageFlowDeps extends FlowDeps {
   /** How long the answer waits for another process's database write lock (see store/busy). */
   busyWaitMs: number;
+  /** Where every successful output is kept (core/imageArchive). */
+  images?: ImageKeeper;
 }
 
 /**
@@ -113,13 +118,29 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
     }
     if (cancel?.aborted) throw new TaskCanceled();
     await verifyOutput(image);
-    const outcome = { image, queueMs, generationMs };
+    const stored = await keepImage(deps, req, image);
+    const outcome: ImageOutcome = { image, queueMs, generationMs, ...(stored ? { stored } : {}) };
     await recordSuccess(deps, req, outcome);
     return outcome;
   } catch (e) {
     const failure = cancel?.aborted ? new TaskCanceled() : e;
     await recordFailure(deps, req, failure, queueMs, generationMs);
     throw failure;
+  }
+}
+
+/**
+ * Keeps the verified image in the archive before its success is recorded (so a task's result
+ * can name it). A failure to keep it does not fail the request: the image is paid for and
+ * delivered inline; only its id (and a URL answer) are missing.
+ */
+async function keepImage(deps: ImageFlowDeps, req: ImageRequest, image: GeneratedImage): Promise<ArchivedImage | undefined> {
+  if (!deps.images) return undefined;
+  try {
+    return await deps.images.put({ requestId: req.requestId, userId: req.userId, bytes: image.bytes, mime: image.mime, width: image.width, height: image.height });
+  } catch (e) {
+    deps.logger.error("could not keep a generated image; delivering it inline", { request_id: req.requestId, error: String(e) });
+    return undefined;
   }
 }
 

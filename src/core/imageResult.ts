@@ -10,7 +10,9 @@ const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png":
 export interface ImageResultBody {
   created: number;
   generation_time_ms: number;
-  data: { b64_json: string; revised_prompt: string }[];
+  data: ({ b64_json: string; revised_prompt: string } | { url: string; revised_prompt: string })[];
+  /** The kept image's id (core/imageArchive): a field OpenAI's clients ignore; also the x-image-id header. */
+  image_id?: string;
   size: string;
   quality: string;
   output_format: "png" | "jpeg" | "webp";
@@ -25,5 +27,11 @@ export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prom
     size: `${image.width}x${image.height}`,
     quality: job.quality,
     output_format: OUTPUT_FORMAT[image.mime],
+    ...(outcome.stored ? { image_id: outcome.stored.id } : {}),
   };
+}
+
+/** The same answer with the image as a link (`response_format: "url"`) instead of inline. */
+export function withImageUrl(body: ImageResultBody, url: string): ImageResultBody {
+  return { ...body, data: body.data.map((d) => ({ url, revised_prompt: d.revised_prompt })) };
 }

@@ -6,7 +6,7 @@
 import { cors } from "@elysiajs/cors";
 import { pathOf } from "./requestMeta";
 
-export const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms";
+export const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms, x-image-id";
 
 const isApiPath = (path: string) => path.startsWith("/v1/");
 

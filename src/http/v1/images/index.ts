@@ -13,7 +13,7 @@ import type { ImageFetchPolicy } from "../../../core/imageFetch";
 import { systemResolver } from "../../../core/pinnedFetch";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
 import { runImageRequest } from "../../../core/imageRequests";
-import { imageResultBody, type ImageResultBody } from "../../../core/imageResult";
+import { imageResultBody, withImageUrl, type ImageResultBody } from "../../../core/imageResult";
 import { IdempotencyKeyTaken, type IdempotencyClaim, type TaskRow } from "../../../core/store";
 import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
@@ -63,6 +63,22 @@ export function imagesRoutes(services: Services) {
   type Answer = { status: 200 | 202; body: unknown; location?: string; queueMs?: number; replayed?: boolean };
 
   /**
+   * `response_format: "url"`: the answer links to the kept image (a signed link from
+   * public_url, else the request's own origin) instead of carrying it. An image that could not
+   * be kept is delivered inline all the same: the client paid for it.
+   */
+  function delivered(body: ImageResultBody, requestBody: unknown, request: Request): ImageResultBody {
+    if (!isPlainObject(requestBody) || requestBody.response_format !== "url") return body;
+    if (body.image_id === undefined) {
+      services.logger.warn("response_format url without a kept image: answering b64_json", { request_id: metaOf(request).id });
+      return body;
+    }
+    const ext = body.output_format === "jpeg" ? "image/jpeg" : body.output_format === "webp" ? "image/webp" : "image/png";
+    const { path } = services.imageLinks.pathFor({ id: body.image_id, mime: ext });
+    return withImageUrl(body, new URL(path, services.config.server.public_url ?? new URL(request.url).origin).href);
+  }
+
+  /**
    * One image request, as the client asked for it: synchronous (the default), async
    * (`Prefer: respond-async`: 202 with the task) and/or idempotent (`Idempotency-Key`: a repeat
    * replays the first answer, never charged twice).
@@ -71,19 +87,19 @@ export function imagesRoutes(services: Services) {
     const respondAsync = prefersAsync(request.headers.get("prefer"));
     const webhookUrl = await checkedWebhookUrl(body, respondAsync, principal.userId);
     const key = request.headers.get("idempotency-key");
-    if (key === null) return run(kind, principal, request, job, respondAsync, undefined, webhookUrl);
+    if (key === null) return run(kind, principal, request, job, respondAsync, undefined, webhookUrl, body);
     checkIdempotencyKey(key);
     const fingerprint = await requestFingerprint(request.method, pathOf(request), body);
     // Twice at most: a concurrent first request may claim the key between our look and our charge.
     for (let attempt = 0; ; attempt++) {
       const decision = decideIdempotency(store.tasks, principal.userId, key, fingerprint, services.clock());
       if (decision.kind === "replay") {
-        const replayed = await replay(decision.task, key);
+        const replayed = await replay(decision.task, key, request, body);
         if (replayed) return replayed;
         continue; // the request it waited for failed and was refunded: this one runs
       }
       try {
-        return await run(kind, principal, request, job, respondAsync, { key, fingerprint, expiresAt: services.clock() + IDEMPOTENCY_TTL_MS }, webhookUrl);
+        return await run(kind, principal, request, job, respondAsync, { key, fingerprint, expiresAt: services.clock() + IDEMPOTENCY_TTL_MS }, webhookUrl, body);
       } catch (e) {
         if (!(e instanceof IdempotencyKeyTaken) || attempt > 0) throw e;
       }
@@ -106,7 +122,7 @@ export function imagesRoutes(services: Services) {
     return url;
   }
 
-  async function run(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, respondAsync: boolean, idempotency?: IdempotencyClaim, webhookUrl?: string): Promise<Answer> {
+  async function run(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, respondAsync: boolean, idempotency?: IdempotencyClaim, webhookUrl?: string, body?: unknown): Promise<Answer> {
     const req = { requestId: metaOf(request).id, userId: principal.userId, keyId: principal.keyId, kind, job };
     // A keyed task keeps its answer at least as long as its key can replay it.
     const retentionMs = Math.max(services.config.tasks.retention_hours * 3_600_000, idempotency ? IDEMPOTENCY_TTL_MS : 0);
@@ -131,14 +147,14 @@ export function imagesRoutes(services: Services) {
       return { status: 200, body: await streamImageAnswer(streaming, tracked, request.signal) };
     }
     const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
-    return { status: 200, body: imageResultBody(outcome, job, services.clock()), queueMs: outcome.queueMs };
+    return { status: 200, body: delivered(imageResultBody(outcome, job, services.clock()), body, request), queueMs: outcome.queueMs };
   }
 
   /**
    * The first request's answer again. A synchronous one still running is waited for (up to the
    * queue timeout, then 409 so the client retries); null when it failed and was refunded.
    */
-  async function replay(task: TaskRow, key: string): Promise<Answer | null> {
+  async function replay(task: TaskRow, key: string, request: Request, body: unknown): Promise<Answer | null> {
     if (task.mode === "async") return { status: 202, body: tasks.describe(task), location: `/v1/images/tasks/${task.id}`, replayed: true };
     const until = performance.now() + services.config.limits.queue_timeout_ms;
     let current: TaskRow | null = task;
@@ -149,7 +165,8 @@ export function imagesRoutes(services: Services) {
     }
     if (!current || current.status !== "succeeded") return null;
     if (!current.result) throw new TaskNotFound(task.id, true);
-    return { status: 200, body: JSON.parse(current.result), replayed: true };
+    // The stored answer carries the image inline; a url request gets a fresh link to it.
+    return { status: 200, body: delivered(JSON.parse(current.result) as ImageResultBody, body, request), replayed: true };
   }
 
   /** The answer with its headers: the task's Location, the replay mark, the queue time. */
@@ -161,6 +178,8 @@ export function imagesRoutes(services: Services) {
     }
     if (a.replayed) set.headers["idempotent-replayed"] = "true";
     if (a.queueMs !== undefined) set.headers["x-queue-time-ms"] = String(Math.round(a.queueMs));
+    const imageId = a.status === 200 && isPlainObject(a.body) ? a.body.image_id : undefined;
+    if (typeof imageId === "string") set.headers["x-image-id"] = imageId;
     return a.body;
   }
 

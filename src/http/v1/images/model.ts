@@ -30,7 +30,8 @@ const commonFields = {
   ),
   response_format: t.Optional(
     t.Union([t.Literal("b64_json"), t.Literal("url"), t.Null()], {
-      description: "`b64_json` (the default and the only supported value): the image comes back inline as base64. `url` is answered with 400.",
+      description:
+        "`b64_json` (the default): the image comes back inline as base64. `url`: `data[0].url` is an absolute, signed link to the kept image that works without a key until it expires (`[storage] url_ttl_s`, default 1 hour).",
       examples: ["b64_json"],
     }),
   ),
@@ -142,14 +143,28 @@ export const imageResponseSchema = () => t.Object(
     generation_time_ms: Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
     data: t.Array(
       t.Object({
-        b64_json: t.String({ description: "The image, base64 without a data-URL prefix.", examples: ["iVBORw0KGgo…"] }),
+        b64_json: t.Optional(t.String({ description: "The image, base64 without a data-URL prefix (`response_format: b64_json`, the default).", examples: ["iVBORw0KGgo…"] })),
+        url: t.Optional(
+          t.String({
+            description:
+              "`response_format: url`: an absolute link `/files/images/{image_id}.{ext}?expires=…&signature=…` that works without a key (in a browser or an `<img>`) until `expires` (Unix seconds).",
+            examples: ["https://atelier.example.com/files/images/img_4fQ8sJ2kLm9XbT1vYc0pRz7a.png?expires=1767229200&signature=…"],
+          }),
+        ),
         revised_prompt: t.String({ description: "The prompt the engine used.", examples: ["A lighthouse at dusk, watercolor"] }),
       }),
       { description: "Exactly one image." },
     ),
     size: t.String({ description: "Dimensions of the image produced.", examples: ["1024x1024"] }),
     quality: t.String({ description: "Quality requested.", examples: ["auto"] }),
-    output_format: t.Union([t.Literal("png"), t.Literal("jpeg"), t.Literal("webp")], { description: "Encoding of `b64_json`.", examples: ["png"] }),
+    output_format: t.Union([t.Literal("png"), t.Literal("jpeg"), t.Literal("webp")], { description: "Encoding of the image.", examples: ["png"] }),
+    image_id: t.Optional(
+      t.String({
+        description:
+          "The id of the kept image (an extension of OpenAI's shape that its clients ignore; also the `x-image-id` header). Absent only if the image could not be kept, and then a `url` request gets `b64_json`.",
+        examples: ["img_4fQ8sJ2kLm9XbT1vYc0pRz7a"],
+      }),
+    ),
   },
   { description: "The generated image." },
 );
