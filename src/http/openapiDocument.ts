@@ -7,6 +7,8 @@
  *    2020-12 would treat as a base URI change; dropped.
  *  - error responses get a description that says when the status happens, instead of the
  *    generator's "Response for status 401".
+ *  - the signed image download answers bytes (200, 304) and its own 403/404 reasons: the
+ *    generator keeps only the error responses of a route whose 200 is not a schema.
  *  - the image operations' 200 also lists `text/event-stream` (the answer to `stream: true`),
  *    with OpenAI's events as schemas, and their 202 says what it is.
  */
@@ -59,6 +61,7 @@ export function polishOpenApiDocument(input: unknown): JsonObject {
     }
   }
   describeImageStreams(paths);
+  describeImageDownload(paths);
   return fixed;
 }
 
@@ -104,4 +107,25 @@ function describeImageStreams(paths: JsonObject): void {
       accepted.headers = { Location: { description: "/v1/images/tasks/{id}", schema: { type: "string" } } };
     }
   }
+}
+
+function describeImageDownload(paths: JsonObject): void {
+  const item = paths["/files/images/{file}"];
+  const get = isObject(item) ? item.get : undefined;
+  if (!isObject(get) || !isObject(get.responses)) return;
+  const binary = { schema: { type: "string", format: "binary" } };
+  get.responses["200"] = {
+    description: "The image bytes.",
+    headers: {
+      ETag: { description: "The SHA-256 of the bytes, quoted.", schema: { type: "string" } },
+      "Cache-Control": { description: "`private, max-age=<seconds left>, immutable`.", schema: { type: "string" } },
+      "x-image-id": { description: "The image id.", schema: { type: "string" } },
+    },
+    content: { "image/png": binary, "image/jpeg": binary, "image/webp": binary },
+  };
+  get.responses["304"] = { description: "Not modified: If-None-Match named the ETag." };
+  const forbidden = get.responses["403"];
+  if (isObject(forbidden)) forbidden.description = "The link has expired (`link_expired`) or was altered (`invalid_signature`).";
+  const missing = get.responses["404"];
+  if (isObject(missing)) missing.description = "The image was deleted by retention or by its owner (`image_not_found`).";
 }
