@@ -124,6 +124,8 @@ describe("generations with the official client", () => {
     }
     const completed = events[2]!;
     expect(completed.generation_time_ms).toBeGreaterThanOrEqual(0);
+    // The kept image's id, as in the JSON answer.
+    expect((completed as { image_id?: string }).image_id).toMatch(/^img_/);
     expect(events[0]).not.toHaveProperty("generation_time_ms");
     // The partials are real intermediate pictures: different from each other and from the final one.
     expect(new Set(events.map((e) => e.b64_json)).size).toBe(3);

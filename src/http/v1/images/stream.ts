@@ -104,6 +104,8 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
           output_format: OUTPUT_FORMAT[image.mime],
           created_at: createdAt(),
           generation_time_ms: done.generationMs,
+          // Ours, beside OpenAI's fields (clients ignore it): the kept image, as in the JSON answer.
+          ...(done.stored ? { image_id: done.stored.id } : {}),
         });
       },
       (e: unknown) => {
