@@ -27,6 +27,8 @@ import { loadWebhookSecretKey } from "./store/webhooks";
 import { join } from "node:path";
 import { ImageArchive, ImageSweeper } from "./core/imageArchive";
 import { ImageLinks } from "./core/imageLinks";
+import { ImageThumbnails } from "./core/imageThumbnails";
+import { decodeImageOffThread, encodePng } from "./core/image/codec";
 import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
 
 export interface AppDeps {
@@ -62,6 +64,8 @@ export interface Services {
   imageSweeper: ImageSweeper;
   /** Signed, expiring links to kept images (`response_format: "url"`). */
   imageLinks: ImageLinks;
+  /** The gallery's thumbnails, made on first view and kept in a bounded in-memory cache. */
+  thumbnails: ImageThumbnails;
   /** Where finished tasks are announced: the webhook dispatcher (its delivery worker is started and stopped by the server). */
   taskEvents: WebhookDispatcher;
 }
@@ -104,6 +108,9 @@ function createImageArchive(deps: AppDeps, clock: Clock): ImageArchive {
     settings: { retentionDays: storage.retention_days, maxBytes: storage.max_bytes, orphanGraceMs: 3_600_000 },
   });
 }
+
+/** The gallery's thumbnail cache: a 256 px PNG is typically 50–150 kB, so a few hundred of them. */
+const THUMBNAIL_CACHE_BYTES = 32 * 1024 * 1024;
 
 /** The key that signs image links: made on first use and kept in the database, so restarts and other processes agree. */
 function imageLinkKey(store: Store, clock: Clock): () => Uint8Array {
@@ -150,6 +157,12 @@ export function createServices(deps: AppDeps): Services {
     images,
     imageSweeper: new ImageSweeper(images, deps.config.storage.sweep_interval_s * 1000, deps.logger),
     imageLinks: new ImageLinks(imageLinkKey(deps.store, clock), deps.config.storage.url_ttl_s * 1000, clock),
+    thumbnails: new ImageThumbnails({
+      read: async (image) => (await images.open(image.id))?.bytes ?? null,
+      decode: decodeImageOffThread,
+      encodePng,
+      maxCacheBytes: THUMBNAIL_CACHE_BYTES,
+    }),
   };
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());

@@ -159,6 +159,19 @@ export class ImageArchive implements ImageKeeper {
     return bytes ? { image, bytes } : null;
   }
 
+  /**
+   * Deletes one of the user's images (the gallery's Delete): its row, then its file when no
+   * other row references the same bytes. The request and the ledger are untouched. False when
+   * the image does not exist or is not theirs.
+   */
+  async deleteForUser(id: string, userId: number): Promise<boolean> {
+    const image = this.deps.records.get(id);
+    if (!image || image.userId !== userId) return false;
+    const unreferenced = this.deps.records.remove([id]);
+    for (const c of unreferenced) await this.removeIfUnreferenced(c.sha256, c.mime);
+    return true;
+  }
+
   /** One sweep at a time: a second call while one runs gets the same report. */
   sweep(): Promise<SweepReport> {
     this.sweeping ??= this.sweepOnce().finally(() => (this.sweeping = null));

@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import type { Db } from "./database";
 import type { ArchivedImage, ImageRecords } from "../core/imageArchive";
 import type { ImageMime } from "../core/engine";
+import type { GalleryImage, ImageListing, ImageUsage } from "../core/imageGallery";
 
 interface ImageRow {
   id: string;
@@ -35,7 +36,7 @@ function fromRow(r: ImageRow): ArchivedImage {
   };
 }
 
-export class SqliteImageRecords implements ImageRecords {
+export class SqliteImageRecords implements ImageRecords, ImageListing {
   constructor(private readonly db: Db) {}
 
   insert(row: ArchivedImage): void {
@@ -97,7 +98,54 @@ export class SqliteImageRecords implements ImageRecords {
   removeContent(sha256: string): number {
     return this.db.query("DELETE FROM images WHERE sha256 = ?").run(sha256).changes;
   }
+
+  listForUser(userId: number, now: number, limit: number, offset: number): GalleryImage[] {
+    return this.db
+      .query<GalleryRow, [number, number, number, number]>(
+        `${GALLERY_SELECT} WHERE images.user_id = ? AND ${UNEXPIRED} ORDER BY images.created_at DESC, images.id DESC LIMIT ? OFFSET ?`,
+      )
+      .all(userId, now, limit, offset)
+      .map(galleryFromRow);
+  }
+
+  countForUser(userId: number, now: number): number {
+    return this.db.query<{ n: number }, [number, number]>(`SELECT COUNT(*) AS n FROM images WHERE user_id = ? AND ${UNEXPIRED}`).get(userId, now)!.n;
+  }
+
+  getForUser(id: string, userId: number, now: number): GalleryImage | null {
+    const r = this.db.query<GalleryRow, [string, number, number]>(`${GALLERY_SELECT} WHERE images.id = ? AND images.user_id = ? AND ${UNEXPIRED}`).get(id, userId, now);
+    return r ? galleryFromRow(r) : null;
+  }
+
+  imageIdsForRequests(userId: number, requestIds: string[], now: number): Map<string, string> {
+    const out = new Map<string, string>();
+    if (requestIds.length === 0) return out;
+    const rows = this.db
+      .query<{ request_id: string; id: string }, (string | number)[]>(
+        `SELECT request_id, id FROM images WHERE user_id = ? AND ${UNEXPIRED} AND request_id IN (${requestIds.map(() => "?").join(", ")})
+         ORDER BY created_at, id`,
+      )
+      .all(userId, now, ...requestIds);
+    for (const r of rows) if (!out.has(r.request_id)) out.set(r.request_id, r.id);
+    return out;
+  }
+
+  usageByUser(): Map<number, ImageUsage> {
+    const rows = this.db
+      .query<{ user_id: number; images: number; bytes: number }, []>("SELECT user_id, COUNT(*) AS images, SUM(bytes) AS bytes FROM images GROUP BY user_id")
+      .all();
+    return new Map(rows.map((r) => [r.user_id, { userId: r.user_id, images: r.images, bytes: r.bytes }]));
+  }
 }
+
+
+type GalleryRow = ImageRow & { prompt: string | null; model: string | null };
+
+const galleryFromRow = (r: GalleryRow): GalleryImage => ({ ...fromRow(r), prompt: r.prompt, model: r.model });
+
+const GALLERY_SELECT = `SELECT images.*, requests.prompt AS prompt, requests.model AS model
+  FROM images LEFT JOIN requests ON requests.id = images.request_id`;
+const UNEXPIRED = "(images.expires_at IS NULL OR images.expires_at > ?)";
 
 /** Secrets the server makes for itself, kept in the database so every process and restart shares them. */
 export class ServerSecretStore {

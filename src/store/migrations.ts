@@ -248,4 +248,11 @@ export const migrations: Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 6,
+    name: "images by user: the gallery's newest-first pages and storage use per user",
+    sql: `
+      CREATE INDEX images_user_created ON images(user_id, created_at, id);
+    `,
+  },
 ];

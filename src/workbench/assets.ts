@@ -2,6 +2,7 @@
 import css from "./assets/workbench.css" with { type: "text" };
 import common from "./assets/common.js" with { type: "text" };
 import playground from "./assets/playground.js" with { type: "text" };
+import gallery from "./assets/gallery.js" with { type: "text" };
 
 export interface Asset {
   body: string;
@@ -17,4 +18,5 @@ export const ASSETS: Record<string, Asset> = {
   "workbench.css": asset(css, "text/css; charset=utf-8"),
   "common.js": asset(common, "text/javascript; charset=utf-8"),
   "playground.js": asset(playground, "text/javascript; charset=utf-8"),
+  "gallery.js": asset(gallery, "text/javascript; charset=utf-8"),
 };

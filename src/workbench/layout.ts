@@ -7,10 +7,11 @@ export interface Viewer {
   csrf: string;
 }
 
-export type Section = "playground" | "credits" | "keys" | "webhooks" | "admin" | "auth";
+export type Section = "playground" | "gallery" | "credits" | "keys" | "webhooks" | "admin" | "auth";
 
 const NAV: { section: Section; href: string; label: string; admin?: boolean }[] = [
   { section: "playground", href: "/playground", label: "Playground" },
+  { section: "gallery", href: "/gallery", label: "Gallery" },
   { section: "credits", href: "/credits", label: "Credits & history" },
   { section: "keys", href: "/keys", label: "API keys" },
   { section: "webhooks", href: "/webhooks", label: "Webhooks" },

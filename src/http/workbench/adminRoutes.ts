@@ -30,7 +30,7 @@ export function adminRoutes(services: Services) {
   const usersPage = (v: Viewer, search: string, extra: { error?: string | null; notice?: string | null }, status = 200) =>
     usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
   const usersPageFor = (v: Viewer, found: UserRow[], search: string, extra: { error?: string | null; notice?: string | null }, status: number) =>
-    htmlResponse(adminUsersPage(v, { users: found.slice(0, USERS_SHOWN), more: found.length > USERS_SHOWN, search, ...extra }), status);
+    htmlResponse(adminUsersPage(v, { users: found.slice(0, USERS_SHOWN), more: found.length > USERS_SHOWN, search, storage: store.images.usageByUser(), ...extra }), status);
 
   const targetUser = (raw: string) => {
     const id = Number(raw);

@@ -4,6 +4,7 @@ import type { Services } from "../../services";
 import { adminRoutes } from "./adminRoutes";
 import { assetsRoutes } from "./assetsRoutes";
 import { authRoutes } from "./authRoutes";
+import { galleryRoutes } from "./galleryRoutes";
 import { keysRoutes } from "./keysRoutes";
 import { pagesRoutes } from "./pagesRoutes";
 import { webhooksRoutes } from "./webhooksRoutes";
@@ -15,5 +16,5 @@ export function workbenchRoutes(services: Services) {
   // Local, so it covers the workbench's routes only: the /v1 routes have their own parsers.
   return app
     .onParse(parseJsonWithLimits)
-    .use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(webhooksRoutes(services)).use(adminRoutes(services));
+    .use(assetsRoutes()).use(authRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(galleryRoutes(services)).use(webhooksRoutes(services)).use(adminRoutes(services));
 }

@@ -16,10 +16,13 @@ export function pagesRoutes(services: Services) {
     .get("/credits", ({ viewer, query }) => {
       const userId = viewer.user.id;
       const q = parseHistoryQuery(query);
+      const requests = store.requests.list(toFilter(q, userId));
+      const imageRequests = requests.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
       return htmlResponse(
         creditsPage(viewer, {
           query: q,
-          requests: store.requests.list(toFilter(q, userId)),
+          requests,
+          images: store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
           total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
           models: catalog.list().map((m) => m.id),
           ledger: store.credits.ledger(userId, 100),

@@ -1,6 +1,7 @@
 /** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
 import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
+import { formatBytes, type ImageUsage } from "../../core/imageGallery";
 import type { AccountStatus } from "../../engines/status";
 import type { RequestRow } from "../../store/requests";
 import type { UserRow } from "../../store/users";
@@ -30,12 +31,18 @@ ${body}`,
   });
 }
 
-function userRow(v: Viewer, u: UserRow): Html {
+function storageCell(usage: ImageUsage | undefined): Html {
+  if (!usage) return html`<td class="num storage muted" data-testid="storage">—</td>`;
+  return html`<td class="num storage" data-testid="storage" title="${usage.bytes} bytes">${usage.images} · ${formatBytes(usage.bytes)}</td>`;
+}
+
+function userRow(v: Viewer, u: UserRow, usage: ImageUsage | undefined): Html {
   const self = u.id === v.user.id;
   return html`<tr data-user-email="${u.email}">
   <td>${u.email}</td>
   <td>${u.role === "admin" ? html`<span class="badge">admin</span>` : "user"}</td>
   <td class="num" data-testid="credits">${u.credits}</td>
+  ${storageCell(usage)}
   <td>${u.disabled ? html`<span class="status bad">disabled</span>` : html`<span class="status ok">active</span>`}</td>
   <td class="nowrap" title="${formatTime(u.created_at)}">${formatTime(u.created_at).slice(0, 10)}</td>
   <td>
@@ -65,7 +72,7 @@ function userRow(v: Viewer, u: UserRow): Html {
 </tr>`;
 }
 
-export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean; search: string; error?: string | null; notice?: string | null }): Html {
+export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean; search: string; storage: Map<number, ImageUsage>; error?: string | null; notice?: string | null }): Html {
   return adminPage(
     v,
     "users",
@@ -81,8 +88,8 @@ export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean;
     s.users.length === 0
       ? html`<p class="muted">No users match.</p>`
       : html`<div class="table-wrap"><table class="users">
-    <thead><tr><th scope="col">Email</th><th scope="col">Role</th><th scope="col" class="num">Credits</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Credits (ledger)</th><th scope="col">Account</th></tr></thead>
-    <tbody>${s.users.map((u) => userRow(v, u))}</tbody>
+    <thead><tr><th scope="col">Email</th><th scope="col">Role</th><th scope="col" class="num">Credits</th><th scope="col" class="num" title="Kept images and the bytes they take">Images</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Credits (ledger)</th><th scope="col">Account</th></tr></thead>
+    <tbody>${s.users.map((u) => userRow(v, u, s.storage.get(u.id)))}</tbody>
   </table></div>`
   }
   ${s.more ? html`<p class="muted" role="status">Showing the first ${s.users.length} users${s.search ? " that match" : ""}; search by email to find the others.</p>` : ""}

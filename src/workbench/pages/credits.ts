@@ -11,6 +11,8 @@ export interface CreditsPageState {
   total: number;
   models: string[];
   ledger: LedgerRow[];
+  /** request id → its kept image, for the rows shown. */
+  images: Map<string, string>;
 }
 
 export function ledgerTable(rows: LedgerRow[]): Html {
@@ -43,7 +45,7 @@ export function creditsPage(v: Viewer, s: CreditsPageState): Html {
 <section class="card">
   <h2>Requests</h2>
   ${historyFilter("/credits", s.query, s.models)}
-  ${requestsTable(s.requests)}
+  ${requestsTable(s.requests, { images: s.images })}
   ${pagination("/credits", s.query, s.total)}
 </section>
 <section class="card">

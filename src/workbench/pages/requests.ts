@@ -60,10 +60,14 @@ function credit(r: RequestRow): Html {
 
 const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", succeeded: "ok", failed: "bad", interrupted: "bad" };
 
-export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, string> } = {}): Html {
+/**
+ * opts.emails adds a User column (admin); opts.images (request id → image id, the viewer's own
+ * kept images) adds an Image column linking to each image's gallery page.
+ */
+export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, string>; images?: Map<string, string> } = {}): Html {
   if (rows.length === 0) return html`<p class="muted">No requests match.</p>`;
   return html`<div class="table-wrap"><table class="requests">
-  <thead><tr><th scope="col">Time</th>${opts.emails ? html`<th scope="col">User</th>` : ""}<th scope="col">Kind</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Credits</th><th scope="col">Generation</th><th scope="col">Prompt</th><th scope="col">Error</th></tr></thead>
+  <thead><tr><th scope="col">Time</th>${opts.emails ? html`<th scope="col">User</th>` : ""}<th scope="col">Kind</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Credits</th><th scope="col">Generation</th><th scope="col">Prompt</th>${opts.images ? html`<th scope="col">Image</th>` : ""}<th scope="col">Error</th></tr></thead>
   <tbody>${rows.map(
     (r) => html`<tr>
     <td class="nowrap">${formatTime(r.created_at)}</td>
@@ -74,10 +78,15 @@ export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, s
     <td class="nowrap">${credit(r)}</td>
     <td class="nowrap">${r.generation_ms === null ? "—" : `${(r.generation_ms / 1000).toFixed(2)} s`}</td>
     <td class="prompt" title="${r.prompt ?? ""}">${truncate(r.prompt)}</td>
+    ${opts.images ? html`<td class="nowrap">${imageLink(opts.images.get(r.id))}</td>` : ""}
     <td class="error-cell">${r.error_message ?? ""}</td>
   </tr>`,
   )}</tbody>
 </table></div>`;
+}
+
+function imageLink(imageId: string | undefined): Html {
+  return imageId ? html`<a href="/gallery/${imageId}" data-testid="history-image">View</a>` : html``;
 }
 
 function truncate(text: string | null): string {
