@@ -140,3 +140,25 @@ describe("by default (no private addresses)", () => {
     expect(hits.length).toBe(before);
   });
 });
+
+describe("our own signed links", () => {
+  test("are read from the store, not fetched: they work on a loopback server with private addresses refused", async () => {
+    const u = await strict.userWithKey({ credits: 3 });
+    const made = await (await post(strict, "/v1/images/generations", u.key, { prompt: "a source", size: "64x64", response_format: "url" })).json();
+    const link = made.data[0].url as string;
+    expect(new URL(link).hostname).toBe("127.0.0.1");
+    jobs.length = 0;
+    const res = await post(strict, "/v1/images/generations", u.key, { prompt: "guided", size: "64x64", reference_image: link });
+    expect(res.status).toBe(200);
+    const stored = new Uint8Array(await (await fetch(link)).arrayBuffer());
+    expect(Buffer.from(jobs.at(-1)!.images[0]!.bytes).equals(Buffer.from(stored))).toBe(true);
+    expect(strict.balance(u.userId)).toBe(1);
+  });
+
+  test("an altered own link is not ours: it is fetched like any URL (and refused as loopback here), not charged", async () => {
+    const u = await strict.userWithKey({ credits: 3 });
+    const made = await (await post(strict, "/v1/images/generations", u.key, { prompt: "a source", size: "64x64", response_format: "url" })).json();
+    const tampered = (made.data[0].url as string).replace(/signature=[^&]+/, "signature=AAAA");
+    await refused(strict, { reference_image: tampered }, "reference_image", "image_url_refused");
+  });
+});

@@ -9,7 +9,7 @@ import { Elysia } from "elysia";
 import type { ImageInput, ProgressReport } from "../../../core/engine";
 import { checkIdempotencyKey, decideIdempotency, IDEMPOTENCY_TTL_MS, IdempotencyInProgress, requestFingerprint } from "../../../core/idempotency";
 import { checkMask } from "../../../core/imageInput";
-import type { ImageFetchPolicy } from "../../../core/imageFetch";
+import { IMAGE_FILES_PATH } from "../../../core/imageLinks";
 import { systemResolver } from "../../../core/pinnedFetch";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
 import { runImageRequest } from "../../../core/imageRequests";
@@ -24,7 +24,7 @@ import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
-import { asList, fileToImage, imagesFromSources, indexedImages, multipartText, requestFields, validate } from "./parse";
+import { asList, fileToImage, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
 
@@ -56,7 +56,18 @@ const ERROR_STATUSES = [400, 401, 402, 403, 404, 409, 413, 415, 429, 500, 502, 5
 
 export function imagesRoutes(services: Services) {
   const { imageFlow: flow, store, tasks } = services;
-  const fetchPolicy: ImageFetchPolicy = { allowPrivateAddresses: services.config.fetch.allow_private, timeoutMs: services.config.fetch.timeout_ms, resolve: systemResolver };
+  const fetchPolicy: ImageSources = {
+    allowPrivateAddresses: services.config.fetch.allow_private,
+    timeoutMs: services.config.fetch.timeout_ms,
+    resolve: systemResolver,
+    async ownLink(url) {
+      if (!url.pathname.startsWith(`${IMAGE_FILES_PATH}/`)) return "not ours";
+      const link = services.imageLinks.check(url.pathname.slice(IMAGE_FILES_PATH.length + 1), url.searchParams.get("expires"), url.searchParams.get("signature"));
+      // A link that is not intact is someone else's (another server's secret): fetched like any URL.
+      if (!link.ok) return link.reason === "expired" ? "gone" : "not ours";
+      return (await services.images.open(link.id)) ?? "gone";
+    },
+  };
   const streaming: ImageStreamDeps = { flow, clock: services.clock, logger: services.logger, heartbeatMs: services.config.server.stream_heartbeat_ms };
 
   type Job = ReturnType<typeof imageJobFrom> & { images: ImageInput[]; mask?: ImageInput };

@@ -59,9 +59,23 @@ export async function fileToImage(value: unknown, param: string): Promise<ImageI
   return imageFromBytes(new Uint8Array(await value.arrayBuffer()), param);
 }
 
+/**
+ * Where image URLs are read from: the network (core/imageFetch), except our own signed links
+ * (`/files/images/…` with a valid signature), which are read from the image store directly:
+ * no request to ourselves, and no refusal of our own private address.
+ */
+export interface ImageSources extends ImageFetchPolicy {
+  ownLink?: (url: URL) => Promise<{ bytes: Uint8Array } | "not ours" | "gone">;
+}
+
 /** A JSON image field: a data URL (decoded) or an http(s) URL (fetched, core/imageFetch). */
-export async function imageFromSource(value: unknown, param: string, policy: ImageFetchPolicy, signal?: AbortSignal): Promise<ImageInput> {
-  if (isImageUrl(value)) return fetchImage(value, param, policy, signal);
+export async function imageFromSource(value: unknown, param: string, policy: ImageSources, signal?: AbortSignal): Promise<ImageInput> {
+  if (isImageUrl(value)) {
+    const own = policy.ownLink ? await policy.ownLink(new URL(value)) : "not ours";
+    if (own === "gone") throw new ImageInputError(`'${param}' is a link to an image of this server that has expired or was deleted.`, param, "image_fetch_failed");
+    if (own !== "not ours") return imageFromBytes(own.bytes, param);
+    return fetchImage(value, param, policy, signal);
+  }
   if (typeof value === "string" && !/^data:/i.test(value.slice(0, 5))) {
     throw new ImageInputError(
       `'${param}' must be a data URL (data:image/<png|jpeg|jpg|webp>;base64,<data>) or an http:// or https:// URL of the image.`,
@@ -79,7 +93,7 @@ const CONCURRENT_IMAGE_FETCHES = 4;
  * Several JSON image fields, in order, fetching at most CONCURRENT_IMAGE_FETCHES URLs at once;
  * the first failure stops the rest and is what the client hears.
  */
-export async function imagesFromSources(sources: { value: unknown; param: string }[], policy: ImageFetchPolicy): Promise<ImageInput[]> {
+export async function imagesFromSources(sources: { value: unknown; param: string }[], policy: ImageSources): Promise<ImageInput[]> {
   const out: ImageInput[] = new Array(sources.length);
   const stop = new AbortController();
   let failure: { error: unknown } | undefined;
