@@ -75,6 +75,8 @@ export interface ImageRecords {
 /** What the image flow needs: keep one image. */
 export interface ImageKeeper {
   put(image: NewImage): Promise<ArchivedImage>;
+  /** The image and its bytes, or null when it does not exist, has expired or its file is gone. */
+  open(id: string): Promise<{ image: ArchivedImage; bytes: Uint8Array } | null>;
 }
 
 export interface ArchiveSettings {

@@ -4,6 +4,7 @@
  */
 import type { ImageMime, ImageJob } from "./engine";
 import type { ImageOutcome } from "./imageRequests";
+import type { ImageKeeper } from "./imageArchive";
 
 const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" };
 
@@ -34,4 +35,24 @@ export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prom
 /** The same answer with the image as a link (`response_format: "url"`) instead of inline. */
 export function withImageUrl(body: ImageResultBody, url: string): ImageResultBody {
   return { ...body, data: body.data.map((d) => ({ url, revised_prompt: d.revised_prompt })) };
+}
+
+/**
+ * A result as a task keeps it: the image itself stays in the image store (named by image_id), so
+ * the task row holds a few hundred bytes instead of the base64. A result whose image could not
+ * be kept carries it inline.
+ */
+export function resultForStorage(body: ImageResultBody): string {
+  if (!body.image_id) return JSON.stringify(body);
+  return JSON.stringify({ ...body, data: body.data.map((d) => ({ revised_prompt: d.revised_prompt })) });
+}
+
+/** A kept result with its image inline again; null when the image is no longer kept. */
+export async function resultFromStorage(text: string, images: Pick<ImageKeeper, "open"> | undefined): Promise<ImageResultBody | null> {
+  const body = JSON.parse(text) as ImageResultBody;
+  if (body.data.every((d) => "b64_json" in d || "url" in d)) return body;
+  const kept = body.image_id && images ? await images.open(body.image_id) : null;
+  if (!kept) return null;
+  const b64 = Buffer.from(kept.bytes.buffer, kept.bytes.byteOffset, kept.bytes.byteLength).toString("base64");
+  return { ...body, data: body.data.map((d) => ({ b64_json: b64, revised_prompt: d.revised_prompt })) };
 }

@@ -11,7 +11,7 @@
  */
 import type { ImageEngine, ImageInput, ImageJob } from "./engine";
 import type { ImageTaskObject, TaskEventSink } from "./tasks";
-import type { ImageResultBody } from "./imageResult";
+import { resultFromStorage, type ImageResultBody } from "./imageResult";
 import { chargeOf, checkInputs, generateCharged, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
@@ -150,8 +150,8 @@ export class TaskRunner {
     return { report: (fraction) => void this.progress.set(taskId, fraction) };
   }
 
-  /** The task as the API shows it: queue place while queued, progress while running. */
-  describe(task: TaskRow): ImageTaskObject {
+  /** The task as the API shows it: queue place while queued, progress while running, the result with its image. */
+  async describe(task: TaskRow, opts: { withImage?: boolean } = {}): Promise<ImageTaskObject> {
     const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
     const object: ImageTaskObject = {
       id: task.id,
@@ -165,7 +165,12 @@ export class TaskRunner {
     };
     if (task.status === "queued") object.queue_position = this.deps.store.tasks.queuePosition(task.id);
     if (task.status === "running" && this.progress.has(task.id)) object.progress = this.progress.get(task.id);
-    if (task.result) object.result = JSON.parse(task.result) as ImageResultBody;
+    // The image comes back from the image store; gone (deleted, or over the storage budget), the
+    // task has no result to show.
+    if (task.result) {
+      const result = opts.withImage === false ? (JSON.parse(task.result) as ImageResultBody) : await resultFromStorage(task.result, this.deps.images);
+      if (result) object.result = result;
+    }
     if (task.error) object.error = JSON.parse(task.error) as ImageTaskObject["error"];
     return object;
   }
@@ -244,11 +249,10 @@ export class TaskRunner {
     if (!task || task.mode !== "async") return;
     const type = task.status === "succeeded" ? "image.task.succeeded" : task.status === "canceled" ? "image.task.canceled" : task.status === "failed" ? "image.task.failed" : null;
     if (!type) return;
-    try {
-      this.deps.events.taskFinished({ type, userId: task.user_id, task: this.describe(task), ...(task.webhook_url ? { webhookUrl: task.webhook_url } : {}) });
-    } catch (e) {
-      this.deps.logger.error("could not record a task event", { request_id: taskId, error: String(e) });
-    }
+    // Webhook payloads carry no image (receivers fetch the task): no need to read it back.
+    void this.describe(task, { withImage: false })
+      .then((object) => this.deps.events.taskFinished({ type, userId: task.user_id, task: object, ...(task.webhook_url ? { webhookUrl: task.webhook_url } : {}) }))
+      .catch((e) => this.deps.logger.error("could not record a task event", { request_id: taskId, error: String(e) }));
   }
 
   private expireOld(): void {

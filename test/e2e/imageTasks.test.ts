@@ -194,6 +194,10 @@ describe("async tasks", () => {
     expect(done.result.size).toBe("64x64");
     expect(done.started_at).toBeGreaterThanOrEqual(done.created_at);
     expect(server.services.store.requests.get(task.id)).toMatchObject({ status: "succeeded", credits_charged: 1 });
+    // The task row names the kept image; the bytes live once, in the image store.
+    const row = server.services.store.tasks.get(task.id)!;
+    expect(row.result).not.toContain(done.result.data[0].b64_json);
+    expect(JSON.parse(row.result!).image_id).toBe(done.result.image_id);
     ledgerOk(userId);
   });
 

@@ -13,7 +13,7 @@ import { IMAGE_FILES_PATH } from "../../../core/imageLinks";
 import { systemResolver } from "../../../core/pinnedFetch";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
 import { runImageRequest } from "../../../core/imageRequests";
-import { imageResultBody, withImageUrl, type ImageResultBody } from "../../../core/imageResult";
+import { imageResultBody, resultFromStorage, withImageUrl, type ImageResultBody } from "../../../core/imageResult";
 import { IdempotencyKeyTaken, type IdempotencyClaim, type TaskRow } from "../../../core/store";
 import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
@@ -139,7 +139,7 @@ export function imagesRoutes(services: Services) {
     const retentionMs = Math.max(services.config.tasks.retention_hours * 3_600_000, idempotency ? IDEMPOTENCY_TTL_MS : 0);
     if (respondAsync) {
       const task = await tasks.submit({ request: req, idempotency, webhookUrl });
-      return { status: 202, body: tasks.describe(task), location: `/v1/images/tasks/${task.id}` };
+      return { status: 202, body: await tasks.describe(task), location: `/v1/images/tasks/${task.id}` };
     }
     const endpoint = kind === "edit" ? ("edits" as const) : ("generations" as const);
     // `stream: true` (imageJobFrom sets partialImages exactly then): OpenAI's server-sent events.
@@ -166,7 +166,7 @@ export function imagesRoutes(services: Services) {
    * queue timeout, then 409 so the client retries); null when it failed and was refunded.
    */
   async function replay(task: TaskRow, key: string, request: Request, body: unknown): Promise<Answer | null> {
-    if (task.mode === "async") return { status: 202, body: tasks.describe(task), location: `/v1/images/tasks/${task.id}`, replayed: true };
+    if (task.mode === "async") return { status: 202, body: await tasks.describe(task), location: `/v1/images/tasks/${task.id}`, replayed: true };
     const until = performance.now() + services.config.limits.queue_timeout_ms;
     let current: TaskRow | null = task;
     while (current && (current.status === "running" || current.status === "queued")) {
@@ -175,9 +175,10 @@ export function imagesRoutes(services: Services) {
       current = store.tasks.get(task.id);
     }
     if (!current || current.status !== "succeeded") return null;
-    if (!current.result) throw new TaskNotFound(task.id, true);
-    // The stored answer carries the image inline; a url request gets a fresh link to it.
-    return { status: 200, body: delivered(JSON.parse(current.result) as ImageResultBody, body, request), replayed: true };
+    // The image comes back from the image store; a url request gets a fresh link to it.
+    const result = current.result ? await resultFromStorage(current.result, services.images) : null;
+    if (!result) throw new TaskNotFound(task.id, true);
+    return { status: 200, body: delivered(result, body, request), replayed: true };
   }
 
   /** The answer with its headers: the task's Location, the replay mark, the queue time. */

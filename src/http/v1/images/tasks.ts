@@ -5,6 +5,7 @@
 import { Elysia, t } from "elysia";
 import type { Services } from "../../../services";
 import { apiAuth } from "../../auth";
+import { TaskNotFound } from "../../../core/taskRunner";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { imageResponseSchema, imageTaskListSchema, imageTaskSchema } from "./model";
 
@@ -17,10 +18,10 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
     .use(apiAuth(services.auth))
     .get(
       "",
-      ({ principal, query }) => {
+      async ({ principal, query }) => {
         const limit = query.limit ?? 20;
         const rows = services.store.tasks.list(principal.userId, { status: query.status, limit: limit + 1, after: query.after });
-        return { object: "list" as const, data: rows.slice(0, limit).map((r) => tasks.describe(r)), has_more: rows.length > limit };
+        return { object: "list" as const, data: await Promise.all(rows.slice(0, limit).map((r) => tasks.describe(r))), has_more: rows.length > limit };
       },
       {
         query: t.Object({
@@ -39,7 +40,12 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
         },
       },
     )
-    .get("/:id", ({ principal, params }) => tasks.describe(tasks.taskOf(principal.userId, params.id)), {
+    .get("/:id", async ({ principal, params }) => {
+      const task = await tasks.describe(tasks.taskOf(principal.userId, params.id));
+      // Succeeded, but its image is no longer kept (deleted, or over the storage budget): as expired.
+      if (task.status === "succeeded" && !task.result) throw new TaskNotFound(task.id, true);
+      return task;
+    }, {
       params: t.Object({ id: t.String() }),
       response: { 200: "ImageTask", ...errorResponses(401, 403, 404) },
       detail: {
@@ -54,7 +60,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
       "/:id/cancel",
       async ({ principal, params }) => {
         tasks.taskOf(principal.userId, params.id);
-        return tasks.describe(await tasks.cancel(principal.userId, params.id));
+        return await tasks.describe(await tasks.cancel(principal.userId, params.id));
       },
       {
         params: t.Object({ id: t.String() }),
