@@ -28,7 +28,8 @@ function build() {
 id = "sd"
 kind = "sdwebui"
 base_url = "${fake.url}/"
-timeout_ms = 400
+# Generous: the fake draws a real 1024x1024 PNG per answer, slow on a loaded 2-core machine.
+timeout_ms = 5000
 accounts = [
   { id = "gpu1", username = "alice", password = "${PASSWORD_1}", max_concurrency = 1 },
   { id = "gpu2", max_concurrency = 1 },
