@@ -55,7 +55,7 @@ function tile(v: Viewer, item: GalleryItem, back: string): Html {
     <img src="/gallery/thumb/${image.id}" alt="${truncate(prompt, 120)}" width="${thumbSize(image).w}" height="${thumbSize(image).h}" loading="lazy" decoding="async">
   </a>
   <p class="gallery-prompt" title="${prompt}">${prompt ? truncate(prompt, 90) : html`<span class="muted">(no prompt)</span>`}</p>
-  <p class="gallery-meta muted"><span class="mono">${image.model ?? "—"}</span> · ${image.width}×${image.height} · <time datetime="${new Date(image.createdAt).toISOString()}">${formatTime(image.createdAt).slice(0, 16)}</time></p>
+  <p class="gallery-meta muted"><span class="mono">${image.model ?? "—"}</span> · ${image.width}×${image.height} <time datetime="${new Date(image.createdAt).toISOString()}">${formatTime(image.createdAt).slice(0, 16)}</time></p>
   ${actions(v, item, back)}
 </li>`;
 }
