@@ -70,12 +70,21 @@ export function registerUpstreamEngines(
     }
     const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger, redactor);
     pools.set(upstream.id, pool);
-    if (upstream.kind === "openai") {
-      const engine = new OpenAIEngine(upstream, pool, deps.clock, redactor);
-      registry.registerUpstreamImage(upstream.id, engine);
-      registry.registerUpstreamChat(upstream.id, engine);
-    } else {
-      registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+    // One case per engine kind (config.ts Upstream.kind lists them).
+    switch (upstream.kind) {
+      case "openai": {
+        const engine = new OpenAIEngine(upstream, pool, deps.clock, redactor);
+        registry.registerUpstreamImage(upstream.id, engine);
+        registry.registerUpstreamChat(upstream.id, engine);
+        break;
+      }
+      case "sdwebui":
+        registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+        break;
+      default: {
+        const unknown: never = upstream.kind;
+        throw new Error(`no engine for upstream kind ${String(unknown)}`);
+      }
     }
     pool.persistSnapshot();
   }
