@@ -10,6 +10,7 @@ import type { Viewer } from "../../workbench/layout";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
+import { upstreamIdOf, type CatalogModel } from "../../core/models";
 
 const hide = { detail: { hide: true } };
 
@@ -27,6 +28,10 @@ const NOTICES: Record<string, string> = {
 
 export function adminRoutes(services: Services) {
   const { store, clock, catalog, workbench } = services;
+  const engineKindOf = (m: CatalogModel) => {
+    const id = upstreamIdOf(m);
+    return id === undefined ? "built-in" : (services.config.upstreams.find((u) => u.id === id)?.kind ?? "unknown");
+  };
   const usersPage = (v: Viewer, search: string, extra: { error?: string | null; notice?: string | null }, status = 200) =>
     usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
   const usersPageFor = (v: Viewer, found: UserRow[], search: string, extra: { error?: string | null; notice?: string | null }, status: number) =>
@@ -114,5 +119,5 @@ export function adminRoutes(services: Services) {
       if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
       return redirect("/admin/upstreams?enabled=1");
     }, { admin: true, ...hide })
-    .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list())), { admin: true, ...hide });
+    .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list(), engineKindOf)), { admin: true, ...hide });
 }

@@ -160,15 +160,18 @@ export function adminUpstreamsPage(v: Viewer, upstreams: UpstreamView[], notice?
   return adminPage(v, "upstreams", "Upstream pool", html`${message("notice", notice)}${body}`);
 }
 
-export function adminModelsPage(v: Viewer, models: CatalogModel[]): Html {
+/** The engine kind that serves a model: its upstream's `kind` (openai, sdwebui, …), or built-in. */
+export type EngineKindOf = (model: CatalogModel) => string;
+
+export function adminModelsPage(v: Viewer, models: CatalogModel[], engineKindOf: EngineKindOf): Html {
   return adminPage(
     v,
     "models",
     "Models",
     html`<section class="card"><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th></tr></thead>
+  <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Engine</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th></tr></thead>
   <tbody>${models.map(
-    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td>${upstreamIdOf(m) ?? "built-in"}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
+    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td class="mono">${engineKindOf(m)}</td><td>${upstreamIdOf(m) ?? "built-in"}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
   )}</tbody>
 </table></div></section>`,
   );
