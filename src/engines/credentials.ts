@@ -43,12 +43,23 @@ export function accountSecrets(account: AccountCredentials): string[] {
   return secrets;
 }
 
-/** The Authorization header of each account of one upstream, computed once. */
+/**
+ * Where a kind's API expects the api_key: `authorization` (as `Bearer <key>`, the default) or
+ * a header of its own that carries the bare key (Gemini's `x-goog-api-key`). Only the header
+ * differs; which credential is sent follows the one rule above.
+ */
+export type ApiKeyHeader = "authorization" | "x-goog-api-key";
+
+/** The credential headers of each account of one upstream, computed once. */
 export class AccountAuth {
   private readonly byAccount = new Map<string, Record<string, string>>();
 
-  constructor(accounts: Iterable<AccountCredentials & { id: string }>) {
+  constructor(accounts: Iterable<AccountCredentials & { id: string }>, keyHeader: ApiKeyHeader = "authorization") {
     for (const a of accounts) {
+      if (a.api_key && keyHeader !== "authorization") {
+        this.byAccount.set(a.id, { [keyHeader]: a.api_key });
+        continue;
+      }
       const authorization = authorizationFor(a);
       this.byAccount.set(a.id, authorization === undefined ? {} : { authorization });
     }

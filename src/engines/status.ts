@@ -26,7 +26,7 @@ export interface AccountStatus {
 
 export interface UpstreamStatus {
   id: string;
-  kind: "openai" | "sdwebui";
+  kind: Config["upstreams"][number]["kind"];
   accounts: AccountStatus[];
 }
 

@@ -9,6 +9,7 @@ import { OpenAIEngine } from "./openai";
 import { SecretRedactor } from "./redact";
 import type { EngineRegistry } from "./registry";
 import { SdWebUiEngine } from "./sdwebui";
+import { GeminiEngine } from "./gemini";
 import type { Clock } from "../core/clock";
 
 /** The pools by upstream id, for the admin route and for a graceful stop. */
@@ -80,6 +81,9 @@ export function registerUpstreamEngines(
       }
       case "sdwebui":
         registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+        break;
+      case "gemini":
+        registry.registerUpstreamImage(upstream.id, new GeminiEngine(upstream, pool, deps.clock, redactor));
         break;
       default: {
         const unknown: never = upstream.kind;

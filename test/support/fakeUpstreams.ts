@@ -33,7 +33,9 @@ export type Fault =
   | { kind: "url" }
   | { kind: "delay"; ms: number }
   /** A streamed image request: one partial image, then `event: error` (OpenAI fake). */
-  | { kind: "stream-error"; message?: string };
+  | { kind: "stream-error"; message?: string }
+  /** A 200 answer of the fake's named kind (Gemini fake: "safety", "blocked", "no-image"). */
+  | { kind: "variant"; name: string; message?: string };
 
 export interface ReceivedPart {
   name: string;
@@ -47,6 +49,8 @@ export interface Received {
   path: string;
   account: string;
   authorization: string | null;
+  /** The `x-goog-api-key` header (Gemini), when sent. */
+  googApiKey?: string | null;
   json?: Record<string, unknown>;
   fields?: Record<string, string[]>;
   files?: ReceivedPart[];
@@ -126,8 +130,9 @@ function startFake(behaviour: Behaviour): FakeUpstream {
       const url = new URL(request.url);
       if (url.pathname.startsWith("/files/")) return behaviour.answer({ method: "GET", path: url.pathname, account: "(download)", authorization: null }, request, url.origin);
       const authorization = request.headers.get("authorization");
-      const account = accountOf(authorization);
-      const rec: Received = { method: request.method, path: url.pathname + (url.search ? `?${url.searchParams.toString()}` : ""), account, authorization };
+      const googApiKey = request.headers.get("x-goog-api-key");
+      const account = googApiKey ?? accountOf(authorization);
+      const rec: Received = { method: request.method, path: url.pathname + (url.search ? `?${url.searchParams.toString()}` : ""), account, authorization, googApiKey };
       const type = request.headers.get("content-type") ?? "";
       if (type.includes("multipart/form-data")) {
         const form = await request.formData();
@@ -199,6 +204,8 @@ function startFake(behaviour: Behaviour): FakeUpstream {
         return behaviour.answer(rec, request, origin);
       case "stream-error":
         return behaviour.answer({ ...rec, path: `${rec.path}#stream-error:${fault.message ?? "the fake upstream failed mid-stream"}` }, request, origin);
+      case "variant":
+        return behaviour.answer({ ...rec, path: `${rec.path}#${fault.name}:${fault.message ?? ""}` }, request, origin);
     }
   }
 
@@ -380,4 +387,74 @@ export function startFakeWebUI(): FakeWebUI {
       steps = n;
     },
   };
+}
+
+/**
+ * A Gemini API fake: `POST /v1beta/models/{model}:generateContent` as the image models
+ * ("Nano Banana") answer it, after ai.google.dev/gemini-api/docs/image-generation and
+ * ai.google.dev/api/generate-content. It checks what we send and answers 400 INVALID_ARGUMENT
+ * (Google's error shape) when the request is not what those pages describe: the key in
+ * `x-goog-api-key` (else 403 PERMISSION_DENIED), `contents[0].parts` a text part and then
+ * `inline_data` {mime_type, data} parts, `generationConfig.responseModalities` including IMAGE,
+ * `imageConfig.aspectRatio` one of the documented ten and `imageSize` 1K/2K/4K when present.
+ *
+ * The image it answers (a `inlineData` part, camelCase as the REST API answers) is small but
+ * has the requested aspect ratio: 16·a × 16·b for a:b (times 2 for 2K, 4 for 4K); without an
+ * imageConfig it has the first input image's size, else 64x64. The revised prompt, when set,
+ * comes as a text part before the image. Variants (fault `variant`): "safety" (a candidate with
+ * finishReason IMAGE_SAFETY and no image), "blocked" (promptFeedback.blockReason SAFETY, no
+ * candidates), "no-image" (a 200 with a text part only, finishReason STOP).
+ */
+export function startFakeGemini(): FakeUpstream {
+  const RATIOS = new Set(["1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"]);
+  const TIERS: Record<string, number> = { "1K": 1, "2K": 2, "4K": 4 };
+  const invalid = (message: string) => Response.json({ error: { code: 400, message, status: "INVALID_ARGUMENT" } }, { status: 400 });
+  const behaviour: Behaviour = {
+    answer(req) {
+      const [path, variant] = req.path.split("#");
+      const route = /^\/v1beta\/models\/([^/:]+):generateContent$/.exec(path ?? "");
+      if (!route || req.method !== "POST") return Response.json({ error: { code: 404, message: `no route ${req.path}`, status: "NOT_FOUND" } }, { status: 404 });
+      if (!req.googApiKey) return Response.json({ error: { code: 403, message: "Method doesn't allow unregistered callers. Please use API Key.", status: "PERMISSION_DENIED" } }, { status: 403 });
+      const body = req.json ?? {};
+      const contents = body.contents as { parts?: Record<string, unknown>[] }[] | undefined;
+      const parts = contents?.[0]?.parts;
+      if (!Array.isArray(parts) || typeof parts[0]?.text !== "string") return invalid("contents[0].parts[0] must be the text prompt");
+      const images: { width: number; height: number }[] = [];
+      for (const part of parts.slice(1)) {
+        const inline = part.inline_data as { mime_type?: unknown; data?: unknown } | undefined;
+        if (!inline || typeof inline.data !== "string" || !["image/png", "image/jpeg", "image/webp"].includes(String(inline.mime_type))) return invalid("each image must be an inline_data part with mime_type and data");
+        const bytes = Buffer.from(inline.data, "base64");
+        images.push(bytes.length >= 24 && bytes[0] === 0x89 ? { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) } : { width: 64, height: 64 });
+      }
+      const config = body.generationConfig as { responseModalities?: unknown; imageConfig?: { aspectRatio?: unknown; imageSize?: unknown } } | undefined;
+      if (!Array.isArray(config?.responseModalities) || !config.responseModalities.includes("IMAGE")) return invalid("generationConfig.responseModalities must include IMAGE for an image");
+      const imageConfig = config.imageConfig;
+      if (imageConfig !== undefined) {
+        if (!RATIOS.has(String(imageConfig.aspectRatio))) return invalid(`unsupported aspectRatio ${String(imageConfig.aspectRatio)}`);
+        if (imageConfig.imageSize !== undefined && !(String(imageConfig.imageSize) in TIERS)) return invalid(`unsupported imageSize ${String(imageConfig.imageSize)}`);
+      }
+      const [name, message] = (variant ?? "").split(/:(.*)/s);
+      if (name === "blocked") return Response.json({ promptFeedback: { blockReason: "SAFETY", ...(message ? { blockReasonMessage: message } : {}) }, modelVersion: route[1] });
+      if (name === "safety") {
+        return Response.json({ candidates: [{ content: { role: "model", parts: [] }, finishReason: "IMAGE_SAFETY", ...(message ? { finishMessage: message } : {}), index: 0 }], modelVersion: route[1] });
+      }
+      if (name === "no-image") return Response.json({ candidates: [{ content: { role: "model", parts: [{ text: "I can only describe it." }] }, finishReason: "STOP", index: 0 }], modelVersion: route[1] });
+      let size = images[0] ?? { width: 64, height: 64 };
+      if (imageConfig) {
+        const [a, b] = String(imageConfig.aspectRatio).split(":").map(Number) as [number, number];
+        const tier = TIERS[String(imageConfig.imageSize ?? "1K")]!;
+        size = { width: 16 * a * tier, height: 16 * b * tier };
+      }
+      const png = makePng(size.width, size.height, (x, y) => [x % 256, y % 256, 180, 255]);
+      const out: Record<string, unknown>[] = [];
+      if (behaviour.revised !== undefined) out.push({ text: behaviour.revised });
+      out.push({ inlineData: { mimeType: "image/png", data: Buffer.from(png).toString("base64") } });
+      return Response.json({
+        candidates: [{ content: { role: "model", parts: out }, finishReason: "STOP", index: 0 }],
+        usageMetadata: { promptTokenCount: 10, candidatesTokenCount: 1290, totalTokenCount: 1300 },
+        modelVersion: route[1],
+      });
+    },
+  };
+  return startFake(behaviour);
 }
