@@ -63,7 +63,7 @@ const Account = T.Object(
 const Upstream = T.Object(
   {
     id: T.String({ minLength: 1 }),
-    kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("gemini")]),
+    kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("fal"), T.Literal("replicate"), T.Literal("bfl"), T.Literal("gemini")]),
     base_url: T.String({ minLength: 1 }),
     timeout_ms: T.Integer({ minimum: 1, default: 120_000 }),
     max_attempts: T.Integer({ minimum: 1, default: 3 }),
@@ -358,6 +358,10 @@ function checkReferences(config: Config): void {
     if (m.upstream === undefined) throw new ConfigError(`models[${i}].upstream: required (the id of an [[upstreams]] entry)`);
     if (m.kind === "chat" && config.upstreams.find((u) => u.id === m.upstream)?.kind === "sdwebui") {
       throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a Stable Diffusion WebUI, which serves image models only`);
+    }
+    const queueKind = config.upstreams.find((u) => u.id === m.upstream)?.kind;
+    if (m.kind === "chat" && (queueKind === "fal" || queueKind === "replicate" || queueKind === "bfl")) {
+      throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a ${queueKind} queue API, which serves image models only`);
     }
     if (m.kind === "chat" && config.upstreams.find((u) => u.id === m.upstream)?.kind === "gemini") {
       throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a gemini upstream, which serves image models only`);

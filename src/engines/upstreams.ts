@@ -9,6 +9,10 @@ import { OpenAIEngine } from "./openai";
 import { SecretRedactor } from "./redact";
 import type { EngineRegistry } from "./registry";
 import { SdWebUiEngine } from "./sdwebui";
+import { QueueEngine } from "./queue";
+import { FalTranslator } from "./fal";
+import { ReplicateTranslator } from "./replicate";
+import { BflTranslator } from "./bfl";
 import { GeminiEngine } from "./gemini";
 import type { Clock } from "../core/clock";
 
@@ -60,7 +64,7 @@ export function poolFor(
 export function registerUpstreamEngines(
   config: Config,
   registry: EngineRegistry,
-  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number },
+  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number; /** fal/replicate/bfl: the first status poll (tests shorten it). */ queuePollMs?: number },
 ): UpstreamPools {
   const pools = new Map<string, AccountPool>();
   // Every account secret of every upstream: no upstream's text may leak any of them.
@@ -81,6 +85,15 @@ export function registerUpstreamEngines(
       }
       case "sdwebui":
         registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+        break;
+      case "fal":
+        registry.registerUpstreamImage(upstream.id, new QueueEngine(upstream, pool, deps.clock, new FalTranslator(), redactor, deps.queuePollMs));
+        break;
+      case "replicate":
+        registry.registerUpstreamImage(upstream.id, new QueueEngine(upstream, pool, deps.clock, new ReplicateTranslator(), redactor, deps.queuePollMs));
+        break;
+      case "bfl":
+        registry.registerUpstreamImage(upstream.id, new QueueEngine(upstream, pool, deps.clock, new BflTranslator(), redactor, deps.queuePollMs));
         break;
       case "gemini":
         registry.registerUpstreamImage(upstream.id, new GeminiEngine(upstream, pool, deps.clock, redactor));

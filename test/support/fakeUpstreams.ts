@@ -458,3 +458,202 @@ export function startFakeGemini(): FakeUpstream {
   };
   return startFake(behaviour);
 }
+
+/*
+ * Queue API fakes (fal, Replicate, Black Forest Labs), each a loopback server that checks the
+ * credential header, records what we send, runs each job through a few pending polls and
+ * serves the result image itself (so downloads stay on loopback). Following the APIs' docs:
+ * - fal (docs.fal.ai, Queue): POST /{app} answers request_id, status_url, response_url,
+ *   cancel_url; GET …/requests/{id}/status answers IN_QUEUE, IN_PROGRESS, COMPLETED;
+ *   GET …/requests/{id} answers { images: [{ url, width, height, content_type }] };
+ *   PUT …/requests/{id}/cancel answers CANCELLATION_REQUESTED. `Authorization: Key <key>`.
+ * - Replicate (replicate.com/docs/reference/http): POST /v1/models/{owner}/{name}/predictions
+ *   ({input}) or /v1/predictions ({version, input}), `Prefer: wait=n` may answer the finished
+ *   prediction; a prediction is { id, status, output, error, urls: { get, cancel, stream } }
+ *   with status starting → processing → succeeded | failed | canceled; POST urls.cancel.
+ *   `Authorization: Bearer <key>`.
+ * - Black Forest Labs (docs.bfl.ai): POST /v1/{model} with `x-key` answers { id, polling_url };
+ *   GET polling_url answers { id, status: "Pending" | "Ready" | "Request Moderated" |
+ *   "Content Moderated" | "Error", result: { sample } }; no cancel endpoint.
+ */
+export type QueueFakeKind = "fal" | "replicate" | "bfl";
+/** How the next job ends: an image, a failed or canceled job, a moderated one, or never. */
+export type QueueJobEnd = "ok" | "failed" | "canceled" | "moderated" | "never";
+
+export interface QueueReceived {
+  method: string;
+  path: string;
+  account: string;
+  authorization: string | null;
+  xKey: string | null;
+  prefer: string | null;
+  json?: Record<string, unknown>;
+}
+
+export interface FakeQueue {
+  url: string;
+  received: QueueReceived[];
+  /** Ids of jobs whose cancel endpoint was called. */
+  cancels: string[];
+  /** Pending polls before a job ends (default 2). */
+  setPendingPolls(n: number): void;
+  /** The next jobs end these ways, in order; then "ok". */
+  queueEnds(...ends: QueueJobEnd[]): void;
+  /** The next submits of `account` answer these statuses (with an optional retry-after), in order. */
+  queueSubmitFaults(account: string, ...faults: { status: number; retryAfterMs?: number }[]): void;
+  /** The submit requests received (no polls, cancels or downloads). */
+  submits(): QueueReceived[];
+  reset(): void;
+  stop(): Promise<void>;
+}
+
+interface FakeQueueJob {
+  id: string;
+  polls: number;
+  end: QueueJobEnd;
+  width: number;
+  height: number;
+  canceled: boolean;
+}
+
+export function startFakeFal(): FakeQueue {
+  return startFakeQueue("fal");
+}
+export function startFakeReplicate(): FakeQueue {
+  return startFakeQueue("replicate");
+}
+export function startFakeBfl(): FakeQueue {
+  return startFakeQueue("bfl");
+}
+
+function startFakeQueue(kind: QueueFakeKind): FakeQueue {
+  const received: QueueReceived[] = [];
+  const cancels: string[] = [];
+  const jobs = new Map<string, FakeQueueJob>();
+  let ends: QueueJobEnd[] = [];
+  const submitFaults = new Map<string, { status: number; retryAfterMs?: number }[]>();
+  let pendingPolls = 2;
+  let next = 0;
+
+  const accountOfRequest = (r: Request): string | null => {
+    const auth = r.headers.get("authorization");
+    if (kind === "fal") return auth?.startsWith("Key ") ? auth.slice(4) : null;
+    if (kind === "replicate") return auth?.startsWith("Bearer ") ? auth.slice(7) : null;
+    return r.headers.get("x-key");
+  };
+  const sizeOfInput = (json: Record<string, unknown>): { width: number; height: number } => {
+    const src = (kind === "replicate" ? (json.input as Record<string, unknown>) : kind === "fal" ? (json.image_size as Record<string, unknown>) : json) ?? {};
+    const w = Number(src.width);
+    const h = Number(src.height);
+    return { width: w > 0 ? w : 32, height: h > 0 ? h : 32 };
+  };
+  const falBase = (path: string) => path.split("/").slice(0, 3).join("/"); // /owner/name (fal drops the subpath)
+
+  function prediction(origin: string, job: FakeQueueJob): Record<string, unknown> {
+    const base = { id: job.id, urls: { get: `${origin}/v1/predictions/${job.id}`, cancel: `${origin}/v1/predictions/${job.id}/cancel` }, error: null, output: null };
+    if (job.canceled) return { ...base, status: "canceled" };
+    if (job.end === "never" || job.polls < pendingPolls) return { ...base, status: job.polls === 0 ? "starting" : "processing" };
+    if (job.end === "ok") return { ...base, status: "succeeded", output: [`${origin}/files/${job.id}.png`] };
+    if (job.end === "canceled") return { ...base, status: "canceled" };
+    return { ...base, status: "failed", error: job.end === "moderated" ? "NSFW content detected" : "CUDA out of memory" };
+  }
+
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(request) {
+      const url = new URL(request.url);
+      const origin = url.origin;
+      if (url.pathname.startsWith("/files/")) {
+        const job = jobs.get(url.pathname.slice(7).replace(/\.png$/, ""));
+        if (!job) return new Response("gone", { status: 404 });
+        return new Response(makePng(job.width, job.height, () => [200, 90, 20, 255]), { headers: { "content-type": "image/png" } });
+      }
+      const account = accountOfRequest(request);
+      const rec: QueueReceived = {
+        method: request.method,
+        path: url.pathname + url.search,
+        account: account ?? "(none)",
+        authorization: request.headers.get("authorization"),
+        xKey: request.headers.get("x-key"),
+        prefer: request.headers.get("prefer"),
+      };
+      if (request.method === "POST" && (request.headers.get("content-type") ?? "").includes("json")) rec.json = (await request.json()) as Record<string, unknown>;
+      received.push(rec);
+      if (!account) return Response.json({ detail: "missing credentials" }, { status: 401 });
+
+      // Polls, results and cancels.
+      const jobPath =
+        kind === "fal" ? /\/requests\/([^/]+)(\/status|\/cancel)?$/.exec(url.pathname) : kind === "replicate" ? /^\/v1\/predictions\/([^/]+)(\/cancel)?$/.exec(url.pathname) : url.pathname === "/v1/get_result" ? [null, url.searchParams.get("id") ?? "", ""] : null;
+      if (jobPath) {
+        const job = jobs.get(jobPath[1]!);
+        if (!job) return Response.json({ detail: "Task not found" }, { status: 404 });
+        const tail = jobPath[2] ?? "";
+        if (tail === "/cancel") {
+          cancels.push(job.id);
+          job.canceled = true;
+          return kind === "fal" ? Response.json({ status: "CANCELLATION_REQUESTED" }, { status: 202 }) : Response.json(prediction(origin, job));
+        }
+        if (kind === "fal" && tail === "") {
+          return job.end === "ok" ? Response.json({ images: [{ url: `${origin}/files/${job.id}.png`, width: job.width, height: job.height, content_type: "image/png" }], seed: 1 }) : Response.json({ detail: "fake fal request failed" }, { status: 500 });
+        }
+        job.polls++;
+        if (kind === "fal") {
+          const status = job.end === "never" || job.polls <= pendingPolls ? (job.polls === 1 ? "IN_QUEUE" : "IN_PROGRESS") : job.end === "ok" ? "COMPLETED" : job.end === "canceled" ? "CANCELED" : "FAILED";
+          return Response.json({ status, queue_position: 0, response_url: `${origin}${falBase(url.pathname.split("/requests/")[0]!)}/requests/${job.id}` }, { status: status === "COMPLETED" ? 200 : 202 });
+        }
+        if (kind === "replicate") return Response.json(prediction(origin, job));
+        if (job.end === "never" || job.polls <= pendingPolls) return Response.json({ id: job.id, status: "Pending", result: null, progress: job.polls / (pendingPolls + 1) });
+        if (job.end === "ok") return Response.json({ id: job.id, status: "Ready", result: { sample: `${origin}/files/${job.id}.png`, prompt: "", seed: 1 } });
+        if (job.end === "moderated") return Response.json({ id: job.id, status: "Content Moderated", result: null });
+        return Response.json({ id: job.id, status: "Error", result: null });
+      }
+
+      // Submits.
+      if (request.method !== "POST" || !rec.json) return Response.json({ detail: "Not Found" }, { status: 404 });
+      const fault = submitFaults.get(account)?.shift();
+      if (fault) {
+        const headers: Record<string, string> = fault.retryAfterMs !== undefined ? { "retry-after-ms": String(fault.retryAfterMs) } : {};
+        return Response.json({ detail: `fake refusal ${fault.status} for key ${account}` }, { status: fault.status, headers });
+      }
+      const { width, height } = sizeOfInput(rec.json);
+      const job: FakeQueueJob = { id: `job${++next}`, polls: 0, end: ends.shift() ?? "ok", width, height, canceled: false };
+      jobs.set(job.id, job);
+      if (kind === "fal") {
+        const base = `${origin}${falBase(url.pathname)}/requests/${job.id}`;
+        return Response.json({ request_id: job.id, status_url: `${base}/status`, response_url: base, cancel_url: `${base}/cancel`, queue_position: 0 });
+      }
+      if (kind === "replicate") {
+        // With no pending polls, Prefer: wait answers the finished prediction at once.
+        return Response.json(prediction(origin, job), { status: 201 });
+      }
+      return Response.json({ id: job.id, polling_url: `${origin}/v1/get_result?id=${job.id}`, cost: 4 });
+    },
+  });
+
+  return {
+    url: `http://127.0.0.1:${server.port}`,
+    received,
+    cancels,
+    setPendingPolls: (n) => {
+      pendingPolls = n;
+    },
+    queueEnds: (...e) => {
+      ends.push(...e);
+    },
+    queueSubmitFaults: (account, ...faults) => submitFaults.set(account, [...(submitFaults.get(account) ?? []), ...faults]),
+    submits: () => received.filter((r) => r.method === "POST" && r.json !== undefined && !r.path.endsWith("/cancel")),
+    reset() {
+      received.length = 0;
+      cancels.length = 0;
+      jobs.clear();
+      ends = [];
+      submitFaults.clear();
+      pendingPolls = 2;
+      next = 0;
+    },
+    async stop() {
+      await server.stop(true);
+    },
+  };
+}

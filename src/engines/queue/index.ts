@@ -1,0 +1,236 @@
+/**
+ * The engine of every queue API (fal, Replicate, Black Forest Labs): one attempt is
+ *
+ *   submit the job → poll its status with backoff → (fetch the result document) → download
+ *   the image → bytes to our client
+ *
+ * run by the upstream's account pool. Each provider is a small translator (QueueTranslator):
+ * the request body of our job, where to send it, and how to read its answers. The loop:
+ *
+ * - polls start after `firstPollMs` and back off (×1.5, at most MAX_POLL_MS), never beyond the
+ *   attempt's deadline: the attempt's AbortSignal ends the loop;
+ * - when the attempt is abandoned (abort, timeout, the request cancelled) while the provider
+ *   still holds the job, the provider's cancel is called (fal, Replicate; BFL has none), once,
+ *   in the background, with a short time limit of its own;
+ * - a failed or canceled job is a failed attempt (the pool retries elsewhere), a moderated one
+ *   a refusal (400, no retry); 429/401/403 and bad statuses fail as every upstream call does;
+ * - status and result URLs get our credentials only when they are on the upstream's own site
+ *   (its base_url host or a sibling under the same domain, as BFL's regional polling hosts);
+ *   the image URL is downloaded without credentials, bounded, and never reaches our client.
+ */
+import type { UpstreamConfig } from "../../config";
+import type { GeneratedImage, ImageEngine, ImageJob, InputProblem } from "../../core/engine";
+import { UpstreamRejected } from "../../core/engine";
+import type { Clock } from "../../core/clock";
+import { AttemptFailure, type AccountPool, type AttemptContext } from "../pool";
+import { SecretRedactor } from "../redact";
+import { callJson, checkUpstreamImage, downloadImage, joinUrl, type UpstreamCall } from "../upstreamHttp";
+import { queueAuthHeaders, type KeyScheme } from "./auth";
+
+/** First status poll after submitting (the pool's registration lets tests shorten it). */
+export const FIRST_POLL_MS = 500;
+export const MAX_POLL_MS = 5_000;
+const POLL_BACKOFF = 1.5;
+/** A cancel call gets this long; it runs after the attempt has already ended. */
+const CANCEL_TIMEOUT_MS = 5_000;
+/** Statuses of a submit that refuse the job itself (a bad input), on every queue API. */
+export const REJECT_STATUSES = [400, 413, 415, 422];
+
+/** What a provider holds for us after the submit. */
+export interface QueueHandle {
+  id: string;
+  /** GET for the status (fal status_url, Replicate urls.get, BFL polling_url). */
+  statusUrl: string;
+  /** Where the result document will be (fal response_url). */
+  resultUrl?: string;
+  /** How to cancel the job, where the API allows it. */
+  cancel?: { method: "PUT" | "POST"; url: string };
+}
+
+/** Where a job stands after one look at it. */
+export type QueueOutcome =
+  | { state: "pending" }
+  /** Done; the result document is at this URL (fal response_url): GET it and read it with readResult. */
+  | { state: "result"; url: string }
+  /** Done; the image is at this URL (downloaded without credentials). */
+  | { state: "image"; url: string }
+  | { state: "failed"; message: string }
+  /** The provider refused the content (moderation): another account would too. */
+  | { state: "refused"; message: string };
+
+export interface SubmitRequest {
+  /** Path under base_url. */
+  path: string;
+  body: Record<string, unknown>;
+}
+
+/** One provider's side of the queue loop: pure functions of our job and its answers. */
+export interface QueueTranslator {
+  readonly keyScheme: KeyScheme;
+  /** Inputs the provider cannot take, known before the charge. */
+  inputProblem(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null;
+  /** The submit: path and JSON body (async: a mask may need converting). */
+  submitRequest(job: ImageJob): Promise<SubmitRequest>;
+  /** Extra headers of the submit, given the time left in the attempt (Replicate's Prefer: wait). */
+  submitHeaders?(remainingMs: number): Record<string, string>;
+  /** The submit's answer: the job's handle and, when the provider already says, its outcome. */
+  readSubmitted(answer: unknown): { handle: QueueHandle; outcome: QueueOutcome };
+  readStatus(answer: unknown, handle: QueueHandle): QueueOutcome;
+  /** The result document of a `result` outcome. */
+  readResult?(answer: unknown): QueueOutcome;
+}
+
+export class QueueEngine implements ImageEngine {
+  private readonly redactor: SecretRedactor;
+  private readonly accounts: Map<string, Record<string, string>>;
+
+  constructor(
+    private readonly upstream: UpstreamConfig,
+    private readonly pool: AccountPool,
+    private readonly clock: Clock,
+    private readonly translator: QueueTranslator,
+    redactor?: SecretRedactor,
+    private readonly firstPollMs = FIRST_POLL_MS,
+  ) {
+    this.redactor = redactor ?? SecretRedactor.forAccounts(upstream.accounts);
+    this.accounts = new Map(upstream.accounts.map((a) => [a.id, queueAuthHeaders(translator.keyScheme, a)]));
+  }
+
+  inputProblem(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null {
+    return this.translator.inputProblem(job, kind);
+  }
+
+  generate(job: ImageJob): Promise<GeneratedImage> {
+    return this.run(job, "generate");
+  }
+
+  edit(job: ImageJob): Promise<GeneratedImage> {
+    return this.run(job, "edit");
+  }
+
+  private async run(job: ImageJob, kind: "generate" | "edit"): Promise<GeneratedImage> {
+    const problem = this.translator.inputProblem(job, kind);
+    if (problem) throw new UpstreamRejected(problem.message);
+    let request: SubmitRequest;
+    try {
+      request = await this.translator.submitRequest(job);
+    } catch (e) {
+      // Only the mask is decoded here; the images flow checked it, so this is a refusal.
+      throw new UpstreamRejected(`the mask could not be converted: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    const json = JSON.stringify(request.body);
+    const { value, trace } = await this.pool.run((ctx) => this.attempt(ctx, request.path, json, job.prompt), job.signal);
+    return { ...value, trace };
+  }
+
+  private async attempt(ctx: AttemptContext, path: string, json: string, prompt: string): Promise<GeneratedImage> {
+    const auth = this.accounts.get(ctx.account.id) ?? {};
+    const extra = this.translator.submitHeaders?.(ctx.deadline - this.clock()) ?? {};
+    const submitted = this.translator.readSubmitted(
+      await callJson(this.call(ctx, joinUrl(this.upstream.base_url, path), { ...auth, ...extra, "content-type": "application/json", accept: "application/json" }, json, REJECT_STATUSES)),
+    );
+    const { handle } = submitted;
+    let outcome = submitted.outcome;
+    let held = true; // the provider still holds a job we may cancel
+    try {
+      let wait = this.firstPollMs;
+      while (outcome.state === "pending") {
+        await sleep(Math.min(wait, Math.max(0, ctx.deadline - this.clock())), ctx.signal);
+        ctx.signal.throwIfAborted();
+        wait = Math.min(MAX_POLL_MS, Math.ceil(wait * POLL_BACKOFF));
+        outcome = this.translator.readStatus(await this.get(ctx, handle.statusUrl, auth), handle);
+      }
+      held = false;
+      if (outcome.state === "result") {
+        if (!this.translator.readResult) throw new AttemptFailure("failed", "the upstream answered a result document this kind cannot read");
+        outcome = this.translator.readResult(await this.get(ctx, outcome.url, auth));
+      }
+      switch (outcome.state) {
+        case "image":
+          return checkUpstreamImage(await this.download(ctx, outcome.url), prompt);
+        case "refused":
+          throw new AttemptFailure("rejected", this.redactor.message(outcome.message, 500));
+        case "failed":
+          throw new AttemptFailure("failed", `the upstream job failed: ${this.redactor.message(outcome.message, 500)}`);
+        default:
+          throw new AttemptFailure("failed", `the upstream job ended as ${outcome.state}`);
+      }
+    } finally {
+      if (held && ctx.signal.aborted && handle.cancel) this.cancel(handle.cancel, auth);
+    }
+  }
+
+  /** GET a status or result document with our credentials, only on the upstream's own site. */
+  private get(ctx: AttemptContext, url: string, auth: Record<string, string>): Promise<unknown> {
+    if (!onUpstreamSite(url, this.upstream.base_url)) throw new AttemptFailure("failed", "the upstream answered a status URL outside its own site");
+    return callJson(this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [], "GET"));
+  }
+
+  private call(ctx: AttemptContext, url: string, headers: Record<string, string>, body: string | undefined, rejectStatuses: number[], method: "GET" | "POST" = "POST"): UpstreamCall {
+    return { url, method, headers, ...(body === undefined ? {} : { body }), signal: ctx.signal, redactor: this.redactor, now: this.clock, rejectStatuses };
+  }
+
+  private download(ctx: AttemptContext, url: string): Promise<Uint8Array> {
+    const remaining = Math.max(1, ctx.deadline - this.clock());
+    return downloadImage(url, {
+      maxBytes: this.upstream.max_download_bytes,
+      timeoutMs: Math.min(this.upstream.download_timeout_ms, remaining),
+      signal: ctx.signal,
+      redactor: this.redactor,
+    });
+  }
+
+  /** Asks the provider to drop a job we no longer wait for; best effort, in the background. */
+  private cancel(cancel: NonNullable<QueueHandle["cancel"]>, auth: Record<string, string>): void {
+    if (!onUpstreamSite(cancel.url, this.upstream.base_url)) return;
+    void fetch(cancel.url, { method: cancel.method, headers: { ...auth, accept: "application/json" }, signal: AbortSignal.timeout(CANCEL_TIMEOUT_MS) })
+      .then((res) => res.body?.cancel())
+      .catch(() => {});
+  }
+}
+
+/**
+ * True when `url` may carry our credentials: the same protocol as base_url and its host, or a
+ * host under the same domain (BFL polls on regional hosts such as api.eu1.bfl.ai).
+ */
+export function onUpstreamSite(url: string, baseUrl: string): boolean {
+  let u: URL;
+  let base: URL;
+  try {
+    u = new URL(url);
+    base = new URL(baseUrl);
+  } catch {
+    return false;
+  }
+  if (u.protocol !== base.protocol) return false;
+  if (u.host === base.host) return true;
+  if (/^[\d.]+$/.test(base.hostname) || base.hostname.startsWith("[")) return false;
+  const domain = base.hostname.split(".").slice(-2).join(".");
+  return domain.includes(".") && (u.hostname === domain || u.hostname.endsWith(`.${domain}`));
+}
+
+/** Resolves after ms, or at once when the signal aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+/** The shared reading of a queue answer: a plain object or a failed attempt. */
+export function objectAnswer(answer: unknown, what: string): Record<string, unknown> {
+  if (answer === null || typeof answer !== "object" || Array.isArray(answer)) throw new AttemptFailure("failed", `the upstream's ${what} is not a JSON object`);
+  return answer as Record<string, unknown>;
+}
+
+/** A required string field of an answer, else a failed attempt. */
+export function stringField(o: Record<string, unknown>, key: string, what: string): string {
+  const v = o[key];
+  if (typeof v !== "string" || v.length === 0) throw new AttemptFailure("failed", `the upstream's ${what} has no ${key}`);
+  return v;
+}
