@@ -4,7 +4,8 @@
  */
 import { Type as T, type Static } from "@sinclair/typebox";
 import { Value, ValueErrorType, type ValueError } from "@sinclair/typebox/value";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
+import { comfyModelSettings, withWorkflowLoaded } from "./engines/comfyui/workflow";
 import { pathFromPointer } from "./core/valuePath";
 import { DEFAULT_RETRY_DELAYS_MS } from "./core/webhooksSchedule";
 
@@ -63,7 +64,7 @@ const Account = T.Object(
 const Upstream = T.Object(
   {
     id: T.String({ minLength: 1 }),
-    kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("fal"), T.Literal("replicate"), T.Literal("bfl"), T.Literal("gemini")]),
+    kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("comfyui"), T.Literal("fal"), T.Literal("replicate"), T.Literal("bfl"), T.Literal("gemini")]),
     base_url: T.String({ minLength: 1 }),
     timeout_ms: T.Integer({ minimum: 1, default: 120_000 }),
     max_attempts: T.Integer({ minimum: 1, default: 3 }),
@@ -298,6 +299,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   config.server.data_dir = resolve(config.server.data_dir);
   if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
+  checkComfyModels(config, file);
   return config;
 }
 
@@ -377,4 +379,24 @@ function checkReferences(config: Config): void {
       (fallback === "builtin-image" && config.server.builtin_image) || config.models.some((m) => m.id === fallback && m.kind === "image");
     if (!isImageModel) throw new ConfigError(`server.default_image_model: ${JSON.stringify(fallback)} is not an image model of this configuration`);
   }
+}
+
+/**
+ * comfyui models: a workflow given as a file path is read (relative to the config file's
+ * folder) into params.workflow, and the workflow's placeholders, bindings and output node are
+ * checked, so a mistake names the model and the node at startup.
+ */
+function checkComfyModels(config: Config, file: string | undefined): void {
+  const baseDir = file ? dirname(resolve(file)) : process.cwd();
+  config.models.forEach((m, i) => {
+    if (config.upstreams.find((u) => u.id === m.upstream)?.kind !== "comfyui") return;
+    if (m.kind === "chat") throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a ComfyUI server, which serves image models only`);
+    const where = `models[${i}] (${m.id}): params`;
+    try {
+      m.params = withWorkflowLoaded(m.params ?? {}, (path) => require("node:fs").readFileSync(resolve(baseDir, path), "utf8"), where);
+      comfyModelSettings(m.params, where);
+    } catch (e) {
+      throw new ConfigError((e as Error).message);
+    }
+  });
 }

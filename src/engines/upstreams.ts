@@ -9,6 +9,7 @@ import { OpenAIEngine } from "./openai";
 import { SecretRedactor } from "./redact";
 import type { EngineRegistry } from "./registry";
 import { SdWebUiEngine } from "./sdwebui";
+import { ComfyUIEngine } from "./comfyui";
 import { QueueEngine } from "./queue";
 import { FalTranslator } from "./fal";
 import { ReplicateTranslator } from "./replicate";
@@ -64,7 +65,7 @@ export function poolFor(
 export function registerUpstreamEngines(
   config: Config,
   registry: EngineRegistry,
-  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number; /** fal/replicate/bfl: the first status poll (tests shorten it). */ queuePollMs?: number },
+  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number; /** comfyui history polling (tests shorten it). */ comfyPollMs?: number; /** fal/replicate/bfl: the first status poll (tests shorten it). */ queuePollMs?: number },
 ): UpstreamPools {
   const pools = new Map<string, AccountPool>();
   // Every account secret of every upstream: no upstream's text may leak any of them.
@@ -85,6 +86,9 @@ export function registerUpstreamEngines(
       }
       case "sdwebui":
         registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+        break;
+      case "comfyui":
+        registry.registerUpstreamImage(upstream.id, new ComfyUIEngine(upstream, pool, deps.clock, redactor, deps.comfyPollMs));
         break;
       case "fal":
         registry.registerUpstreamImage(upstream.id, new QueueEngine(upstream, pool, deps.clock, new FalTranslator(), redactor, deps.queuePollMs));
