@@ -89,7 +89,7 @@ const Model = T.Object(
     upstream_model: T.Optional(T.String()),
     sizes: T.Optional(T.Array(T.String())),
     qualities: T.Optional(T.Array(T.String())),
-    params: T.Optional(T.Record(T.String(), T.Unknown(), { description: "Extra engine parameters (sdwebui: sampler_name, cfg_scale, checkpoint…)." })),
+    params: T.Optional(T.Record(T.String(), T.Unknown(), { description: "Extra engine parameters: sdwebui and queue APIs pass them as input fields (sampler_name, cfg_scale…); comfyui takes its workflow, bindings and output_node here." })),
   },
   { additionalProperties: false },
 );
