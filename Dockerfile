@@ -13,6 +13,9 @@ WORKDIR /src
 COPY package.json bun.lock bunfig.toml tsconfig.json ./
 RUN bun install --frozen-lockfile
 COPY src ./src
+# The commit shown by `atelier --version` and /healthz (.git is not in the build context):
+#   docker build --build-arg ATELIER_COMMIT=$(git rev-parse --short HEAD) -t atelier .
+ARG ATELIER_COMMIT=unknown
 RUN bun run build \
  && mkdir -p /out/data \
  && cp dist/atelier /out/atelier \

@@ -19,8 +19,10 @@ import { imageTasksRoutes } from "./http/v1/images/tasks";
 import { imageFilesRoutes } from "./http/files";
 import { workbenchRoutes } from "./http/workbench";
 import type { Services } from "./services";
+import { VERSION } from "./version";
 
-export const API_VERSION = "1.0.0";
+/** The OpenAPI document's info.version: the package version, the same as `atelier --version` and /healthz. */
+export const API_VERSION = VERSION;
 
 
 /** Turns Elysia's route table into matchers, to tell 405 (path exists) from 404. */

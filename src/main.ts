@@ -13,6 +13,7 @@ import { serveCommand } from "./cli/commands/serve";
 import { upstreamsCommand } from "./cli/commands/upstreams";
 import { userCommand } from "./cli/commands/user";
 import type { Command, Io } from "./cli/shared";
+import { versionLine } from "./version";
 
 // test/e2e/openapi.test.ts renders the document through this entry point.
 export { renderOpenApi } from "./cli/commands/openapi";
@@ -20,6 +21,7 @@ export { renderOpenApi } from "./cli/commands/openapi";
 const USAGE = `atelier — OpenAI-compatible image generation and chat in one binary
 
 Usage: atelier <command> [options]
+       atelier --version                  the version and the commit it was built from
 
 Commands:
   serve                                   run the HTTP server
@@ -55,6 +57,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   // Help asked for goes to stdout with success; no command at all is a usage error.
   if (!command) return io.err(USAGE), 2;
   if (command === "--help" || command === "-h" || command === "help") return io.out(USAGE), 0;
+  if (command === "--version" || command === "-V" || command === "version") return io.out(versionLine()), 0;
   const run = COMMANDS.get(command);
   if (!run) {
     io.err(`atelier: unknown command '${command}'\n\n${USAGE}`);

@@ -3,13 +3,20 @@ import { Elysia, t } from "elysia";
 import type { Store } from "../store";
 import { ApiError } from "./errors";
 import { errorResponses, sharedModels } from "./shared";
+import { buildCommit, VERSION } from "../version";
 
 export function opsRoutes(deps: { store: Store }) {
   return new Elysia({ name: "ops" })
     .use(sharedModels)
-    .get("/healthz", () => ({ status: "ok" as const }), {
-      response: { 200: t.Object({ status: t.Literal("ok") }) },
-      detail: { tags: ["Operations"], summary: "Liveness", description: "Answers 200 while the process is serving HTTP." },
+    .get("/healthz", () => ({ status: "ok" as const, version: VERSION, commit: buildCommit() }), {
+      response: {
+        200: t.Object({
+          status: t.Literal("ok"),
+          version: t.String({ description: "The Atelier version (package.json), e.g. `0.1.0`." }),
+          commit: t.String({ description: "The commit the binary was built from (short hash), or `unknown`." }),
+        }),
+      },
+      detail: { tags: ["Operations"], summary: "Liveness", description: "Answers 200 while the process is serving HTTP, with the version and build commit." },
     })
     .get(
       "/readyz",

@@ -8,6 +8,7 @@ import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync 
 import { join } from "node:path";
 import { ATELIER_FROM_SOURCE, lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
 import { tempDir } from "../support/server";
+import pkg from "../../package.json" with { type: "json" };
 import encodeWebp from "@jsquash/webp/encode.js";
 import { dataUrl, makePng } from "../support/images";
 import { interlacedZerosBomb } from "../support/imageBombs";
@@ -82,6 +83,17 @@ describe("the compiled binary", () => {
     const fromSource = await runAtelier(ATELIER_FROM_SOURCE, ["openapi"], { env: {} });
     expect(fromSource.code).toBe(0);
     expect(served).toEqual(JSON.parse(fromSource.stdout));
+  });
+
+  test("shows the version and the commit baked in at build time (it runs outside any git checkout)", async () => {
+    const commit = Bun.spawnSync(["git", "rev-parse", "--short", "HEAD"], { cwd: REPO }).stdout.toString().trim();
+    expect(commit).toMatch(/^[0-9a-f]{4,40}$/);
+    const r = await runAtelier(binary, ["--version"], { cwd: workDir });
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout.trim()).toBe(`atelier ${pkg.version} (${commit})`);
+    expect(await (await fetch(`${server.url}/healthz`)).json()).toEqual({ status: "ok", version: pkg.version, commit });
+    const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as { info: { version: string } };
+    expect(doc.info.version).toBe(pkg.version);
   });
 
   test("decodes images in its worker pool (a second entrypoint): PNG and WebP references work, the 1 GiB PNG bomb is a 400", async () => {

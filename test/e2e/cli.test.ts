@@ -9,6 +9,7 @@ import { Database } from "bun:sqlite";
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { runCli } from "../../src/main";
+import pkg from "../../package.json" with { type: "json" };
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess } from "../support/process";
 import { rawRequest } from "../support/rawHttp";
@@ -274,6 +275,15 @@ describe("--help everywhere", () => {
       expect(out.join("\n")).toContain("--data");
     });
   }
+
+  test("--version (and -V): the package version and the commit from git, on stdout, exit 0", async () => {
+    const commit = Bun.spawnSync(["git", "rev-parse", "--short", "HEAD"], { cwd: import.meta.dir }).stdout.toString().trim();
+    for (const flag of ["--version", "-V"]) {
+      const r = await runAtelier(ATELIER_FROM_SOURCE, [flag]);
+      expect(r).toMatchObject({ code: 0, stderr: "" });
+      expect(r.stdout.trim()).toBe(`atelier ${pkg.version} (${commit || "unknown"})`);
+    }
+  });
 
   test("no command: usage on stderr, exit 2", async () => {
     const out: string[] = [];

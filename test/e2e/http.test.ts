@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startTestServer, type TestServer } from "../support/server";
+import pkg from "../../package.json" with { type: "json" };
 import { chunkedBody, rawRequest } from "../support/rawHttp";
 
 // A JSON POST route of the API, used for the body checks (they run before the handler).
@@ -313,7 +314,7 @@ describe("x-request-id and CORS", () => {
 
 describe("operations", () => {
   test("healthz and readyz", async () => {
-    expect(await (await fetch(`${server.url}/healthz`)).json()).toEqual({ status: "ok" });
+    expect(await (await fetch(`${server.url}/healthz`)).json()).toEqual({ status: "ok", version: pkg.version, commit: expect.stringMatching(/^([0-9a-f]{4,40}|unknown)$/) });
     expect(await (await fetch(`${server.url}/readyz`)).json()).toEqual({ status: "ready" });
   });
 
