@@ -5,7 +5,9 @@
  * runs on the same data directory.
  */
 import { COMMON_HELP, UsageError } from "./cli/args";
+import { backupCommand, restoreCommand } from "./cli/commands/backup";
 import { creditsCommand } from "./cli/commands/credits";
+import { doctorCommand } from "./cli/commands/doctor";
 import { healthcheckCommand } from "./cli/commands/healthcheck";
 import { keyCommand } from "./cli/commands/key";
 import { openapiCommand } from "./cli/commands/openapi";
@@ -36,6 +38,9 @@ Commands:
   upstreams enable <upstream> <account>   re-enable an account disabled after a 401/403
   openapi                                 print the OpenAPI document
   healthcheck                             exit 0 if the local server answers /healthz (for Docker)
+  backup <file> [--force]                 consistent copy of the database, also while a server runs
+  restore <file>                          put a backup in place (refused while a server runs)
+  doctor [--timeout-ms N]                 check config, database, data directory and upstreams
 
 ${COMMON_HELP}`;
 
@@ -48,6 +53,9 @@ const COMMANDS = new Map<string, Command>([
   ["key", keyCommand],
   ["upstreams", upstreamsCommand],
   ["openapi", openapiCommand],
+  ["backup", backupCommand],
+  ["restore", restoreCommand],
+  ["doctor", doctorCommand],
 ]);
 
 const processIo: Io = { out: (line) => console.log(line), err: (line) => console.error(line) };

@@ -255,6 +255,8 @@ export function startFakeOpenAI(): FakeOpenAI {
         return bytes ? new Response(bytes as Uint8Array<ArrayBuffer>, { headers: { "content-type": "image/png" } }) : new Response("gone", { status: 404 });
       }
       const [path, variant] = req.path.split("#");
+      // What `atelier doctor` calls to check an account's key.
+      if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "gpt-image-1", object: "model", created: 1, owned_by: "fake" }] });
       if (path === "/v1/chat/completions") {
         const messages = (req.json?.messages as { content: string }[] | undefined) ?? [];
         return Response.json({

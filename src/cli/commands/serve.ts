@@ -2,6 +2,7 @@
 import { createLogger } from "../../logger";
 import { startServer } from "../../server";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
+import { holdServerLock } from "../serverLock";
 import { configFrom, type Io } from "../shared";
 
 const USAGE = `Usage: atelier serve [--port N] [--host ADDR]
@@ -21,13 +22,15 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
   const config = configFrom(values, { port, host: values.host });
   const logger = createLogger();
   const server = await startServer(config, logger);
+  // data_dir/atelier.lock names this process while it serves: `atelier restore` refuses to run under it.
+  const releaseLock = holdServerLock(config.server.data_dir);
   // One stop serves every signal: a second SIGINT (an impatient Ctrl-C) neither logs again nor cuts the grace period short.
   let signalled = false;
   const stop = (signal: string) => {
     if (signalled) return;
     signalled = true;
     logger.info("signal received", { signal });
-    server.stop().then(() => process.exit(0));
+    server.stop().then(() => (releaseLock(), process.exit(0)));
   };
   process.on("SIGTERM", () => stop("SIGTERM"));
   process.on("SIGINT", () => stop("SIGINT"));

@@ -1,0 +1,109 @@
+/**
+ * `atelier doctor` as an operator runs it: a good setup passes, and each kind of problem — a
+ * broken config, a dead upstream, a refused key, a balance that left its ledger — fails it with
+ * a row that names the problem and never shows a secret.
+ */
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { databasePath } from "../../src/store/database";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/fakeUpstreams";
+import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
+import { tempDir } from "../support/server";
+
+let openai: FakeOpenAI;
+let dataDir: string;
+let configDir: string;
+let deadUrl: string;
+
+beforeAll(async () => {
+  openai = startFakeOpenAI();
+  openai.alwaysFault("sk-revoked-secret", { kind: "status", status: 401, message: "Incorrect API key" });
+  dataDir = tempDir("atelier-doctor-");
+  configDir = tempDir("atelier-doctor-config-");
+  // A port that was just free: nothing listens there any more.
+  const closed = Bun.serve({ port: 0, fetch: () => new Response("") });
+  deadUrl = `http://127.0.0.1:${closed.port}/v1`;
+  closed.stop(true);
+  expect((await runAtelier(ATELIER_FROM_SOURCE, ["user", "add", "ann@example.com", "--credits", "5", "--data", dataDir])).code).toBe(0);
+});
+afterAll(async () => {
+  await openai.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+  rmSync(configDir, { recursive: true, force: true });
+});
+
+function configWith(name: string, accounts: { id: string; key: string; base?: string }[]): string {
+  const file = join(configDir, `${name}.toml`);
+  const upstreams = accounts
+    .map(
+      (a) => `
+[[upstreams]]
+id = "oa-${a.id}"
+kind = "openai"
+base_url = "${a.base ?? `${openai.url}/v1`}"
+accounts = [ { id = "${a.id}", api_key = "${a.key}" } ]
+`,
+    )
+    .join("");
+  writeFileSync(file, upstreams);
+  return file;
+}
+
+const doctor = (config: string, data = dataDir) => runAtelier(ATELIER_FROM_SOURCE, ["doctor", "--config", config, "--data", data, "--timeout-ms", "2000"]);
+const row = (stdout: string, check: string) => stdout.split("\n").find((l) => l.startsWith(`${check} `)) ?? "";
+
+test("a good setup: every check ok, exit 0, the key checked but never shown", async () => {
+  const r = await doctor(configWith("good", [{ id: "main", key: "sk-good-secret" }]));
+  expect(r.stderr).toBe("");
+  expect(r.code).toBe(0);
+  expect(r.stdout.split("\n")[0]).toMatch(/^CHECK\s+STATUS\s+DETAIL$/);
+  for (const check of ["config", "database integrity", "database migrations", "ledger", "data directory", "upstream oa-main/main"]) {
+    expect(row(r.stdout, check)).toMatch(new RegExp(`^${check}\\s+ok\\s+`));
+  }
+  expect(row(r.stdout, "upstream oa-main/main")).toContain("credentials accepted");
+  expect(openai.received.some((q) => q.path === "/v1/models" && q.account === "sk-good-secret")).toBe(true);
+  expect(r.stdout).not.toContain("sk-good-secret");
+});
+
+test("a broken config fails the config check", async () => {
+  const file = join(configDir, "broken.toml");
+  writeFileSync(file, `[server]\nport = "eighty"\n`);
+  const r = await doctor(file);
+  expect(r.code).toBe(1);
+  expect(row(r.stdout, "config")).toMatch(/^config\s+fail\s+.*port/);
+  expect(r.stderr).toContain("1 check failed");
+});
+
+test("a dead upstream and a refused key fail their rows; the healthy one stays ok", async () => {
+  const r = await doctor(
+    configWith("upstreams", [
+      { id: "main", key: "sk-good-secret" },
+      { id: "dead", key: "sk-dead-secret", base: deadUrl },
+      { id: "revoked", key: "sk-revoked-secret" },
+    ]),
+  );
+  expect(r.code).toBe(1);
+  expect(row(r.stdout, "upstream oa-main/main")).toMatch(/\sok\s/);
+  expect(row(r.stdout, "upstream oa-dead/dead")).toMatch(/\sfail\s+unreachable/);
+  expect(row(r.stdout, "upstream oa-revoked/revoked")).toMatch(/\sfail\s+credentials refused .*401/);
+  expect(r.stderr).toContain("2 checks failed");
+  for (const secret of ["sk-good-secret", "sk-dead-secret", "sk-revoked-secret"]) expect(r.stdout + r.stderr).not.toContain(secret);
+});
+
+test("a balance that differs from its ledger fails the ledger check; a missing database fails too", async () => {
+  const db = new Database(databasePath(dataDir));
+  db.run("UPDATE users SET credits = credits + 7 WHERE email = 'ann@example.com'");
+  db.close();
+  const good = configWith("good2", [{ id: "main", key: "sk-good-secret" }]);
+  const r = await doctor(good);
+  expect(r.code).toBe(1);
+  expect(row(r.stdout, "ledger")).toMatch(/^ledger\s+fail\s+balance differs from the ledger sum for user id 1$/);
+
+  const empty = tempDir("atelier-doctor-empty-");
+  const none = await doctor(good, empty);
+  rmSync(empty, { recursive: true, force: true });
+  expect(none.code).toBe(1);
+  expect(row(none.stdout, "database")).toMatch(/^database\s+fail\s+no database/);
+});
