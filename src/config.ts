@@ -209,21 +209,41 @@ export interface ConfigSources {
   env?: Record<string, string | undefined>;
   /** Command-line overrides, applied last. */
   overrides?: { port?: number; host?: string; data_dir?: string };
+  /**
+   * "resolve" (the default): every `${NAME}` must be set. "defer": an unset `${NAME}` in an
+   * upstream account (`upstreams[i].accounts[j].*`, the upstream secrets) stays as written and is
+   * listed by unresolvedUpstreamSecrets, for commands that never call an upstream (user, key,
+   * credits, openapi); anything that calls upstreams loads with "resolve".
+   */
+  upstreamSecrets?: "resolve" | "defer";
 }
 
-/** Replaces `${NAME}` in every string with the environment variable, failing on unset names. */
-function substituteEnv(value: unknown, env: Record<string, string | undefined>, path: string): unknown {
+/** The upstream account values left as `${NAME}` by a "defer" load: "upstreams[0].accounts[1].api_key (UP_KEY)". */
+const deferredSecrets = new WeakMap<Config, string[]>();
+
+export function unresolvedUpstreamSecrets(config: Config): string[] {
+  return deferredSecrets.get(config) ?? [];
+}
+
+const UPSTREAM_ACCOUNT_VALUE = /^upstreams\[\d+\]\.accounts\[\d+\]\./;
+
+/**
+ * Replaces `${NAME}` in every string with the environment variable, failing on unset names;
+ * with `deferred`, an unset name in an upstream account is kept as written and listed there.
+ */
+function substituteEnv(value: unknown, env: Record<string, string | undefined>, path: string, deferred?: string[]): unknown {
   if (typeof value === "string") {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (whole: string, name: string) => {
       const found = env[name];
-      if (found === undefined) throw new ConfigError(`${path}: environment variable ${name} is not set`);
-      return found;
+      if (found !== undefined) return found;
+      if (deferred && UPSTREAM_ACCOUNT_VALUE.test(path)) return deferred.push(`${path} (${name})`), whole;
+      throw new ConfigError(`${path}: environment variable ${name} is not set`);
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => substituteEnv(v, env, `${path}[${i}]`));
+  if (Array.isArray(value)) return value.map((v, i) => substituteEnv(v, env, `${path}[${i}]`, deferred));
   if (value && typeof value === "object") {
     return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env, path ? `${path}.${k}` : k)]),
+      Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env, path ? `${path}.${k}` : k, deferred)]),
     );
   }
   return value;
@@ -259,6 +279,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   const env = sources.env ?? process.env;
   let raw: Record<string, unknown> = {};
   const file = sources.file ?? env.ATELIER_CONFIG;
+  const deferred: string[] | undefined = sources.upstreamSecrets === "defer" ? [] : undefined;
   if (file) {
     let text: string;
     try {
@@ -272,7 +293,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
       throw new ConfigError(`${file}: invalid TOML: ${(e as Error).message}`);
     }
     try {
-      raw = substituteEnv(raw, env, "") as Record<string, unknown>;
+      raw = substituteEnv(raw, env, "", deferred) as Record<string, unknown>;
     } catch (e) {
       throw new ConfigError(`${file}: ${(e as Error).message}`);
     }
@@ -300,6 +321,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
   checkComfyModels(config, file);
+  if (deferred?.length) deferredSecrets.set(config, deferred);
   return config;
 }
 

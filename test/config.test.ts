@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { ConfigError, loadConfig } from "../src/config";
+import { ConfigError, loadConfig, unresolvedUpstreamSecrets } from "../src/config";
 
 const dir = mkdtempSync(join(tmpdir(), "atelier-config-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -76,6 +76,18 @@ describe("loadConfig", () => {
     const message = errorOf(`[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "http://x"\n[[upstreams.accounts]]\nid = "a"\napi_key = "\${NOT_SET_ANYWHERE}"\n`);
     expect(message).toContain("upstreams[0].accounts[0].api_key: environment variable NOT_SET_ANYWHERE is not set");
     expect(message).toContain(".toml");
+  });
+
+  test('upstreamSecrets "defer": an unset ${ENV} in an upstream account stays as written and is listed; elsewhere it still fails', () => {
+    const toml = `[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "http://x"\n[[upstreams.accounts]]\nid = "a"\napi_key = "\${NOT_SET_ANYWHERE}"\n[[upstreams.accounts]]\nid = "b"\napi_key = "\${SET_KEY}"\n`;
+    const c = loadConfig({ file: file(toml), env: { SET_KEY: "sk-set" }, upstreamSecrets: "defer" });
+    expect(c.upstreams[0]!.accounts.map((a) => a.api_key)).toEqual(["\${NOT_SET_ANYWHERE}", "sk-set"]);
+    expect(unresolvedUpstreamSecrets(c)).toEqual(["upstreams[0].accounts[0].api_key (NOT_SET_ANYWHERE)"]);
+    expect(unresolvedUpstreamSecrets(loadConfig({ file: file(toml), env: { NOT_SET_ANYWHERE: "x", SET_KEY: "y" } }))).toEqual([]);
+    expect(() => loadConfig({ file: file(toml), env: { SET_KEY: "sk-set" } })).toThrow("environment variable NOT_SET_ANYWHERE is not set");
+    expect(() => loadConfig({ file: file(`[server]\npublic_url = "\${NOT_SET_URL}"\n`), env: {}, upstreamSecrets: "defer" })).toThrow(
+      "server.public_url: environment variable NOT_SET_URL is not set",
+    );
   });
 
   test("a secret of the wrong type is not echoed", () => {

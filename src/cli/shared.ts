@@ -33,6 +33,15 @@ export function configFrom(options: DataOptions, overrides: { port?: number; hos
 }
 
 /**
+ * The same, for commands that never call an upstream (user, key, credits, openapi, healthcheck):
+ * an unset `${NAME}` in an upstream account is left unresolved instead of stopping the command.
+ * Commands that call upstreams (serve, upstreams, doctor) use configFrom, which resolves all.
+ */
+export function configWithoutUpstreamSecrets(options: DataOptions): Config {
+  return loadConfig({ file: options.config, overrides: { data_dir: options.data }, upstreamSecrets: "defer" });
+}
+
+/**
  * Runs fn on the database of config's data directory, which must exist, and closes it after.
  * Only `serve` and `user add` create a database: otherwise a mistyped --data would make a new
  * empty one and answer "no user with email …".

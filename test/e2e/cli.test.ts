@@ -309,6 +309,30 @@ describe("startup refusals and healthcheck", () => {
     expect(unknown.stderr).toContain("limits.concurency: unknown key");
   });
 
+  test("an unset ${VAR} in an upstream account: user, key and openapi work; serve and upstreams stop naming it", async () => {
+    const dir = tempDir();
+    scratch.push(dir);
+    const file = join(dir, "atelier.toml");
+    writeFileSync(
+      file,
+      `[[upstreams]]\nid = "up"\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n[[upstreams.accounts]]\nid = "a"\napi_key = "\${UNSET_UP_KEY}"\n` +
+        `[[models]]\nid = "remote"\nkind = "image"\nupstream = "up"\n`,
+    );
+    const env = { ATELIER_CONFIG: file, ATELIER_DATA: dir };
+    expect(await runAtelier(ATELIER_FROM_SOURCE, ["user", "add", "nosecret@example.com", "--credits", "3"], { env })).toMatchObject({ code: 0, stderr: "" });
+    expect(await runAtelier(ATELIER_FROM_SOURCE, ["credits", "grant", "nosecret@example.com", "2"], { env })).toMatchObject({ code: 0, stderr: "" });
+    const key = await runAtelier(ATELIER_FROM_SOURCE, ["key", "create", "nosecret@example.com"], { env });
+    expect(key).toMatchObject({ code: 0, stderr: "" });
+    expect((await runAtelier(ATELIER_FROM_SOURCE, ["user", "list"], { env })).stdout).toContain("nosecret@example.com");
+    expect((await runAtelier(ATELIER_FROM_SOURCE, ["openapi"], { env })).code).toBe(0);
+    for (const args of [["serve", "--port", "0", "--host", "127.0.0.1"], ["upstreams"]]) {
+      const r = await runAtelier(ATELIER_FROM_SOURCE, args, { env });
+      expect({ args, code: r.code }).toEqual({ args, code: 1 });
+      expect(r.stderr).toContain("upstreams[0].accounts[0].api_key: environment variable UNSET_UP_KEY is not set");
+      expect(r.stdout).not.toContain('"listening"');
+    }
+  });
+
   test("a database from a newer atelier: serve refuses to start and leaves it alone", async () => {
     const dir = tempDir();
     scratch.push(dir);

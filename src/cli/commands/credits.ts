@@ -1,6 +1,6 @@
 /** `atelier credits grant`: adds credits to a user's balance, recorded in the ledger as the CLI's. */
 import { COMMON_HELP, parseCommand, positiveInteger, UsageError } from "../args";
-import { configFrom, requireUserByEmail, withExistingStore, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, requireUserByEmail, withExistingStore, type Io } from "../shared";
 import { MAX_CREDIT_GRANT } from "../../core/limits";
 
 const USAGE = `Usage: atelier credits grant <email> <N> [--note TEXT]
@@ -15,7 +15,7 @@ export function creditsCommand(argv: string[], io: Io): number {
   if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${USAGE}`);
   if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${USAGE}`);
   const n = positiveInteger("N", amount, false, MAX_CREDIT_GRANT);
-  return withExistingStore(configFrom(values), (store) => {
+  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
     const u = requireUserByEmail(store, email);
     const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
     io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);

@@ -1,6 +1,6 @@
 /** `atelier healthcheck`: for container HEALTHCHECKs on images without curl (the distroless one). */
 import { COMMON_HELP, noPositionals, parseCommand } from "../args";
-import { configFrom, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, type Io } from "../shared";
 
 const USAGE = `Usage: atelier healthcheck [--url URL]
 
@@ -14,7 +14,7 @@ export async function healthcheckCommand(argv: string[], io: Io): Promise<number
   const { values, positionals } = parseCommand(argv, { url: { type: "string" } }, USAGE);
   if (values.help) return io.out(USAGE), 0;
   noPositionals("healthcheck", positionals, USAGE);
-  const base = values.url ?? localServerUrl(configFrom(values).server);
+  const base = values.url ?? localServerUrl(configWithoutUpstreamSecrets(values).server);
   try {
     const res = await fetch(new URL("/healthz", base), { signal: AbortSignal.timeout(5000) });
     if (res.status === 200) return io.out(`ok ${base}`), 0;

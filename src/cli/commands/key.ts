@@ -3,7 +3,7 @@ import { createKey } from "../../core/accounts";
 import { hashApiKey, looksLikeApiKey } from "../../core/apiKeys";
 import type { Store } from "../../store";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
-import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type Io } from "../shared";
 import { MAX_KEY_NAME_CHARS } from "../../core/limits";
 
 const USAGE = `Usage:
@@ -19,7 +19,7 @@ export function keyCommand(argv: string[], io: Io): number {
   if (values.help) return io.out(USAGE), 0;
   if (!sub) return io.err(USAGE), 2;
   if (!arg || positionals.length > 2) throw new UsageError(`key ${sub} takes one argument\n\n${USAGE}`);
-  return withExistingStore(configFrom(values), (store) => {
+  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
     if (sub === "create") return keyCreate(store, arg, values.name ?? "cli", io);
     if (sub === "list") return keyList(store, arg, io);
     if (sub === "revoke") return keyRevoke(store, arg, io);

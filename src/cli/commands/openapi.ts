@@ -7,7 +7,7 @@ import { silentLogger } from "../../logger";
 import { createStore } from "../../store";
 import { latestVersion, openDatabase } from "../../store/database";
 import { COMMON_HELP, noPositionals, parseCommand } from "../args";
-import { configFrom, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, type Io } from "../shared";
 
 const USAGE = `Usage: atelier openapi [--output FILE]
 
@@ -36,7 +36,7 @@ export async function openapiCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommand(argv, { output: { type: "string" } }, USAGE);
   if (values.help) return io.out(USAGE), 0;
   noPositionals("openapi", positionals, USAGE);
-  const document = await renderOpenApi(configFrom(values));
+  const document = await renderOpenApi(configWithoutUpstreamSecrets(values));
   if (values.output === undefined) return io.out(document), 0;
   // Written beside the target, then renamed over it: a reader never sees half a document.
   writeFileSync(`${values.output}.tmp`, `${document}\n`);

@@ -3,7 +3,7 @@ import { addUser, hashPassword } from "../../core/accounts";
 import { createStore } from "../../store";
 import { latestVersion, openDatabase } from "../../store/database";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger, UsageError } from "../args";
-import { configFrom, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type DataOptions, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type DataOptions, type Io } from "../shared";
 import { MAX_CREDIT_GRANT } from "../../core/limits";
 
 const USAGE = `Usage:
@@ -44,7 +44,7 @@ export async function userCommand(argv: string[], io: Io): Promise<number> {
 /** The one command besides `serve` that creates the database: the first user is how an install begins. */
 async function userAdd(email: string, values: Values, io: Io): Promise<number> {
   const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true, MAX_CREDIT_GRANT);
-  const config = configFrom(values);
+  const config = configWithoutUpstreamSecrets(values);
   if (values.password !== undefined) checkPasswordLength(values.password, config.workbench.min_password_length);
   const store = createStore(openDatabase(config.server.data_dir), latestVersion());
   try {
@@ -66,7 +66,7 @@ async function userAdd(email: string, values: Values, io: Io): Promise<number> {
 }
 
 function userList(values: Values, io: Io): number {
-  return withExistingStore(configFrom(values), (store) => {
+  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
     io.out(tabSeparated(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"]));
     // limit -1 is SQLite's "no limit": the store pages by 1000 by default.
     for (const u of store.users.list({ limit: -1 })) {
@@ -77,7 +77,7 @@ function userList(values: Values, io: Io): number {
 }
 
 async function userPassword(email: string, values: Values, io: Io): Promise<number> {
-  const config = configFrom(values);
+  const config = configWithoutUpstreamSecrets(values);
   if (values.password === undefined) throw new UsageError(`user password needs --password\n\n${USAGE}`);
   checkPasswordLength(values.password, config.workbench.min_password_length);
   // Hashed (argon2id, slow on purpose) before the database is opened: the store is held only for the writes.
