@@ -10,6 +10,7 @@ import { docsRoutes } from "./http/docs";
 import { errorResponse } from "./http/errors";
 import { toApiError } from "./http/errorMapping";
 import { opsRoutes } from "./http/ops";
+import { metricsRoutes } from "./http/metrics";
 import { polishOpenApiDocument } from "./http/openapiDocument";
 import { pathOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
@@ -103,6 +104,7 @@ export function createApp(services: Services) {
     .use(docsRoutes())
     .use(workbenchRoutes(services))
     .use(opsRoutes(services))
+    .use(metricsRoutes(services))
     .use(adminUpstreamsRoutes(services))
     .use(modelsRoutes(services))
     .use(chatRoutes(services))

@@ -178,6 +178,24 @@ const Fetch = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Metrics = T.Object(
+  {
+    token: T.Optional(
+      T.String({
+        minLength: 16,
+        description: "The bearer token a Prometheus scrape of /metrics must send (write it as \"${ENV_VAR}\"). Without it /metrics answers 404.",
+      }),
+    ),
+    ledger_check_interval_s: T.Integer({
+      minimum: 1,
+      maximum: 3600,
+      default: 60,
+      description: "How often the ledger invariant (users whose balance differs from their ledger sum) is recomputed; a scrape that finds it older recomputes it first.",
+    }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
@@ -190,6 +208,7 @@ export const ConfigSchema = T.Object(
     workbench: Workbench,
     webhooks: Webhooks,
     fetch: Fetch,
+    metrics: Metrics,
   },
   { additionalProperties: false },
 );

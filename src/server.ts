@@ -18,6 +18,7 @@ import { newId } from "./core/ids";
 import { errorResponse, serverError } from "./http/errors";
 import { SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
 import { attachMeta, pathOf } from "./http/requestMeta";
+import { routeOf } from "./http/metrics";
 
 export interface RunningServer {
   url: string;
@@ -49,6 +50,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
   services.taskEvents.start();
   // Expired images go, and files and rows are reconciled (also after a crash mid-sweep).
   services.imageSweeper.start();
+  services.metrics.start();
 
   const app = createApp(services);
   const inflight = new Set<Promise<unknown>>();
@@ -90,6 +92,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     if (meta.bodyUnread) response.headers.set("connection", "close");
     // @elysiajs/cors echoes a preflight's requested headers verbatim, "undefined" when it asked for none.
     if (response.headers.get("access-control-allow-headers") === "undefined") response.headers.delete("access-control-allow-headers");
+    services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
     if (serverConfig.log_requests) {
       logger.info("request", {
         request_id: meta.id,
@@ -116,7 +119,11 @@ export async function startServer(config: Config, logger: Logger, options: Start
     fetch(request, srv) {
       const p = handle(request, srv);
       inflight.add(p);
-      p.finally(() => inflight.delete(p));
+      services.httpInFlight.count++;
+      p.finally(() => {
+        inflight.delete(p);
+        services.httpInFlight.count--;
+      });
       return p;
     },
     // Only reached if answering itself throws (handle catches everything else): still our shape.
@@ -140,6 +147,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inflight.size });
         services.tasks.stop();
+        services.metrics.stop();
         const sweepStopped = services.imageSweeper.stop();
         const graceful = server.stop(false);
         let graceTimer: ReturnType<typeof setTimeout> | undefined;

@@ -30,6 +30,7 @@ import { ImageLinks } from "./core/imageLinks";
 import { ImageThumbnails } from "./core/imageThumbnails";
 import { decodeImageOffThread, encodePng } from "./core/image/codec";
 import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
+import { Metrics } from "./http/metrics";
 
 export interface AppDeps {
   config: Config;
@@ -68,6 +69,10 @@ export interface Services {
   thumbnails: ImageThumbnails;
   /** Where finished tasks are announced: the webhook dispatcher (its delivery worker is started and stopped by the server). */
   taskEvents: WebhookDispatcher;
+  /** The Prometheus registry behind /metrics ([metrics]); its refresh timer is started and stopped by the server. */
+  metrics: Metrics;
+  /** HTTP requests being answered (the server wrapper counts them; 0 under app.handle()). */
+  httpInFlight: { count: number };
 }
 
 /** builtin-chat answers chat models whose source is the built-in engines; upstream chat engines register by upstream id. */
@@ -142,7 +147,7 @@ export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
   const images = createImageArchive(deps, clock);
-  const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents"> = {
+  const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {
     config: deps.config,
     store: deps.store,
     logger: deps.logger,
@@ -167,6 +172,11 @@ export function createServices(deps: AppDeps): Services {
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
+  const httpInFlight = { count: 0 };
+  const metrics = new Metrics(
+    { store: deps.store, gates: services.gates, pools: () => upstreams.list(), inFlight: () => httpInFlight.count },
+    { token: deps.config.metrics.token, ledgerCheckIntervalMs: deps.config.metrics.ledger_check_interval_s * 1000 },
+  );
   const imageFlow: ImageFlowDeps = {
     store: deps.store,
     gate: services.gates.image,
@@ -178,6 +188,7 @@ export function createServices(deps: AppDeps): Services {
     busyWaitMs: deps.config.database.busy_wait_ms,
     describeFailure,
     images,
+    observeTimings: (t) => metrics.observeImage(t),
   };
   const taskEvents = createWebhookDispatcher(deps, clock);
   const { limits } = deps.config;
@@ -188,6 +199,6 @@ export function createServices(deps: AppDeps): Services {
     limits: { concurrency: limits.async_concurrency, perUserConcurrency: limits.async_per_user_concurrency, queueSize: limits.async_queue_size, perUserQueueSize: limits.async_per_user_queue_size },
     retentionMs: deps.config.tasks.retention_hours * 3_600_000,
   });
-  return { ...services, upstreams, imageFlow, tasks, taskEvents };
+  return { ...services, upstreams, imageFlow, tasks, taskEvents, metrics, httpInFlight };
 }
 

@@ -45,11 +45,12 @@ const SECTIONS: [string, TObject][] = [
   ["`[storage]`", objectOf(ConfigSchema.properties.storage)],
   ["`[webhooks]`", objectOf(ConfigSchema.properties.webhooks)],
   ["`[fetch]`", objectOf(ConfigSchema.properties.fetch)],
+  ["`[metrics]`", objectOf(ConfigSchema.properties.metrics)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "fetch", "limits", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "fetch", "limits", "metrics", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {

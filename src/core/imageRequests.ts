@@ -52,6 +52,16 @@ export interface ImageFlowDeps extends FlowDeps {
   busyWaitMs: number;
   /** Where every successful output is kept (core/imageArchive). */
   images?: ImageKeeper;
+  /** Told how long each charged request waited, generated and spent upstream (the metrics). */
+  observeTimings?: (timings: ImageTimings) => void;
+}
+
+/** The durations of one charged image request, in milliseconds; upstreamMs only for upstream engines. */
+export interface ImageTimings {
+  kind: ImageRequestKind;
+  queueMs: number;
+  generationMs: number;
+  upstreamMs: number | null;
 }
 
 /**
@@ -113,9 +123,15 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
         },
         cancel,
       ).result;
+    } catch (e) {
+      generationMs = Math.round(performance.now() - started);
+      const upstreamMs = e instanceof EngineError ? (e.trace?.upstreamLatencyMs ?? null) : null;
+      deps.observeTimings?.({ kind: req.kind, queueMs, generationMs, upstreamMs });
+      throw e;
     } finally {
       generationMs = Math.round(performance.now() - started);
     }
+    deps.observeTimings?.({ kind: req.kind, queueMs, generationMs, upstreamMs: image.trace?.upstreamLatencyMs ?? null });
     if (cancel?.aborted) throw new TaskCanceled();
     await verifyOutput(image);
     const stored = await keepImage(deps, req, image);

@@ -108,6 +108,17 @@ interface AccountRuntime {
   disabled: DisabledInfo | null;
   /** Smooth weighted round robin counter, for ties. */
   wrr: number;
+  /** Attempts started on this account, and failed ones by kind, since the process started (for metrics). */
+  attempts: number;
+  failures: Map<AttemptFailureKind, number>;
+}
+
+/** One account's attempt counters since the process started. */
+export interface AccountAttemptCounts {
+  upstreamId: string;
+  accountId: string;
+  attempts: number;
+  failures: Map<AttemptFailureKind, number>;
 }
 
 export class AccountPool {
@@ -137,6 +148,8 @@ export class AccountPool {
       recentFailures: [],
       disabled: null,
       wrr: 0,
+      attempts: 0,
+      failures: new Map(),
     }));
     this.refreshDisabled();
   }
@@ -205,6 +218,7 @@ export class AccountPool {
       if (!account) break;
 
       attempts++;
+      account.attempts++;
       tried.add(account.cfg.id);
       account.inFlight++;
       this.changed();
@@ -228,6 +242,7 @@ export class AccountPool {
               : new AttemptFailure("failed", e instanceof Error ? e.message : String(e)),
         );
         last = { account: account.cfg.id, failure };
+        account.failures.set(failure.kind, (account.failures.get(failure.kind) ?? 0) + 1);
         this.recordFailure(account, failure);
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
@@ -417,6 +432,11 @@ export class AccountPool {
         recentFailures: [...a.recentFailures],
       };
     });
+  }
+
+  /** Attempts and failures (by kind) per account since the process started. */
+  attemptCounts(): AccountAttemptCounts[] {
+    return this.accounts.map((a) => ({ upstreamId: this.upstreamId, accountId: a.cfg.id, attempts: a.attempts, failures: new Map(a.failures) }));
   }
 
   /** Writes a last snapshot, then stops background writes (the store is about to close). */

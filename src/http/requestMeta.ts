@@ -16,6 +16,8 @@ export interface RequestMeta {
   clientAddress?: string;
   /** The URL's path, parsed once for the hooks that route on it (CORS, 405, logging). */
   path?: string;
+  /** The route pattern Elysia matched (e.g. /v1/images/tasks/:id), for metrics labels; unset when none matched. */
+  route?: string;
   /** Bytes reserved in the body budget for this request; released when the response is done. */
   reservedBodyBytes: number;
   /** The request has a body that nobody has read to the end (so far): the answer must close the connection. */

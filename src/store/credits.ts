@@ -49,6 +49,31 @@ export class CreditStore implements CreditLedger {
     return this.db.query<{ credits: number }, [number]>("SELECT credits FROM users WHERE id = ?").get(userId)?.credits ?? null;
   }
 
+  /**
+   * Users whose balance differs from the sum of their ledger rows: must always be 0. One pass
+   * over the ledger (grouped), joined to the users table.
+   */
+  ledgerMismatches(): number {
+    return (
+      this.db
+        .query<{ n: number }, []>(
+          `SELECT COUNT(*) AS n FROM users u LEFT JOIN (SELECT user_id, SUM(amount) AS total FROM ledger GROUP BY user_id) l ON l.user_id = u.id
+            WHERE u.credits != COALESCE(l.total, 0)`,
+        )
+        .get()?.n ?? 0
+    );
+  }
+
+  /** The ledger's credits by kind in rows after `afterId` (as positive amounts), and the last row id seen. */
+  ledgerTotalsSince(afterId: number): { lastId: number; byKind: Map<LedgerRow["kind"], number> } {
+    const rows = this.db
+      .query<{ kind: LedgerRow["kind"]; total: number; last: number }, [number]>(
+        "SELECT kind, SUM(ABS(amount)) AS total, MAX(id) AS last FROM ledger WHERE id > ? GROUP BY kind",
+      )
+      .all(afterId);
+    return { lastId: rows.reduce((m, r) => Math.max(m, r.last), afterId), byKind: new Map(rows.map((r) => [r.kind, r.total])) };
+  }
+
   /** Adds credits (admin grant). */
   grant(userId: number, amount: number, now: number, note?: string, actor?: string): number {
     if (!Number.isInteger(amount) || amount <= 0) throw new RangeError("grant amount must be a positive integer");

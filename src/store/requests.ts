@@ -38,6 +38,11 @@ export interface RequestFilter {
 export class RequestStore implements RequestLog {
   constructor(private readonly db: Db) {}
 
+  /** Requests charged and not yet finished (indexed by status). */
+  pendingCount(): number {
+    return this.db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM requests WHERE status = 'pending'").get()?.n ?? 0;
+  }
+
   get(id: string): RequestRow | null {
     return this.db.query<RequestRow, [string]>("SELECT * FROM requests WHERE id = ?").get(id);
   }
