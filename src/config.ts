@@ -29,6 +29,10 @@ const Server = T.Object(
     builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),
     default_image_model: T.Optional(T.String({ description: "Image model used when a request names none." })),
     log_requests: T.Boolean({ default: true }),
+    log_format: T.Union([T.Literal("json"), T.Literal("pretty")], {
+      default: "json",
+      description: "json: one JSON object per line (for a log pipeline); pretty: one readable line per event (for a terminal).",
+    }),
   },
   { additionalProperties: false, default: {} },
 );

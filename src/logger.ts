@@ -1,5 +1,10 @@
-/** Structured logging: one JSON object per line. Callers never pass secrets. */
+/**
+ * Structured logging: one event per line. "json" (the default) is one JSON object per line for a
+ * log pipeline; "pretty" is one readable line per event for a human at a terminal. Callers never
+ * pass secrets.
+ */
 export type LogLevel = "debug" | "info" | "warn" | "error";
+export type LogFormat = "json" | "pretty";
 
 export interface Logger {
   log(level: LogLevel, msg: string, fields?: Record<string, unknown>): void;
@@ -8,15 +13,46 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
 }
 
-export function createLogger(write: (line: string) => void = (line) => process.stdout.write(line + "\n")): Logger {
-  const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) =>
-    write(JSON.stringify({ ts: new Date().toISOString(), level, msg, ...fields }));
+export function createLogger(write: (line: string) => void = (line) => process.stdout.write(line + "\n"), format: LogFormat = "json"): Logger {
+  const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) => {
+    const ts = new Date().toISOString();
+    write(format === "pretty" ? prettyLine(ts, level, msg, fields) : JSON.stringify({ ts, level, msg, ...fields }));
+  };
   return {
     log,
     info: (msg, fields) => log("info", msg, fields),
     warn: (msg, fields) => log("warn", msg, fields),
     error: (msg, fields) => log("error", msg, fields),
   };
+}
+
+/**
+ * `2026-01-02T03:04:05.678Z INFO  request GET /v1/images/generations 200 812.4ms user_id=3 …`:
+ * then every other field as key=value, values that are not plain words JSON-quoted, so a line
+ * never breaks in two and stays greppable. A stack goes on the lines after it, indented.
+ */
+export function prettyLine(ts: string, level: LogLevel, msg: string, fields: Record<string, unknown>): string {
+  const parts = [ts, level.toUpperCase().padEnd(5), msg];
+  let rest = fields;
+  if (msg === "request") {
+    // The access log's leading fields, shown bare: `GET /v1/models 200 3.1ms`.
+    const { method, path, status, duration_ms, ...others } = fields;
+    parts.push(String(method ?? "-"), String(path ?? "-"), String(status ?? "-"), `${duration_ms ?? "-"}ms`);
+    rest = others;
+  }
+  const { stack, ...shown } = rest;
+  for (const [key, value] of Object.entries(shown)) {
+    if (value === undefined || value === null) continue;
+    parts.push(`${key}=${prettyValue(value)}`);
+  }
+  const line = parts.join(" ");
+  return typeof stack === "string" ? `${line}\n${stack.replace(/^/gm, "    ")}` : line;
+}
+
+function prettyValue(value: unknown): string {
+  if (typeof value === "string") return /^[\w.:/@+-]+$/.test(value) ? value : JSON.stringify(value);
+  if (typeof value === "number" || typeof value === "boolean") return String(value);
+  return JSON.stringify(value) ?? String(value);
 }
 
 export const silentLogger: Logger = createLogger(() => {});

@@ -18,6 +18,7 @@ import { newId } from "./core/ids";
 import { errorResponse, serverError } from "./http/errors";
 import { SERVING_BUSY_TIMEOUT_MS } from "./store/busy";
 import { attachMeta, pathOf } from "./http/requestMeta";
+import { accessLogFields } from "./http/accessLog";
 import { routeOf } from "./http/metrics";
 
 export interface RunningServer {
@@ -94,14 +95,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
     if (response.headers.get("access-control-allow-headers") === "undefined") response.headers.delete("access-control-allow-headers");
     services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
     if (serverConfig.log_requests) {
-      logger.info("request", {
-        request_id: meta.id,
-        method: request.method,
-        path: path ?? null,
-        status: response.status,
-        duration_ms: Math.round((performance.now() - meta.startedAt) * 10) / 10,
-        user_id: meta.userId ?? null,
-      });
+      const durationMs = performance.now() - meta.startedAt;
+      logger.info("request", accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store));
     }
     return response;
   };

@@ -31,6 +31,8 @@ export interface ApiKeyRow {
 /** What authentication needs: the key and its owner, in one query. */
 export interface KeyOwner {
   key_id: number;
+  /** The key's display prefix (`sk-atl-` + 8 characters), safe to log. */
+  key_prefix: string;
   key_revoked_at: number | null;
   user_id: number;
   email: string;

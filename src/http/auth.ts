@@ -11,6 +11,8 @@ import { metaOf } from "./requestMeta";
 export interface Principal {
   userId: number;
   keyId: number | null;
+  /** The key's display prefix, for the access log; absent for a session. */
+  keyPrefix?: string;
   email: string;
   role: Role;
   via: "key" | "session";
@@ -62,7 +64,7 @@ function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal {
     throw unauthorized("Incorrect API key provided, or the key was revoked. Check the key or create a new one in the workbench.", "invalid_api_key");
   }
   if (owner.disabled) throw forbidden("This account has been disabled; contact the administrator.", "account_disabled");
-  return { userId: owner.user_id, keyId: owner.key_id, email: owner.email, role: owner.role, via: "key" };
+  return { userId: owner.user_id, keyId: owner.key_id, keyPrefix: owner.key_prefix, email: owner.email, role: owner.role, via: "key" };
 }
 
 /** Adds `principal` to every route of the instance that uses it. */

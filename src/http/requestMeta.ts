@@ -10,6 +10,8 @@ export interface RequestMeta {
   id: string;
   startedAt: number;
   userId?: number;
+  /** The id of this request's record in the history when it is not `id` (chat: `chatcmpl-…`); the access log reads it. */
+  recordId?: string;
   /** Who the caller is, once authenticated: later steps of the same request reuse it. */
   principal?: Principal;
   /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */

@@ -20,7 +20,7 @@ export class ApiKeyStore {
   ownerByHash(secretHash: string): KeyOwner | null {
     return this.db
       .query<KeyOwner, [string]>(
-        `SELECT k.id AS key_id, k.revoked_at AS key_revoked_at, u.id AS user_id, u.email, u.role, u.disabled
+        `SELECT k.id AS key_id, k.prefix AS key_prefix, k.revoked_at AS key_revoked_at, u.id AS user_id, u.email, u.role, u.disabled
            FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.secret_hash = ?`,
       )
       .get(secretHash);

@@ -333,6 +333,32 @@ describe("operations", () => {
     expect(all).not.toMatch(/sk-atl-[0-9A-Za-z]{20,}/);
   });
 
+  test("image and chat log lines say who spent what: user, key prefix, model, credits charged and refunded, upstream", async () => {
+    const spender = await server.userWithKey({ credits: 5 });
+    const post = async (path: string, body: unknown) => {
+      const res = await fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${spender.key}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      await res.arrayBuffer();
+      const id = res.headers.get("x-request-id");
+      return server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === "request" && l.request_id === id);
+    };
+    const who = { user_id: spender.userId, key_prefix: spender.key.slice(0, 15) };
+    expect(await post("/v1/images/generations", { model: "builtin-image", prompt: "a lighthouse", size: "256x256" })).toMatchObject({
+      ...who, status: 200, model: "builtin-image", credits_charged: 1, credits_refunded: 0, upstream: null, outcome: "succeeded",
+    });
+    // The upstream is unreachable: charged, then refunded, and the line names the account tried.
+    expect(await post("/v1/images/generations", { model: "acme/sd xl+1.0", prompt: "a lighthouse" })).toMatchObject({
+      ...who, model: "acme/sd xl+1.0", credits_charged: 1, credits_refunded: 1, upstream: "acme/main", outcome: "failed",
+    });
+    expect(await post("/v1/chat/completions", { model: "builtin-chat", messages: [{ role: "user", content: "hi" }] })).toMatchObject({
+      ...who, status: 200, model: "builtin-chat", credits_charged: 0, credits_refunded: 0,
+    });
+    expect(server.logs.join("\n")).not.toContain(spender.key.slice(15));
+  });
+
   test("the log line of a key holder's rejected POST names the user (a 400 is still someone's request)", async () => {
     const res = await fetch(`${server.url}${POST_ROUTE}`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ model: "builtin-chat" }) });
     expect(res.status).toBe(400);

@@ -20,7 +20,7 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
   // 0 is allowed: the system picks a free port, and the "listening" log line names it.
   const port = values.port === undefined ? undefined : positiveInteger("--port", values.port, true);
   const config = configFrom(values, { port, host: values.host });
-  const logger = createLogger();
+  const logger = createLogger(undefined, config.server.log_format);
   const server = await startServer(config, logger);
   // data_dir/atelier.lock names this process while it serves: `atelier restore` refuses to run under it.
   const releaseLock = holdServerLock(config.server.data_dir);

@@ -15,6 +15,7 @@ import { apiAuth } from "../../auth";
 import { acceptApiBody } from "../../body";
 import { describeFailure } from "../../errorMapping";
 import { badRequest, modelNotFound, type ApiError } from "../../errors";
+import { metaOf } from "../../requestMeta";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ChatCompletion, ChatCompletionRequest } from "./model";
 import { normalizeBody } from "./parse";
@@ -56,6 +57,8 @@ export function chatRoutes(deps: ChatDeps) {
         if (model.kind !== "chat") throw notAChatModel(model, catalog.list().filter((m) => m.kind === "chat").map((m) => m.id));
 
         const id = newId("chatcmpl-");
+        // The access log reads the outcome from this record.
+        metaOf(request).recordId = id;
         const created = Math.floor(clock() / 1000);
         const lastUser = body.messages[body.messages.length - 1]!.content;
         const { result } = await runChatRequest(

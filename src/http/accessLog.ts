@@ -1,0 +1,50 @@
+/**
+ * The fields of the access log line, one per request: who (user, key prefix — never the key),
+ * what (method, path, status, duration) and, for image and chat requests, the model, the
+ * credits charged and refunded so far, and the upstream account that served it, read from the
+ * request's own record (store/requests), the one place those facts live. An async or streamed
+ * image answer is logged when its answer starts: its charge shows, its outcome is in the history.
+ */
+import type { Store } from "../store";
+import type { RequestMeta } from "./requestMeta";
+
+/** The routes whose requests have a record (POST /v1/images/generations, /edits, /v1/chat/completions). */
+const RECORDED = /^\/v1\/(images\/(generations|edits)|chat\/completions)\/?$/;
+
+export interface AccessLogInput {
+  meta: RequestMeta;
+  method: string;
+  path: string | undefined;
+  status: number;
+  durationMs: number;
+}
+
+export function accessLogFields(input: AccessLogInput, store: Pick<Store, "requests">): Record<string, unknown> {
+  const { meta, method, path } = input;
+  const fields: Record<string, unknown> = {
+    request_id: meta.id,
+    method,
+    path: path ?? null,
+    status: input.status,
+    duration_ms: Math.round(input.durationMs * 10) / 10,
+    user_id: meta.userId ?? null,
+    key_prefix: meta.principal?.keyPrefix ?? null,
+  };
+  if (method !== "POST" || path === undefined || !RECORDED.test(path) || meta.userId === undefined) return fields;
+  // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
+  let row: ReturnType<Store["requests"]["get"]>;
+  try {
+    row = store.requests.get(meta.recordId ?? meta.id);
+  } catch {
+    return fields; // a log line never fails a request
+  }
+  if (!row) return fields;
+  return {
+    ...fields,
+    model: row.model,
+    credits_charged: row.credits_charged,
+    credits_refunded: row.credits_refunded,
+    upstream: row.upstream_id === null ? null : row.account_id === null ? row.upstream_id : `${row.upstream_id}/${row.account_id}`,
+    outcome: row.status,
+  };
+}
