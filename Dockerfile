@@ -11,7 +11,8 @@
 FROM oven/bun:1.4.5 AS build
 WORKDIR /src
 COPY package.json bun.lock bunfig.toml tsconfig.json ./
-RUN bun install --frozen-lockfile
+# Production dependencies only: the compiler needs nothing from devDependencies (types, tests).
+RUN bun install --frozen-lockfile --production
 COPY src ./src
 # The commit shown by `atelier --version` and /healthz (.git is not in the build context):
 #   docker build --build-arg ATELIER_COMMIT=$(git rev-parse --short HEAD) -t atelier .
@@ -23,6 +24,14 @@ RUN bun run build \
 
 # --- run: glibc and nothing else; no shell, no package manager -------------------------------
 FROM gcr.io/distroless/base-debian12:nonroot
+# OCI labels (https://github.com/opencontainers/image-spec/blob/main/annotations.md); the
+# version is package.json's (test/shipping.test.ts keeps them equal), the revision the commit.
+ARG ATELIER_COMMIT=unknown
+LABEL org.opencontainers.image.title="Atelier" \
+      org.opencontainers.image.description="OpenAI-compatible image generation and chat gateway in one binary" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.revision="${ATELIER_COMMIT}" \
+      org.opencontainers.image.base.name="gcr.io/distroless/base-debian12:nonroot"
 COPY --from=build /out/atelier /usr/local/bin/atelier
 # The volume's mount point must belong to the non-root user (65532) so a fresh volume is writable.
 COPY --from=build --chown=65532:65532 /out/data /data

@@ -131,7 +131,10 @@ export async function startServer(config: Config, logger: Logger, options: Start
 
   const port = server.port ?? config.server.port;
   const url = `http://${config.server.host === "0.0.0.0" ? "127.0.0.1" : config.server.host}:${port}`;
-  logger.info("listening", { url, data_dir: config.server.data_dir, models: services.catalog.list().map((m) => m.id) });
+  // The address the socket is bound to, as the system reports it (port 0 resolved; "0.0.0.0" or "::" means every interface).
+  const boundHost = server.hostname ?? config.server.host;
+  const address = `${boundHost.includes(":") ? `[${boundHost}]` : boundHost}:${port}`;
+  logger.info("listening", { address, url, data_dir: config.server.data_dir, models: services.catalog.list().map((m) => m.id) });
 
   let stopping: Promise<void> | undefined;
   return {

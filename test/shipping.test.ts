@@ -113,4 +113,34 @@ describe("shipping", () => {
       for (const source of m[1]!.split(/\s+/)) expect({ source, exists: existsSync(join(root, source)) }).toEqual({ source, exists: true });
     }
   });
+
+  test("the Dockerfile's build stage installs production dependencies only; the image has OCI labels with the package version", () => {
+    const buildStage = dockerfile.slice(dockerfile.indexOf(" AS build"), dockerfile.indexOf("\nFROM ", dockerfile.indexOf(" AS build")));
+    expect(buildStage).toMatch(/^RUN bun install --frozen-lockfile --production$/m);
+    const runStage = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
+    const label = (name: string) => new RegExp(`org\\.opencontainers\\.image\\.${name}="([^"]*)"`).exec(runStage)?.[1];
+    expect(label("title")).toBe("Atelier");
+    expect(label("version")).toBe((JSON.parse(read("package.json")) as { version: string }).version);
+    expect(label("revision")).toBe("${ATELIER_COMMIT}");
+    expect(label("description")).toBeTruthy();
+    // The commit reaches `bun run build` (which bakes it in) as a build argument.
+    expect(buildStage).toMatch(/^ARG ATELIER_COMMIT=/m);
+    expect(pkg.scripts.build).toContain("ATELIER_COMMIT");
+  });
+
+  test("deploy/docker-compose.yml: the image's service with a volume, the healthcheck, and a stop grace period above shutdown_grace_ms", () => {
+    const compose = Bun.YAML.parse(read("deploy/docker-compose.yml")) as {
+      services: Record<string, { build?: { context: string }; volumes?: string[]; healthcheck?: { test: string[] }; stop_grace_period?: string }>;
+      volumes?: Record<string, unknown>;
+    };
+    const service = compose.services.atelier!;
+    expect(join(root, "deploy", service.build!.context)).toBe(root);
+    expect(service.volumes).toContain("atelier-data:/data");
+    expect(Object.keys(compose.volumes ?? {})).toContain("atelier-data");
+    expect(service.healthcheck?.test).toEqual(["CMD", "/usr/local/bin/atelier", "healthcheck"]);
+    const grace = /^(\d+)s$/.exec(service.stop_grace_period ?? "");
+    expect(grace).not.toBeNull();
+    const shutdownGraceMs = (ConfigSchema.properties.server.properties.shutdown_grace_ms as TSchema).default as number;
+    expect(Number(grace![1]) * 1000).toBeGreaterThan(shutdownGraceMs);
+  });
 });

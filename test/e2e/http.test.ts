@@ -359,6 +359,12 @@ describe("operations", () => {
     expect(server.logs.join("\n")).not.toContain(spender.key.slice(15));
   });
 
+  test("the listening line shows the address actually bound (port 0 resolved)", () => {
+    const line = server.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === "listening");
+    expect(line).toMatchObject({ address: `127.0.0.1:${server.port}`, url: `http://127.0.0.1:${server.port}` });
+    expect(server.port).toBeGreaterThan(0);
+  });
+
   test("the log line of a key holder's rejected POST names the user (a 400 is still someone's request)", async () => {
     const res = await fetch(`${server.url}${POST_ROUTE}`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ model: "builtin-chat" }) });
     expect(res.status).toBe(400);
