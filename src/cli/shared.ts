@@ -33,7 +33,8 @@ export function configFrom(options: DataOptions, overrides: { port?: number; hos
 }
 
 /**
- * The same, for commands that never call an upstream (user, key, credits, openapi, healthcheck):
+ * The same, for commands that never call an upstream (user, key, credits, openapi, healthcheck,
+ * backup, restore):
  * an unset `${NAME}` in an upstream account is left unresolved instead of stopping the command.
  * Commands that call upstreams (serve, upstreams, doctor) use configFrom, which resolves all.
  */

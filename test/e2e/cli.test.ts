@@ -309,7 +309,7 @@ describe("startup refusals and healthcheck", () => {
     expect(unknown.stderr).toContain("limits.concurency: unknown key");
   });
 
-  test("an unset ${VAR} in an upstream account: user, key and openapi work; serve and upstreams stop naming it", async () => {
+  test("an unset ${VAR} in an upstream account: user, key, openapi and backup work; serve and upstreams stop naming it", async () => {
     const dir = tempDir();
     scratch.push(dir);
     const file = join(dir, "atelier.toml");
@@ -325,6 +325,7 @@ describe("startup refusals and healthcheck", () => {
     expect(key).toMatchObject({ code: 0, stderr: "" });
     expect((await runAtelier(ATELIER_FROM_SOURCE, ["user", "list"], { env })).stdout).toContain("nosecret@example.com");
     expect((await runAtelier(ATELIER_FROM_SOURCE, ["openapi"], { env })).code).toBe(0);
+    expect(await runAtelier(ATELIER_FROM_SOURCE, ["backup", join(dir, "copy.db")], { env })).toMatchObject({ code: 0, stderr: "" });
     for (const args of [["serve", "--port", "0", "--host", "127.0.0.1"], ["upstreams"]]) {
       const r = await runAtelier(ATELIER_FROM_SOURCE, args, { env });
       expect({ args, code: r.code }).toEqual({ args, code: 1 });

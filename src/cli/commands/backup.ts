@@ -9,7 +9,7 @@ import { databasePath } from "../../store/database";
 import { copyDatabaseInto, inspectDatabase } from "../../store/maintenance";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
 import { runningServerPid } from "../serverLock";
-import { configFrom, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, type Io } from "../shared";
 
 const BACKUP_USAGE = `Usage: atelier backup <file> [--force]
 
@@ -53,7 +53,7 @@ export function backupCommand(argv: string[], io: Io): number {
   const { values, positionals } = parseCommand(argv, { force: { type: "boolean" } }, BACKUP_USAGE);
   if (values.help) return io.out(BACKUP_USAGE), 0;
   const target = onePath("backup", positionals, BACKUP_USAGE);
-  const source = databasePath(configFrom(values).server.data_dir);
+  const source = databasePath(configWithoutUpstreamSecrets(values).server.data_dir);
   if (!existsSync(source)) throw new CliError(`no database at ${source}: check --data (or ATELIER_DATA)`);
   if (existsSync(target) && !values.force) throw new CliError(`${target} exists; pass --force to replace it`);
   if (target === source) throw new CliError(`${target} is the database itself`);
@@ -77,7 +77,7 @@ export function restoreCommand(argv: string[], io: Io): number {
   const { values, positionals } = parseCommand(argv, {}, RESTORE_USAGE);
   if (values.help) return io.out(RESTORE_USAGE), 0;
   const backup = onePath("restore", positionals, RESTORE_USAGE);
-  const dataDir = configFrom(values).server.data_dir;
+  const dataDir = configWithoutUpstreamSecrets(values).server.data_dir;
   const pid = runningServerPid(dataDir);
   if (pid !== undefined) throw new CliError(`a server (pid ${pid}) is running on ${dataDir}; stop it first, then restore`);
   if (!existsSync(backup)) throw new CliError(`no file ${backup}`);
