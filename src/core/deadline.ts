@@ -38,3 +38,16 @@ export function withDeadline<T>(ms: number, work: (signal: AbortSignal) => Promi
   const result = Promise.race([running, timedOut]).finally(() => clearTimeout(timer));
   return { result, settled };
 }
+
+/** Resolves after ms, or at once when the signal aborts (never rejects): a wait between polls. */
+export function pauseUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}

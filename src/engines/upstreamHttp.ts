@@ -11,6 +11,7 @@ import { sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
+import type { UpstreamConfig } from "../config";
 
 /** retry-after-ms (ms), else retry-after (seconds or an HTTP date); undefined when absent. */
 export function retryAfterMs(headers: Headers, now: number): number | undefined {
@@ -120,7 +121,8 @@ async function readText(res: Response, limit: number, call: Pick<UpstreamCall, "
   return new TextDecoder().decode(bytes);
 }
 
-async function readBounded(res: Response, limit: number, call: { signal: AbortSignal; redactor: SecretRedactor }): Promise<Uint8Array> {
+/** A body read up to `limit` bytes: a larger one, or a connection that breaks, is a failed attempt; an abort is rethrown. */
+export async function readBounded(res: Response, limit: number, call: { signal: AbortSignal; redactor: SecretRedactor }): Promise<Uint8Array> {
   const declared = Number(res.headers.get("content-length"));
   if (Number.isFinite(declared) && declared > limit) {
     await res.body?.cancel().catch(() => {});
@@ -280,6 +282,21 @@ function errorText(e: unknown): string {
  * verifies the result fully (core/imageRequests verifyOutput: a complete decode), as it does
  * for every engine; this cheap check only decides whether the attempt counts as a success.
  */
+/**
+ * Downloads an image an upstream answered with as a URL, within what is left of the attempt's
+ * deadline and the upstream's download limits.
+ */
+export function downloadWithinAttempt(
+  upstream: Pick<UpstreamConfig, "max_download_bytes" | "download_timeout_ms">,
+  ctx: { signal: AbortSignal; deadline: number },
+  url: string,
+  redactor: SecretRedactor,
+  now: () => number,
+): Promise<Uint8Array> {
+  const remaining = Math.max(1, ctx.deadline - now());
+  return downloadImage(url, { maxBytes: upstream.max_download_bytes, timeoutMs: Math.min(upstream.download_timeout_ms, remaining), signal: ctx.signal, redactor });
+}
+
 export function checkUpstreamImage(bytes: Uint8Array, revisedPrompt?: string): GeneratedImage {
   const mime = sniffImageMime(bytes);
   if (!mime) throw new AttemptFailure("failed", "upstream returned bytes that are not a PNG, JPEG or WebP image");

@@ -30,6 +30,7 @@ import { historyOutcome, promptIdFrom, socketEvent, uploadedFrom, type ComfyFile
 import { comfyMaskFromOpenAI, fieldValues } from "./translate";
 import { ComfyTransport } from "./transport";
 import { comfyModelSettings, filledWorkflow, type ComfyField, type ComfyModelSettings } from "./workflow";
+import { pauseUnlessAborted } from "../../core/deadline";
 
 /** History polling without a websocket. */
 export const HISTORY_POLL_MS = 500;
@@ -169,7 +170,7 @@ export class ComfyUIEngine implements ImageEngine {
       if (outcome.state === "done") return outcome.image;
       if (outcome.state === "error") throw new AttemptFailure("failed", this.redactor.message(outcome.message, MAX_UPSTREAM_MESSAGE_CHARS));
       if (socket?.isOpen && !socket.hasEnded(promptId)) await socket.waitForNews(this.pollMs * SOCKET_POLL_FACTOR, ctx.signal);
-      else await sleep(this.pollMs, ctx.signal);
+      else await pauseUnlessAborted(this.pollMs, ctx.signal);
       if (ctx.signal.aborted) throw ctx.signal.reason ?? new Error("aborted");
     }
   }
@@ -266,15 +267,3 @@ class ComfySocket {
   }
 }
 
-/** Resolves after ms, or at once when the signal aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}

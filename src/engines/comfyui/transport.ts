@@ -8,7 +8,7 @@ import type { UpstreamConfig } from "../../config";
 import type { AccountAuth } from "../credentials";
 import { AttemptFailure, type AttemptContext, type PoolAccountConfig } from "../pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "../redact";
-import { callUpstream, joinUrl, readJson, retryAfterMs, upstreamMessage } from "../upstreamHttp";
+import { callUpstream, joinUrl, readBounded, readJson, retryAfterMs, upstreamMessage } from "../upstreamHttp";
 import type { Clock } from "../../core/clock";
 import { rejectionFromPromptAnswer, type ComfyFileRef } from "./parse";
 
@@ -71,7 +71,7 @@ export class ComfyTransport {
       throw new AttemptFailure("failed", `could not reach the upstream: ${this.redactor.message(e instanceof Error ? e.message : String(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
     }
     if (res.ok) return readJson(res, call);
-    const text = new TextDecoder().decode(await readBytes(res, MAX_PROMPT_ERROR_BYTES, ctx.signal).catch(() => new Uint8Array()));
+    const text = new TextDecoder().decode(await readBounded(res, MAX_PROMPT_ERROR_BYTES, { signal: ctx.signal, redactor: this.redactor }).catch(() => new Uint8Array()));
     if (res.status === 400) throw new AttemptFailure("rejected", this.redactor.message(rejectionFromPromptAnswer(text), MAX_UPSTREAM_MESSAGE_CHARS), undefined, 400);
     const body = upstreamMessage(text, this.redactor);
     if (res.status === 429) throw new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(res.headers, this.clock()), 429);
@@ -89,7 +89,7 @@ export class ComfyTransport {
   async view(ctx: AttemptContext, ref: ComfyFileRef): Promise<Uint8Array> {
     const q = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type });
     const res = await callUpstream({ url: `${this.url(COMFY_PATHS.view)}?${q}`, method: "GET", headers: this.headers(ctx.account), signal: ctx.signal, redactor: this.redactor, now: this.clock, rejectStatuses: [] });
-    return readBytes(res, this.upstream.max_download_bytes, ctx.signal);
+    return readBounded(res, this.upstream.max_download_bytes, { signal: ctx.signal, redactor: this.redactor });
   }
 
   /** POST /upload/image (multipart `image`, type input, overwrite): where ComfyUI stored it. */
@@ -142,27 +142,3 @@ export class ComfyTransport {
   }
 }
 
-/** A body read up to `limit` bytes (a larger one is a failed attempt). */
-async function readBytes(res: Response, limit: number, signal: AbortSignal): Promise<Uint8Array> {
-  const declared = Number(res.headers.get("content-length"));
-  if (Number.isFinite(declared) && declared > limit) {
-    await res.body?.cancel().catch(() => {});
-    throw new AttemptFailure("failed", `upstream answer of ${declared} bytes exceeds the limit of ${limit}`);
-  }
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    for await (const chunk of (res.body ?? []) as unknown as AsyncIterable<Uint8Array>) {
-      total += chunk.byteLength;
-      if (total > limit) {
-        await res.body?.cancel().catch(() => {});
-        throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${limit} bytes`);
-      }
-      chunks.push(chunk);
-    }
-  } catch (e) {
-    if (e instanceof AttemptFailure || signal.aborted) throw e;
-    throw new AttemptFailure("failed", "the upstream connection broke while reading its answer");
-  }
-  return new Uint8Array(Buffer.concat(chunks));
-}

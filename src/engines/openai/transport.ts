@@ -6,7 +6,7 @@ import type { UpstreamConfig } from "../../config";
 import type { AttemptContext } from "../pool";
 import type { AccountAuth } from "../credentials";
 import type { SecretRedactor } from "../redact";
-import { callJson, callUpstream, downloadImage, joinUrl, readJson, readServerSentEvents, type ServerSentEvent, type UpstreamCall } from "../upstreamHttp";
+import { callJson, callUpstream, downloadWithinAttempt, joinUrl, readJson, readServerSentEvents, type ServerSentEvent, type UpstreamCall } from "../upstreamHttp";
 import type { Clock } from "../../core/clock";
 
 export const CHAT_PATH = "/chat/completions";
@@ -48,13 +48,7 @@ export class OpenAITransport {
    * download limits and what is left of the attempt.
    */
   download(ctx: AttemptContext, url: string): Promise<Uint8Array> {
-    const remaining = Math.max(1, ctx.deadline - this.clock());
-    return downloadImage(url, {
-      maxBytes: this.upstream.max_download_bytes,
-      timeoutMs: Math.min(this.upstream.download_timeout_ms, remaining),
-      signal: ctx.signal,
-      redactor: this.redactor,
-    });
+    return downloadWithinAttempt(this.upstream, ctx, url, this.redactor, this.clock);
   }
 
   /**

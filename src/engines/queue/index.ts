@@ -24,8 +24,9 @@ import { UpstreamRejected } from "../../core/engine";
 import type { Clock } from "../../core/clock";
 import { AttemptFailure, type AccountPool, type AttemptContext } from "../pool";
 import { SecretRedactor } from "../redact";
-import { callJson, checkUpstreamImage, downloadImage, joinUrl, type UpstreamCall } from "../upstreamHttp";
+import { callJson, checkUpstreamImage, downloadWithinAttempt, joinUrl, type UpstreamCall } from "../upstreamHttp";
 import { queueAuthHeaders, type KeyScheme } from "./auth";
+import { pauseUnlessAborted } from "../../core/deadline";
 
 /** First status poll after submitting (the pool's registration lets tests shorten it). */
 export const FIRST_POLL_MS = 500;
@@ -135,7 +136,7 @@ export class QueueEngine implements ImageEngine {
     try {
       let wait = this.firstPollMs;
       while (outcome.state === "pending") {
-        await sleep(Math.min(wait, Math.max(0, ctx.deadline - this.clock())), ctx.signal);
+        await pauseUnlessAborted(Math.min(wait, Math.max(0, ctx.deadline - this.clock())), ctx.signal);
         ctx.signal.throwIfAborted();
         wait = Math.min(MAX_POLL_MS, Math.ceil(wait * POLL_BACKOFF));
         outcome = this.translator.readStatus(await this.get(ctx, handle.statusUrl, auth), handle);
@@ -171,13 +172,7 @@ export class QueueEngine implements ImageEngine {
   }
 
   private download(ctx: AttemptContext, url: string): Promise<Uint8Array> {
-    const remaining = Math.max(1, ctx.deadline - this.clock());
-    return downloadImage(url, {
-      maxBytes: this.upstream.max_download_bytes,
-      timeoutMs: Math.min(this.upstream.download_timeout_ms, remaining),
-      signal: ctx.signal,
-      redactor: this.redactor,
-    });
+    return downloadWithinAttempt(this.upstream, ctx, url, this.redactor, this.clock);
   }
 
   /** Asks the provider to drop a job we no longer wait for; best effort, in the background. */
@@ -209,18 +204,6 @@ export function onUpstreamSite(url: string, baseUrl: string): boolean {
   return domain.includes(".") && (u.hostname === domain || u.hostname.endsWith(`.${domain}`));
 }
 
-/** Resolves after ms, or at once when the signal aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
 
 /** The shared reading of a queue answer: a plain object or a failed attempt. */
 export function objectAnswer(answer: unknown, what: string): Record<string, unknown> {

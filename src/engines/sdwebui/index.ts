@@ -28,6 +28,7 @@ import { WebUiTransport } from "./transport";
 import type { Clock } from "../../core/clock";
 import { PartialSchedule, partialsWanted, reportProgress } from "../progress";
 import { upstreamPartial } from "../upstreamHttp";
+import { pauseUnlessAborted } from "../../core/deadline";
 
 /** How often a running generation's progress is asked for. */
 export const PROGRESS_POLL_MS = 500;
@@ -81,7 +82,7 @@ export class SdWebUiEngine implements ImageEngine {
     const signal = AbortSignal.any([ctx.signal, stop.signal]);
     const poll = async () => {
       while (!signal.aborted) {
-        await sleep(this.progressPollMs, signal);
+        await pauseUnlessAborted(this.progressPollMs, signal);
         if (signal.aborted) return;
         let progress;
         try {
@@ -100,15 +101,3 @@ export class SdWebUiEngine implements ImageEngine {
   }
 }
 
-/** Resolves after ms, or at once when the signal aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
