@@ -42,7 +42,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const store = createStore(db, latestVersion());
   const services = createServices({ config, store, logger });
   options.customize?.(services);
-  const recovered = store.credits.recoverInterrupted(services.clock(), config.tasks.retention_hours * 3_600_000);
+  const recovered = store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
   store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);

@@ -72,6 +72,11 @@ export class TaskRunner {
 
   constructor(private readonly deps: TaskRunnerDeps) {}
 
+  /** How long a finished task stays readable ([tasks] retention_hours), for every kind of task. */
+  get retentionMs(): number {
+    return this.deps.retentionMs;
+  }
+
   /** Starts running queued tasks (those left from before a restart included) and the expiry sweep. */
   start(): void {
     this.stopped = false;

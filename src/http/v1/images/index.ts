@@ -136,7 +136,7 @@ export function imagesRoutes(services: Services) {
   async function run(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, respondAsync: boolean, idempotency?: IdempotencyClaim, webhookUrl?: string, body?: unknown): Promise<Answer> {
     const req = { requestId: metaOf(request).id, userId: principal.userId, keyId: principal.keyId, kind, job };
     // A keyed task keeps its answer at least as long as its key can replay it.
-    const retentionMs = Math.max(services.config.tasks.retention_hours * 3_600_000, idempotency ? IDEMPOTENCY_TTL_MS : 0);
+    const retentionMs = Math.max(tasks.retentionMs, idempotency ? IDEMPOTENCY_TTL_MS : 0);
     if (respondAsync) {
       const task = await tasks.submit({ request: req, idempotency, webhookUrl });
       return { status: 202, body: await tasks.describe(task), location: `/v1/images/tasks/${task.id}` };
