@@ -9,7 +9,7 @@
  * EngineError…); http/errorMapping turns them into answers and history rows.
  */
 import { InsufficientCreditsError, type IdempotencyClaim, type ImageCharge, type NewTask } from "./store";
-import { imageResultBody, resultForStorage } from "./imageResult";
+import { resultForStorage } from "./imageResult";
 import { NoEngineError, type FlowDeps } from "./requestFlow";
 import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
@@ -176,7 +176,7 @@ export class TaskCanceled extends Error {
  */
 async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: ImageOutcome): Promise<void> {
   const t = outcome.image.trace;
-  const task = req.task ? { result: resultForStorage(imageResultBody(outcome, req.job, deps.clock())), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
+  const task = req.task ? { result: resultForStorage(outcome, req.job, deps.clock()), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
   const details = { queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs, task };
   const recorded = deps.background.track(deps.store.whenWritable(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
   const ok = await landsWithin(recorded, deps.busyWaitMs);

@@ -19,17 +19,29 @@ export interface ImageResultBody {
   output_format: "png" | "jpeg" | "webp";
 }
 
-export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number): ImageResultBody {
-  const { image } = outcome;
+/**
+ * The 200 body. `inline` (the default) carries the image as base64; `by_id` leaves it out, for
+ * an image that is kept (it is named by image_id): how a task stores its result, and the start
+ * of a `url` answer, so neither encodes megabytes of base64 only to drop them.
+ */
+export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number, image: "inline" | "by_id" = "inline"): ImageResultBody {
+  const { image: generated } = outcome;
+  const revised_prompt = generated.revisedPrompt ?? job.prompt;
+  const byId = image === "by_id" && outcome.stored !== undefined;
   return {
     created: Math.floor(now / 1000),
     generation_time_ms: outcome.generationMs,
-    data: [{ b64_json: Buffer.from(image.bytes.buffer, image.bytes.byteOffset, image.bytes.byteLength).toString("base64"), revised_prompt: image.revisedPrompt ?? job.prompt }],
-    size: `${image.width}x${image.height}`,
+    // A by_id body never leaves as it is: it is stored (and made inline again on reading) or given its url.
+    data: [byId ? ({ revised_prompt } as ImageResultBody["data"][number]) : { b64_json: base64(generated.bytes), revised_prompt }],
+    size: `${generated.width}x${generated.height}`,
     quality: job.quality,
-    output_format: OUTPUT_FORMAT[image.mime],
+    output_format: OUTPUT_FORMAT[generated.mime],
     ...(outcome.stored ? { image_id: outcome.stored.id } : {}),
   };
+}
+
+function base64(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
 }
 
 /** The same answer with the image as a link (`response_format: "url"`) instead of inline. */
@@ -42,9 +54,8 @@ export function withImageUrl(body: ImageResultBody, url: string): ImageResultBod
  * the task row holds a few hundred bytes instead of the base64. A result whose image could not
  * be kept carries it inline.
  */
-export function resultForStorage(body: ImageResultBody): string {
-  if (!body.image_id) return JSON.stringify(body);
-  return JSON.stringify({ ...body, data: body.data.map((d) => ({ revised_prompt: d.revised_prompt })) });
+export function resultForStorage(outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number): string {
+  return JSON.stringify(imageResultBody(outcome, job, now, "by_id"));
 }
 
 /** A kept result with its image inline again; null when the image is no longer kept. */
@@ -53,6 +64,6 @@ export async function resultFromStorage(text: string, images: Pick<ImageKeeper, 
   if (body.data.every((d) => "b64_json" in d || "url" in d)) return body;
   const kept = body.image_id && images ? await images.open(body.image_id) : null;
   if (!kept) return null;
-  const b64 = Buffer.from(kept.bytes.buffer, kept.bytes.byteOffset, kept.bytes.byteLength).toString("base64");
+  const b64 = base64(kept.bytes);
   return { ...body, data: body.data.map((d) => ({ b64_json: b64, revised_prompt: d.revised_prompt })) };
 }

@@ -158,7 +158,9 @@ export function imagesRoutes(services: Services) {
       return { status: 200, body: await streamImageAnswer(streaming, tracked, request.signal) };
     }
     const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
-    return { status: 200, body: delivered(imageResultBody(outcome, job, services.clock()), body, request), queueMs: outcome.queueMs };
+    // A url answer never needs the base64: its body starts without it.
+    const wantsUrl = isPlainObject(body) && body.response_format === "url";
+    return { status: 200, body: delivered(imageResultBody(outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };
   }
 
   /**
