@@ -6,7 +6,13 @@ import type { ImageMime, ImageJob } from "./engine";
 import type { ImageOutcome } from "./imageRequests";
 import type { ImageKeeper } from "./imageArchive";
 
-const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" };
+/** OpenAI's `output_format` name of each image type (the answer, the stream events). */
+export const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" };
+
+/** The image type an `output_format` names. */
+export function mimeOfOutputFormat(format: ImageResultBody["output_format"]): ImageMime {
+  return format === "jpeg" ? "image/jpeg" : format === "webp" ? "image/webp" : "image/png";
+}
 
 export interface ImageResultBody {
   created: number;
@@ -40,7 +46,8 @@ export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prom
   };
 }
 
-function base64(bytes: Uint8Array): string {
+/** Bytes as base64 without copying them (how `b64_json` carries an image). */
+export function base64(bytes: Uint8Array): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
 }
 

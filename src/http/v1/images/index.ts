@@ -13,7 +13,7 @@ import { IMAGE_FILES_PATH } from "../../../core/imageLinks";
 import { systemResolver } from "../../../core/pinnedFetch";
 import { imageJobFrom, type ImageRequestKind } from "../../../core/imageRequest";
 import { runImageRequest } from "../../../core/imageRequests";
-import { imageResultBody, resultFromStorage, withImageUrl, type ImageResultBody } from "../../../core/imageResult";
+import { imageResultBody, mimeOfOutputFormat, resultFromStorage, withImageUrl, type ImageResultBody } from "../../../core/imageResult";
 import { IdempotencyKeyTaken, type IdempotencyClaim, type TaskRow } from "../../../core/store";
 import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
@@ -84,8 +84,7 @@ export function imagesRoutes(services: Services) {
       services.logger.warn("response_format url without a kept image: answering b64_json", { request_id: metaOf(request).id });
       return body;
     }
-    const ext = body.output_format === "jpeg" ? "image/jpeg" : body.output_format === "webp" ? "image/webp" : "image/png";
-    const { path } = services.imageLinks.pathFor({ id: body.image_id, mime: ext });
+    const { path } = services.imageLinks.pathFor({ id: body.image_id, mime: mimeOfOutputFormat(body.output_format) });
     return withImageUrl(body, new URL(path, services.config.server.public_url ?? new URL(request.url).origin).href);
   }
 

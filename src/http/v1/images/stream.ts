@@ -21,7 +21,7 @@
  * work and its outcome is recorded like any other request's.
  */
 import type { Clock } from "../../../core/clock";
-import type { EngineLookup, ImageMime, ProgressReport } from "../../../core/engine";
+import type { EngineLookup, ProgressReport } from "../../../core/engine";
 import { readDimensions } from "../../../core/image/dimensions";
 import { sniffImageMime } from "../../../core/imageInput";
 import { runImageRequest, type ImageFlowDeps, type ImageOutcome, type ImageRequest } from "../../../core/imageRequests";
@@ -29,6 +29,7 @@ import { MAX_IMAGE_BYTES, MAX_PARTIAL_IMAGES } from "../../../core/limits";
 import type { Logger } from "../../../logger";
 import { apiErrorOf } from "../../errorMapping";
 import { serverError } from "../../errors";
+import { base64, OUTPUT_FORMAT } from "../../../core/imageResult";
 
 export interface ImageStreamDeps {
   flow: ImageFlowDeps;
@@ -38,7 +39,6 @@ export interface ImageStreamDeps {
   heartbeatMs: number;
 }
 
-const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" };
 const BACKGROUNDS = new Set(["transparent", "opaque", "auto"]);
 
 /**
@@ -165,9 +165,6 @@ function backgroundOf(value: unknown): "transparent" | "opaque" | "auto" {
   return typeof value === "string" && BACKGROUNDS.has(value) ? (value as "transparent" | "opaque" | "auto") : "auto";
 }
 
-function base64(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-}
 
 function noop(): void {}
 
