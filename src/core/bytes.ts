@@ -8,3 +8,8 @@ export function concatChunks(chunks: Uint8Array[], total: number): Uint8Array<Ar
   }
   return out;
 }
+
+/** Bytes as base64 without copying them (how `b64_json`, data URLs and upstream bodies carry images). */
+export function toBase64(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+}

@@ -5,6 +5,7 @@
 import type { ImageMime, ImageJob } from "./engine";
 import type { ImageOutcome } from "./imageRequests";
 import type { ImageKeeper } from "./imageArchive";
+import { toBase64 } from "./bytes";
 
 /** OpenAI's `output_format` name of each image type (the answer, the stream events). */
 export const OUTPUT_FORMAT: Record<ImageMime, "png" | "jpeg" | "webp"> = { "image/png": "png", "image/jpeg": "jpeg", "image/webp": "webp" };
@@ -38,7 +39,7 @@ export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prom
     created: Math.floor(now / 1000),
     generation_time_ms: outcome.generationMs,
     // A by_id body never leaves as it is: it is stored (and made inline again on reading) or given its url.
-    data: [byId ? ({ revised_prompt } as ImageResultBody["data"][number]) : { b64_json: base64(generated.bytes), revised_prompt }],
+    data: [byId ? ({ revised_prompt } as ImageResultBody["data"][number]) : { b64_json: toBase64(generated.bytes), revised_prompt }],
     size: `${generated.width}x${generated.height}`,
     quality: job.quality,
     output_format: OUTPUT_FORMAT[generated.mime],
@@ -46,10 +47,6 @@ export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prom
   };
 }
 
-/** Bytes as base64 without copying them (how `b64_json` carries an image). */
-export function base64(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-}
 
 /** The same answer with the image as a link (`response_format: "url"`) instead of inline. */
 export function withImageUrl(body: ImageResultBody, url: string): ImageResultBody {
@@ -71,6 +68,6 @@ export async function resultFromStorage(text: string, images: Pick<ImageKeeper, 
   if (body.data.every((d) => "b64_json" in d || "url" in d)) return body;
   const kept = body.image_id && images ? await images.open(body.image_id) : null;
   if (!kept) return null;
-  const b64 = base64(kept.bytes);
+  const b64 = toBase64(kept.bytes);
   return { ...body, data: body.data.map((d) => ({ b64_json: b64, revised_prompt: d.revised_prompt })) };
 }

@@ -330,9 +330,6 @@ export function decodeBase64Image(value: string): Uint8Array {
   return new Uint8Array(Buffer.from(clean, "base64"));
 }
 
-export function toBase64(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-}
 
 export function joinUrl(base: string, path: string): string {
   return base.replace(/\/+$/, "") + path;

@@ -16,7 +16,7 @@
  * repaint), any other model refuses a mask before the charge.
  */
 import type { ImageJob } from "../../core/engine";
-import { toBase64 } from "../upstreamHttp";
+import { toBase64 } from "../../core/bytes";
 import { objectAnswer, stringField, type QueueHandle, type QueueOutcome, type QueueTranslator, type SubmitRequest } from "../queue";
 import { aspectRatio, passThrough, whiteMaskBase64 } from "../queue/inputs";
 

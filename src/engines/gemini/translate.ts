@@ -4,7 +4,7 @@
  * generationConfig asking for TEXT and IMAGE with an imageConfig from our `size`. Pure functions.
  */
 import type { ImageJob, RequestedSize } from "../../core/engine";
-import { toBase64 } from "../upstreamHttp";
+import { toBase64 } from "../../core/bytes";
 
 /** The aspect ratios Gemini's image models take (imageConfig.aspectRatio). */
 export const ASPECT_RATIOS = ["1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"] as const;

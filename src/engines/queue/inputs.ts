@@ -4,7 +4,7 @@
  * through without overriding the fields we compute.
  */
 import type { ImageInput, ImageJob } from "../../core/engine";
-import { toBase64 } from "../upstreamHttp";
+import { toBase64 } from "../../core/bytes";
 import { webuiMaskFromOpenAI } from "../sdwebui/mask";
 
 export function dataUri(img: Pick<ImageInput, "bytes" | "mime">): string {

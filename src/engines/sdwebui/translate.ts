@@ -3,7 +3,7 @@
  * steps, the model's params passed through or interpreted, the mask converted (mask.ts).
  */
 import type { ImageJob } from "../../core/engine";
-import { toBase64 } from "../upstreamHttp";
+import { toBase64 } from "../../core/bytes";
 import { webuiMaskFromOpenAI } from "./mask";
 import type { WebUiEndpoint } from "./transport";
 import { isPlainObject } from "../../core/values";

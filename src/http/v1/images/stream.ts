@@ -29,7 +29,8 @@ import { MAX_IMAGE_BYTES, MAX_PARTIAL_IMAGES } from "../../../core/limits";
 import type { Logger } from "../../../logger";
 import { apiErrorOf } from "../../errorMapping";
 import { serverError } from "../../errors";
-import { base64, OUTPUT_FORMAT } from "../../../core/imageResult";
+import { OUTPUT_FORMAT } from "../../../core/imageResult";
+import { toBase64 } from "../../../core/bytes";
 
 export interface ImageStreamDeps {
   flow: ImageFlowDeps;
@@ -66,7 +67,7 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
     if (!partial) return;
     stream.event(`${prefix}.partial_image`, {
       type: `${prefix}.partial_image`,
-      b64_json: base64(partial.bytes),
+      b64_json: toBase64(partial.bytes),
       partial_image_index: shown++,
       size: `${partial.width}x${partial.height}`,
       ...requested,
@@ -98,7 +99,7 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
         const { image } = done;
         stream.event(`${prefix}.completed`, {
           type: `${prefix}.completed`,
-          b64_json: base64(image.bytes),
+          b64_json: toBase64(image.bytes),
           size: `${image.width}x${image.height}`,
           ...requested,
           output_format: OUTPUT_FORMAT[image.mime],
