@@ -10,7 +10,7 @@ import type { ImageInput, ImageJob } from "../src/core/engine";
 
 const rounds = Number(process.argv[2] ?? 3);
 const engine = new BuiltinImageEngine();
-const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: { kind: "builtin" }, upstreamModel: BUILTIN_IMAGE, params: {} };
+const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: { kind: "builtin" }, upstreamModel: BUILTIN_IMAGE, params: {}, price: 1 };
 const job = (partial: Partial<ImageJob>): ImageJob => ({
   model, prompt: "mountains at sunset", size: null, quality: "auto", images: [], extra: {}, signal: new AbortController().signal, ...partial,
 });

@@ -83,13 +83,13 @@ export function createApp(services: Services) {
             version: API_VERSION,
             description:
               "OpenAI-compatible image generation and chat. Authenticate with `Authorization: Bearer sk-atl-…`. " +
-              "Every accepted image request costs 1 credit and is refunded automatically if it fails; chat is free. " +
+              "Every accepted image request costs its model's price in credits (`x_atelier_price` in `/v1/models`, 1 unless the operator set another) and is refunded automatically if it fails; chat is free. " +
               "Errors always have the shape `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}`.",
           },
           servers: [{ url: "/", description: "This server" }],
           tags: [
             { name: "Models", description: "The model catalog." },
-            { name: "Images", description: "Image generation and editing (1 credit per accepted request)." },
+            { name: "Images", description: "Image generation and editing (the model's price in credits per accepted request)." },
             { name: "Chat", description: "Chat completions (free)." },
             { name: "Operations", description: "Health and readiness." },
           ],

@@ -8,6 +8,7 @@ import { dirname, resolve } from "node:path";
 import { comfyModelSettings, withWorkflowLoaded } from "./engines/comfyui/workflow";
 import { pathFromPointer } from "./core/valuePath";
 import { DEFAULT_RETRY_DELAYS_MS } from "./core/webhooksSchedule";
+import { MAX_MODEL_PRICE } from "./core/limits";
 
 const MiB = 1024 * 1024;
 
@@ -27,6 +28,7 @@ const Server = T.Object(
     shutdown_grace_ms: T.Integer({ minimum: 0, default: 30_000 }),
     builtin_image: T.Boolean({ default: true, description: "Offer the built-in offline renderer as model builtin-image." }),
     builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),
+    builtin_image_price: T.Integer({ minimum: 0, maximum: MAX_MODEL_PRICE, default: 1, description: "Credits one builtin-image request costs (0: free)." }),
     default_image_model: T.Optional(T.String({ description: "Image model used when a request names none." })),
     log_requests: T.Boolean({ default: true }),
     log_format: T.Union([T.Literal("json"), T.Literal("pretty")], {
@@ -93,6 +95,7 @@ const Model = T.Object(
     upstream_model: T.Optional(T.String()),
     sizes: T.Optional(T.Array(T.String())),
     qualities: T.Optional(T.Array(T.String())),
+    price: T.Optional(T.Integer({ minimum: 0, maximum: MAX_MODEL_PRICE, description: "Credits one accepted request costs (image models only; default 1, 0: free). Refunds return what was charged." })),
     params: T.Optional(T.Record(T.String(), T.Unknown(), { description: "Extra engine parameters: sdwebui and queue APIs pass them as input fields (sampler_name, cfg_scale…); comfyui takes its workflow, bindings and output_node here." })),
   },
   { additionalProperties: false },
@@ -403,6 +406,8 @@ function checkReferences(config: Config): void {
       throw new ConfigError(`models[${i}].upstream: no upstream with id ${JSON.stringify(m.upstream)}`);
     }
     if (m.upstream === undefined) throw new ConfigError(`models[${i}].upstream: required (the id of an [[upstreams]] entry)`);
+    // Chat is free: a price there would be shown but never charged, so it is refused instead.
+    if (m.kind === "chat" && m.price !== undefined) throw new ConfigError(`models[${i}].price: chat models are free; price applies to image models only`);
     if (m.kind === "chat" && config.upstreams.find((u) => u.id === m.upstream)?.kind === "sdwebui") {
       throw new ConfigError(`models[${i}].kind: upstream ${JSON.stringify(m.upstream)} is a Stable Diffusion WebUI, which serves image models only`);
     }

@@ -130,3 +130,19 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ env: { ATELIER_PORT: "eighty" } })).toThrow(/ATELIER_PORT: expected an integer/);
   });
 });
+
+describe("model prices", () => {
+  const upstream = `[[upstreams]]\nid = "oa"\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\naccounts = [{ id = "a", api_key = "k" }]\n`;
+  test("an image model's price is read, and the built-in model's comes from [server] builtin_image_price (default 1)", () => {
+    const config = loadConfig({ file: file(`[server]\nbuiltin_image_price = 0\n${upstream}[[models]]\nid = "x"\nkind = "image"\nupstream = "oa"\nprice = 4\n`), env: {} });
+    expect(config.models[0]!.price).toBe(4);
+    expect(config.server.builtin_image_price).toBe(0);
+    expect(loadConfig({ env: {} }).server.builtin_image_price).toBe(1);
+  });
+  test("a negative, fractional or huge price, and a price on a chat model, are refused with the key's path", () => {
+    for (const bad of ["-1", "1.5", "1000001"]) {
+      expect(errorOf(`${upstream}[[models]]\nid = "x"\nkind = "image"\nupstream = "oa"\nprice = ${bad}\n`)).toContain("models[0].price");
+    }
+    expect(errorOf(`${upstream}[[models]]\nid = "c"\nkind = "chat"\nupstream = "oa"\nprice = 2\n`)).toBe("models[0].price: chat models are free; price applies to image models only");
+  });
+});

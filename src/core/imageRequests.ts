@@ -1,14 +1,14 @@
 /**
  * One image request from a validated job to a verified image:
- *   find the engine → balance check → gate admission → decode the inputs → charge (1 credit,
- *   one txn) → engine (deadline, AbortSignal) → verify the bytes → markSucceeded, or
+ *   find the engine → balance check → gate admission → decode the inputs → charge (the model's
+ *   price, one txn) → engine (deadline, AbortSignal) → verify the bytes → markSucceeded, or
  *   refundOnce on any failure → release the permit.
  * The part after the charge runs detached from the HTTP request (tracked as background work),
  * so a client that disconnects does not stop it and the request record shows the outcome.
  * Failures are thrown as they are (GateRejected, InsufficientCreditsError, ImageInputError,
  * EngineError…); http/errorMapping turns them into answers and history rows.
  */
-import { InsufficientCreditsError, type IdempotencyClaim, type ImageCharge, type NewTask } from "./store";
+import { assertCanPay, type IdempotencyClaim, type ImageCharge, type NewTask } from "./store";
 import { resultForStorage } from "./imageResult";
 import { NoEngineError, type FlowDeps } from "./requestFlow";
 import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
@@ -74,7 +74,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const engine = deps.engines.imageEngine(req.job.model);
   if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
   // Checked before queueing so a broke user never takes a queue slot; the charge re-checks atomically.
-  if ((store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
+  assertCanPay(store.credits.balance(req.userId), req.job.model.price);
 
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
@@ -99,6 +99,7 @@ export function chargeOf(req: ImageRequest): ImageCharge {
     keyId: req.keyId,
     kind: req.kind,
     model: req.job.model.id,
+    price: req.job.model.price,
     prompt: req.job.prompt,
     ...(req.task ? { task: req.task.row, idempotency: req.task.idempotency } : {}),
   };

@@ -42,3 +42,9 @@ export const MAX_CREDIT_GRANT = 1_000_000_000;
 
 /** An email address (RFC 5321's path limit); longer ones are not looked up at all. */
 export const MAX_EMAIL_CHARS = 254;
+
+/**
+ * The most credits one image request may cost ([[models]] price, [server] builtin_image_price).
+ * Far below MAX_CREDIT_GRANT, so a balance that could pay it stays exact.
+ */
+export const MAX_MODEL_PRICE = 1_000_000;

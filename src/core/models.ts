@@ -38,7 +38,12 @@ export interface CatalogModel {
   sizes?: string[];
   qualities?: string[];
   params: Record<string, unknown>;
+  /** Credits one accepted request costs: an image model's configured price (default 1); 0 for chat, which is free. */
+  price: number;
 }
+
+/** An image model's price when the configuration names none (the interface's "1 credit per image"). */
+export const DEFAULT_IMAGE_PRICE = 1;
 
 export const BUILTIN_IMAGE = "builtin-image";
 export const BUILTIN_CHAT = "builtin-chat";
@@ -51,8 +56,8 @@ export class ModelCatalog {
   readonly defaultImageModel: string | undefined;
 
   constructor(config: Config) {
-    if (config.server.builtin_image) this.add(builtin(BUILTIN_IMAGE, "image"));
-    if (config.server.builtin_chat) this.add(builtin(BUILTIN_CHAT, "chat"));
+    if (config.server.builtin_image) this.add(builtin(BUILTIN_IMAGE, "image", config.server.builtin_image_price));
+    if (config.server.builtin_chat) this.add(builtin(BUILTIN_CHAT, "chat", 0));
     for (const m of config.models) this.add(fromConfig(m));
     this.defaultImageModel = config.server.default_image_model ?? this.list().find((m) => m.kind === "image")?.id;
   }
@@ -70,8 +75,8 @@ export class ModelCatalog {
   }
 }
 
-function builtin(id: string, kind: ModelKind): CatalogModel {
-  return { id, kind, ownedBy: "atelier", created: BUILTIN_CREATED, source: BUILTIN_SOURCE, upstreamModel: id, params: {} };
+function builtin(id: string, kind: ModelKind, price: number): CatalogModel {
+  return { id, kind, ownedBy: "atelier", created: BUILTIN_CREATED, source: BUILTIN_SOURCE, upstreamModel: id, params: {}, price };
 }
 
 /** A [[models]] entry: always served by the upstream it names (config requires `upstream`). */
@@ -87,5 +92,6 @@ function fromConfig(m: ModelConfig): CatalogModel {
     sizes: m.sizes,
     qualities: m.qualities,
     params: m.params ?? {},
+    price: m.kind === "image" ? (m.price ?? DEFAULT_IMAGE_PRICE) : 0,
   };
 }

@@ -58,6 +58,8 @@ export interface ImageCharge {
   keyId: number | null;
   kind: "generate" | "edit";
   model: string;
+  /** Credits this request costs (the model's price when it was accepted); 0 charges nothing. The refund returns this, never a later price. */
+  price: number;
   prompt: string;
   /** The request is a task (async, streamed, or sent with an Idempotency-Key): its row, in the same transaction. */
   task?: NewTask;
@@ -191,6 +193,19 @@ export interface ChatRecord extends TraceFields {
 /** The balance is below the cost; nothing was written. No `code` property (see http/errors). */
 export class InsufficientCreditsError extends Error {
   override name = "InsufficientCreditsError";
+  constructor(
+    message: string,
+    /** What the request would cost, and the balance it met (when known), for the 402's message. */
+    readonly cost?: { price: number; balance: number },
+  ) {
+    super(message);
+  }
+}
+
+/** Refuses an image request whose model costs more than the balance; before anything is queued or written. */
+export function assertCanPay(balance: number | null, price: number): void {
+  const have = balance ?? 0;
+  if (have < price) throw new InsufficientCreditsError("insufficient credits to generate an image", { price, balance: have });
 }
 
 export class EmailTakenError extends Error {
@@ -211,7 +226,7 @@ export class DatabaseBusyError extends Error {
 /** Credits: every change in one transaction with its ledger row. */
 export interface CreditLedger {
   balance(userId: number): number | null;
-  /** −1 credit, a charge row and a pending request, all or nothing; InsufficientCreditsError at 0. */
+  /** −price credits, a charge row and a pending request, all or nothing; InsufficientCreditsError below the price. */
   chargeForImage(charge: ImageCharge, now: number): unknown;
   /** The refund happens at most once per request, whoever asks; true if this call made it. */
   refundOnce(requestId: string, outcome: FailedOutcome, now: number): boolean;

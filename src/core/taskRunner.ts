@@ -16,7 +16,7 @@ import { chargeOf, checkInputs, generateCharged, TaskCanceled, type ImageFlowDep
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
-import { InsufficientCreditsError, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
+import { assertCanPay, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
 
 export interface AsyncLimits {
   /** Async tasks running at once, server-wide. */
@@ -97,7 +97,7 @@ export class TaskRunner {
     const req = sub.request;
     const engine = deps.engines.imageEngine(req.job.model);
     if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
-    if ((deps.store.credits.balance(req.userId) ?? 0) < 1) throw new InsufficientCreditsError("insufficient credits to generate an image");
+    assertCanPay(deps.store.credits.balance(req.userId), req.job.model.price);
     this.checkBounds(req.userId);
     // Decoded now, before the charge: a corrupt upload is a 400 that costs nothing.
     await checkInputs(engine, req);
@@ -270,7 +270,7 @@ export class TaskRunner {
   }
 }
 
-const GONE_MODEL: CatalogModel = { id: "", kind: "image", ownedBy: "", created: 0, source: { kind: "builtin" }, upstreamModel: "", params: {} };
+const GONE_MODEL: CatalogModel = { id: "", kind: "image", ownedBy: "", created: 0, source: { kind: "builtin" }, upstreamModel: "", params: {}, price: 0 };
 
 function goneEngine(model: string): ImageEngine {
   const fail = () => Promise.reject(new NoEngineError(`the model '${model}' is no longer served by this server`));

@@ -43,7 +43,7 @@ import { metaOf, pathOf } from "./requestMeta";
 export function apiErrorOf(e: unknown): ApiError | null {
   if (e instanceof ApiError) return e;
   if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
-  if (e instanceof InsufficientCreditsError) return insufficientCredits();
+  if (e instanceof InsufficientCreditsError) return insufficientCredits(e.cost);
   if (e instanceof GateRejected) {
     if (e.reason === "aborted") return clientClosedRequest();
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);

@@ -80,10 +80,20 @@ export const bodyTooSlow = (rules: { graceMs: number; minBytesPerSecond: number 
     "request_timeout",
   );
 
-export const insufficientCredits = () =>
-  new ApiError(402, "insufficient_credits", "Insufficient credits to generate an image: each image costs 1 credit and your balance is 0.", null, "insufficient_credits", {
-    "x-should-retry": "false",
-  });
+const credits = (n: number) => `${n} credit${n === 1 ? "" : "s"}`;
+
+/** 402; with the cost known, the message names the model's price and the balance it met. */
+export const insufficientCredits = (cost?: { price: number; balance: number }) =>
+  new ApiError(
+    402,
+    "insufficient_credits",
+    cost
+      ? `Insufficient credits to generate an image: this model costs ${credits(cost.price)} per image and your balance is ${cost.balance}.`
+      : "Insufficient credits to generate an image: your balance is below the model's price.",
+    null,
+    "insufficient_credits",
+    { "x-should-retry": "false" },
+  );
 
 /** 429 with both retry headers the openai clients honour. */
 export const tooManyRequests = (message: string, code: string, retryAfterMs: number, type: ErrorType = "rate_limit_error") => {

@@ -107,24 +107,29 @@ export class CreditStore implements CreditLedger {
   }
 
   /**
-   * Charges 1 credit for an accepted image request: the request record, the balance and the
-   * ledger row commit together or not at all. Throws InsufficientCreditsError at zero.
+   * Charges the request's price for an accepted image request: the request record (which keeps
+   * what was charged, for the refund), the balance and the ledger row commit together or not at
+   * all. Throws InsufficientCreditsError below the price. A price of 0 writes the request with
+   * nothing charged and no ledger row (the ledger has no zero-amount rows).
    */
   chargeForImage(c: ImageCharge, now: number): number {
+    if (!Number.isInteger(c.price) || c.price < 0) throw new RangeError("an image price must be a non-negative integer");
     return this.db.transaction(() => {
       const row = this.db
-        .query<{ credits: number }, [number]>("UPDATE users SET credits = credits - 1 WHERE id = ? AND credits >= 1 RETURNING credits")
-        .get(c.userId);
-      if (!row) throw new InsufficientCreditsError("insufficient credits to generate an image");
+        .query<{ credits: number }, [number, number, number]>("UPDATE users SET credits = credits - ? WHERE id = ? AND credits >= ? RETURNING credits")
+        .get(c.price, c.userId, c.price);
+      if (!row) throw new InsufficientCreditsError("insufficient credits to generate an image", { price: c.price, balance: this.balance(c.userId) ?? 0 });
       this.db
         .query(
           `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, prompt, created_at)
-           VALUES (?, ?, ?, 'image', ?, ?, 'pending', 1, ?, ?)`,
+           VALUES (?, ?, ?, 'image', ?, ?, 'pending', ?, ?, ?)`,
         )
-        .run(c.requestId, c.userId, c.keyId, ENDPOINT_OF_KIND[c.kind], c.model, c.prompt, now);
-      this.db
-        .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', -1, ?, ?)")
-        .run(c.userId, c.requestId, now);
+        .run(c.requestId, c.userId, c.keyId, ENDPOINT_OF_KIND[c.kind], c.model, c.price, c.prompt, now);
+      if (c.price > 0) {
+        this.db
+          .query("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', ?, ?, ?)")
+          .run(c.userId, -c.price, c.requestId, now);
+      }
       if (c.task) insertTask(this.db, c, now);
       if (c.idempotency) claimIdempotencyKey(this.db, c, now);
       return row.credits;
@@ -132,8 +137,9 @@ export class CreditStore implements CreditLedger {
   }
 
   /**
-   * Marks a pending charged request failed and returns its credit, exactly once: the status
-   * transition guards the refund, so a second call (or a racing recovery) changes nothing.
+   * Marks a pending charged request failed and returns what it was charged (the request row's
+   * credits_charged, never the model's current price), exactly once: the status transition
+   * guards the refund, so a second call (or a racing recovery) changes nothing.
    * Returns true when this call refunded.
    */
   refundOnce(requestId: string, failure: FailedOutcome, now: number): boolean {

@@ -16,7 +16,7 @@ import { createLogger } from "../../src/logger";
 import { fakeClock } from "../support/fakeClock";
 import { addUser, interceptBusy, memoryStore } from "../support/memoryStore";
 
-const MODEL: CatalogModel = { id: "test-chat", kind: "chat", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-chat", params: {} };
+const MODEL: CatalogModel = { id: "test-chat", kind: "chat", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-chat", params: {}, price: 0 };
 
 const REPLY: ChatResult = { content: "hello", finishReason: "stop", usage: { promptTokens: 3, completionTokens: 1 } };
 

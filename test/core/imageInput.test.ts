@@ -5,7 +5,7 @@ import { MAX_IMAGE_BYTES } from "../../src/core/limits";
 import type { CatalogModel } from "../../src/core/models";
 import { dataUrl, makePng } from "../support/images";
 
-const builtin: CatalogModel = { id: "builtin-image", kind: "image", ownedBy: "atelier", created: 0, source: { kind: "builtin" }, upstreamModel: "builtin-image", params: {} };
+const builtin: CatalogModel = { id: "builtin-image", kind: "image", ownedBy: "atelier", created: 0, source: { kind: "builtin" }, upstreamModel: "builtin-image", params: {}, price: 1 };
 const narrow: CatalogModel = { ...builtin, id: "narrow", sizes: ["1024x1024", "1536x1024"], qualities: ["low", "high"] };
 
 function fails(fn: () => unknown): ImageInputError {

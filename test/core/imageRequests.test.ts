@@ -30,7 +30,7 @@ import { addUser, interceptBusy, memoryStore, rawDb, trackRawDb } from "../suppo
 /** Tests that would wait forever if a record never landed fail after this instead. */
 const HANG = 5000;
 
-const MODEL: CatalogModel = { id: "test-image", kind: "image", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-image", params: {} };
+const MODEL: CatalogModel = { id: "test-image", kind: "image", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-image", params: {}, price: 1 };
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -477,4 +477,52 @@ describe("a database locked by another process", () => {
       store.close();
     }
   }, HANG);
+});
+
+describe("the model's price", () => {
+  const priced = (price: number): CatalogModel => ({ ...MODEL, price });
+
+  test("a success costs the model's price: one charge row of −price", async () => {
+    const { deps, request, money } = setup({ credits: 5 });
+    const req = request({ job: { ...request().job, model: priced(3) } });
+    await runImageRequest(deps, req);
+    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [{ kind: "charge", amount: -3 }], status: "succeeded" });
+  });
+
+  test("a failure refunds what was charged, even when the price changed in between", async () => {
+    const { deps, engine, request, money } = setup({ credits: 5 });
+    const model = priced(2);
+    const req = request({ job: { ...request().job, model } });
+    engine.hold("fail");
+    const running = failure(runImageRequest(deps, req));
+    await until(() => engine.waiting === 1, "the held job");
+    expect(money(req.requestId).balance).toBe(3);
+    // The operator raises the price while the request runs: the refund must return the 2 charged.
+    model.price = 7;
+    engine.releaseAll();
+    expect(await running).toBeInstanceOf(UpstreamFailed);
+    expect(money(req.requestId)).toEqual({ balance: 5, ledgerSum: 5, rows: [{ kind: "charge", amount: -2 }, { kind: "refund", amount: 2 }], status: "failed" });
+  });
+
+  test("a balance below the price is refused before anything is charged, naming price and balance", async () => {
+    const { deps, engine, request, money, admissions } = setup({ credits: 2 });
+    const req = request({ job: { ...request().job, model: priced(3) } });
+    const e = await failure(runImageRequest(deps, req));
+    expect(e).toBeInstanceOf(InsufficientCreditsError);
+    expect((e as InsufficientCreditsError).cost).toEqual({ price: 3, balance: 2 });
+    expect(admissions()).toBe(0);
+    expect(engine.calls.length).toBe(0);
+    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [], status: null });
+  });
+
+  test("a free model (price 0) charges nothing and writes no ledger row, yet keeps the request record", async () => {
+    const { deps, engine, request, money } = setup({ credits: 0 });
+    const ok = request({ job: { ...request().job, model: priced(0) } });
+    await runImageRequest(deps, ok);
+    expect(money(ok.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "succeeded" });
+    engine.behave = async () => Promise.reject(new UpstreamFailed("503"));
+    const bad = request({ job: { ...request().job, model: priced(0) } });
+    expect(await failure(runImageRequest(deps, bad))).toBeInstanceOf(UpstreamFailed);
+    expect(money(bad.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "failed" });
+  });
 });

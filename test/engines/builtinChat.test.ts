@@ -6,7 +6,7 @@ import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX }
 import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
 import type { ChatMessage } from "../../src/core/engine";
 
-const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_CHAT, params: {} };
+const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_CHAT, params: {}, price: 0 };
 const engine = new BuiltinChatEngine();
 const chat = (content: string, params: Record<string, unknown> = {}, history: ChatMessage[] = []) =>
   engine.chat({ model, messages: [...history, { role: "user", content }], params, signal: new AbortController().signal });

@@ -6,7 +6,7 @@ import { BUILTIN_IMAGE, BUILTIN_SOURCE, type CatalogModel } from "../../src/core
 import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 
 const engine = new BuiltinImageEngine();
-const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_IMAGE, params: {} };
+const model: CatalogModel = { id: BUILTIN_IMAGE, kind: "image", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_IMAGE, params: {}, price: 1 };
 
 function job(partial: Partial<ImageJob>): ImageJob {
   return { model, prompt: "a quiet lake", size: null, quality: "auto", images: [], extra: {}, signal: new AbortController().signal, ...partial };

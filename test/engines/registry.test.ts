@@ -24,6 +24,7 @@ const model = (id: string, source: CatalogModel["source"], kind: CatalogModel["k
   source,
   upstreamModel: id,
   params: {},
+  price: kind === "image" ? 1 : 0,
 });
 
 const imageEngine = (): ImageEngine => ({ generate: () => Promise.reject(new Error("unused")), edit: () => Promise.reject(new Error("unused")) });

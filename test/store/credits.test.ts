@@ -21,7 +21,7 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 const FAILED: FailedOutcome = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed", queueMs: 3, generationMs: 40 };
 
 function charge(requestId: string, userId: number): ImageCharge {
-  return { requestId, userId, keyId: null, kind: "generate", model: "test-image", prompt: "a red square" };
+  return { requestId, userId, keyId: null, kind: "generate", model: "test-image", price: 1, prompt: "a red square" };
 }
 
 function setup(credits = 3) {
@@ -340,5 +340,46 @@ describe("property: any sequence of operations", () => {
       }),
       { numRuns: 200, seed: Number(process.env.FC_SEED ?? 20_260_110) },
     );
+  });
+});
+
+describe("a model's price in the charge and the refund", () => {
+  const priced = (requestId: string, userId: number, price: number): ImageCharge => ({ ...charge(requestId, userId), price });
+
+  test("the charge takes the price in one ledger row; below it nothing is written", () => {
+    const { store, user, clock } = setup(5);
+    expect(store.credits.chargeForImage(priced("r1", user, 3), clock.now())).toBe(2);
+    expect(store.requests.get("r1")).toMatchObject({ status: "pending", credits_charged: 3 });
+    const before = snapshot(store, user);
+    let thrown: unknown;
+    try {
+      store.credits.chargeForImage(priced("r2", user, 3), clock.now());
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(InsufficientCreditsError);
+    expect((thrown as InsufficientCreditsError).cost).toEqual({ price: 3, balance: 2 });
+    expect(snapshot(store, user)).toEqual(before);
+  });
+
+  test("the refund and the crash recovery return what the request row says was charged, once", () => {
+    const { store, user, clock } = setup(5);
+    store.credits.chargeForImage(priced("r1", user, 2), clock.now());
+    store.credits.chargeForImage(priced("r2", user, 3), clock.now());
+    expect(store.credits.balance(user)).toBe(0);
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(true);
+    expect(store.credits.refundOnce("r1", FAILED, clock.now())).toBe(false);
+    expect(store.credits.recoverInterrupted(clock.now())).toEqual(["r2"]);
+    expect(ledgerOf(store, "r1")).toEqual([{ kind: "charge", amount: -2 }, { kind: "refund", amount: 2 }]);
+    expect(ledgerOf(store, "r2")).toEqual([{ kind: "charge", amount: -3 }, { kind: "refund", amount: 3 }]);
+    expect(store.credits.balance(user)).toBe(5);
+    expect(store.credits.ledgerSum(user)).toBe(5);
+  });
+
+  test("a price that is not a non-negative integer is refused before anything is written", () => {
+    const { store, user, clock } = setup(5);
+    const before = snapshot(store, user);
+    for (const bad of [-1, 1.5, Number.NaN]) expect(() => store.credits.chargeForImage(priced(`r${bad}`, user, bad), clock.now())).toThrow(RangeError);
+    expect(snapshot(store, user)).toEqual(before);
   });
 });

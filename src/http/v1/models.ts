@@ -11,6 +11,11 @@ const ModelObject = t.Object(
     object: t.Literal("model"),
     created: t.Integer({ description: "Unix seconds when the model was added." }),
     owned_by: t.String({ description: "Who provides the model.", examples: ["atelier"] }),
+    x_atelier_price: t.Integer({
+      minimum: 0,
+      description: "Atelier extension: credits one accepted image request with this model costs (refunded if it fails); 0 for chat models, which are free.",
+      examples: [1],
+    }),
   },
   // additionalProperties explicit: Elysia sets it in place when it compiles a response schema,
   // and these constants are shared by every app in the process (see ErrorResponseSchema).
@@ -20,7 +25,7 @@ const ModelObject = t.Object(
 const ModelList = t.Object({ object: t.Literal("list"), data: t.Array(t.Ref("Model")) }, { additionalProperties: false });
 
 function toModelObject(m: CatalogModel) {
-  return { id: m.id, object: "model" as const, created: m.created, owned_by: m.ownedBy };
+  return { id: m.id, object: "model" as const, created: m.created, owned_by: m.ownedBy, x_atelier_price: m.price };
 }
 
 export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps }) {

@@ -169,9 +169,9 @@ export function adminModelsPage(v: Viewer, models: CatalogModel[], engineKindOf:
     "models",
     "Models",
     html`<section class="card"><div class="table-wrap"><table>
-  <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Engine</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th></tr></thead>
+  <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">Engine</th><th scope="col">Upstream</th><th scope="col">Upstream model</th><th scope="col">Sizes</th><th scope="col">Qualities</th><th scope="col" class="num" title="Credits per accepted image request">Price</th></tr></thead>
   <tbody>${models.map(
-    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td class="mono">${engineKindOf(m)}</td><td>${upstreamIdOf(m) ?? "built-in"}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td></tr>`,
+    (m) => html`<tr><td class="mono">${m.id}</td><td>${m.kind}</td><td class="mono">${engineKindOf(m)}</td><td>${upstreamIdOf(m) ?? "built-in"}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td>${m.qualities?.join(", ") ?? (m.kind === "image" ? "any" : "—")}</td><td class="num" data-testid="price">${m.kind === "chat" ? html`<span class="muted">free</span>` : m.price === 0 ? "free" : m.price}</td></tr>`,
   )}</tbody>
 </table></div></section>`,
   );

@@ -234,8 +234,8 @@ export function imagesRoutes(services: Services) {
           tags: ["Images"],
           summary: "Create an image",
           description:
-            "Generates one image from a prompt, optionally guided by reference images. Costs 1 credit when accepted; refunded automatically if generation fails. " +
-            "The balance is checked before queueing (402 below 1 credit); over a concurrency limit the answer is 429 `concurrency_limit_exceeded` and nothing is charged. " +
+            "Generates one image from a prompt, optionally guided by reference images. Costs the model's price (`x_atelier_price`, 1 credit by default) when accepted; refunded automatically if generation fails. " +
+            "The balance is checked before queueing (402 below the price); over a concurrency limit the answer is 429 `concurrency_limit_exceeded` and nothing is charged. " +
             "The `x-queue-time-ms` response header reports the time spent waiting for a slot.",
           security: bearerSecurity,
           operationId: "createImage",
@@ -290,7 +290,7 @@ export function imagesRoutes(services: Services) {
           description:
             "Edits an image (or combines several) following a prompt; with a mask, only the mask's transparent area is repainted. " +
             "Send multipart/form-data as the openai clients do (`image`, repeated `image[]`, `mask`), or JSON with `images: [{image_url}]`. " +
-            "Costs 1 credit when accepted; refunded automatically if the edit fails.",
+            "Costs the model's price (`x_atelier_price`, 1 credit by default) when accepted; refunded automatically if the edit fails.",
           security: bearerSecurity,
           operationId: "editImage",
           parameters: JOB_HEADERS,

@@ -1,0 +1,157 @@
+/**
+ * A model's credit price over the wire: `/v1/models` shows it as `x_atelier_price`, and every
+ * way of asking for an image (synchronous, streamed, async, idempotent) charges exactly that,
+ * refunds exactly that when the upstream fails, and answers 402 when the balance is below it.
+ * A real server, the official openai client, and a fake OpenAI upstream on loopback.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { startFakeOpenAI } from "../support/fakeUpstreams";
+import { until } from "../support/images";
+import { startTestServer, type TestServer } from "../support/server";
+
+const UPSTREAM_KEY = "sk-upstream-price-test-0123456789";
+const fake = startFakeOpenAI();
+let server: TestServer;
+
+beforeAll(async () => {
+  server = await startTestServer({
+    toml: `
+[server]
+log_requests = false
+builtin_image_price = 3
+
+[[upstreams]]
+id = "oa"
+kind = "openai"
+base_url = "${fake.url}/v1"
+max_attempts = 1
+accounts = [{ id = "main", api_key = "${UPSTREAM_KEY}" }]
+
+[[models]]
+id = "priced"
+kind = "image"
+upstream = "oa"
+upstream_model = "gpt-image-1"
+price = 2
+
+[[models]]
+id = "free"
+kind = "image"
+upstream = "oa"
+upstream_model = "gpt-image-1"
+price = 0
+
+[[models]]
+id = "plain"
+kind = "image"
+upstream = "oa"
+upstream_model = "gpt-image-1"
+`,
+  });
+});
+afterAll(async () => {
+  await server.close();
+  await fake.stop();
+});
+
+const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
+const ledgerKinds = (userId: number) =>
+  server.services.store.credits
+    .ledger(userId)
+    .reverse()
+    .filter((l) => l.request_id)
+    .map((l) => [l.kind, l.amount]);
+
+describe("/v1/models", () => {
+  test("lists each model's price as x_atelier_price: configured, default 1, 0 for free and chat models", async () => {
+    const { key } = await server.userWithKey();
+    const res = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    const body = (await res.json()) as { data: { id: string; x_atelier_price: number }[] };
+    expect(Object.fromEntries(body.data.map((m) => [m.id, m.x_atelier_price]))).toEqual({ "builtin-image": 3, "builtin-chat": 0, priced: 2, free: 0, plain: 1 });
+    const one = (await client(key).models.retrieve("priced")) as unknown as { x_atelier_price: number };
+    expect(one.x_atelier_price).toBe(2);
+  });
+});
+
+describe("the charge and the refund use the price", () => {
+  test("a synchronous success costs the price; an upstream failure refunds exactly it", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 5 });
+    await client(key).images.generate({ model: "priced", prompt: "a lighthouse" });
+    expect(server.balance(userId)).toBe(3);
+    fake.queueFaults(UPSTREAM_KEY, { kind: "status", status: 500, message: "upstream down" });
+    const e = await client(key).images.generate({ model: "priced", prompt: "a lighthouse" }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OpenAI.APIError);
+    expect(server.balance(userId)).toBe(3);
+    expect(ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2], ["refund", 2]]);
+    expect(server.services.store.credits.ledgerSum(userId)).toBe(3);
+  });
+
+  test("the built-in model charges [server] builtin_image_price and a model without a price charges 1", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 10 });
+    await client(key).images.generate({ model: "builtin-image", prompt: "dunes", size: "256x256" });
+    expect(server.balance(userId)).toBe(7);
+    await client(key).images.generate({ model: "plain", prompt: "dunes" });
+    expect(server.balance(userId)).toBe(6);
+  });
+
+  test("a free model works at a zero balance and writes no ledger row", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 0 });
+    const res = await client(key).images.generate({ model: "free", prompt: "a free sketch" });
+    expect(res.data?.[0]?.b64_json).toBeTruthy();
+    expect(server.balance(userId)).toBe(0);
+    expect(ledgerKinds(userId)).toEqual([]);
+  });
+
+  test("a streamed request costs the price once", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 4 });
+    const res = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "priced", prompt: "a comet", stream: true, partial_images: 1 }),
+    });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain("image_generation.completed");
+    expect(server.balance(userId)).toBe(2);
+    expect(ledgerKinds(userId)).toEqual([["charge", -2]]);
+  });
+
+  test("an async task costs the price when accepted; an idempotent repeat is not charged again", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 6 });
+    const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
+    const accepted = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { ...headers, prefer: "respond-async" },
+      body: JSON.stringify({ model: "priced", prompt: "a quiet harbour" }),
+    });
+    expect(accepted.status).toBe(202);
+    expect(server.balance(userId)).toBe(4);
+    const { id } = (await accepted.json()) as { id: string };
+    await until(() => server.services.store.tasks.get(id)?.status === "succeeded", "the async task");
+
+    const body = JSON.stringify({ model: "priced", prompt: "the same harbour" });
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { ...headers, "idempotency-key": "harbour-1" }, body });
+      expect(res.status).toBe(200);
+    }
+    expect(server.balance(userId)).toBe(2);
+    expect(ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2]]);
+  });
+
+  test("a balance below the price: 402 insufficient_credits naming price and balance, nothing charged", async () => {
+    const { key, userId } = await server.userWithKey({ credits: 1 });
+    const before = fake.received.length;
+    const e = await client(key).images.generate({ model: "priced", prompt: "too dear" }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OpenAI.APIError);
+    const err = e as InstanceType<typeof OpenAI.APIError>;
+    expect(err.status).toBe(402);
+    expect(err.code).toBe("insufficient_credits");
+    expect(err.message).toContain("this model costs 2 credits per image and your balance is 1");
+    expect(err.headers?.get("x-should-retry")).toBe("false");
+    expect(fake.received.length).toBe(before);
+    expect(server.balance(userId)).toBe(1);
+    // The cheaper model still works with the same balance.
+    await client(key).images.generate({ model: "plain", prompt: "affordable" });
+    expect(server.balance(userId)).toBe(0);
+  });
+});
