@@ -14,6 +14,8 @@ import { metricsRoutes } from "./http/metrics";
 import { polishOpenApiDocument } from "./http/openapiDocument";
 import { pathOf } from "./http/requestMeta";
 import { modelsRoutes } from "./http/v1/models";
+import { meRoutes } from "./http/v1/me";
+import { usageRoutes } from "./http/v1/usage";
 import { chatRoutes } from "./http/v1/chat";
 import { imagesRoutes } from "./http/v1/images";
 import { imageTasksRoutes } from "./http/v1/images/tasks";
@@ -107,6 +109,8 @@ export function createApp(services: Services) {
     .use(metricsRoutes(services))
     .use(adminUpstreamsRoutes(services))
     .use(modelsRoutes(services))
+    .use(meRoutes(services))
+    .use(usageRoutes(services))
     .use(chatRoutes(services))
     .use(imagesRoutes(services))
     .use(imageTasksRoutes(services))

@@ -6,6 +6,7 @@ import { generateApiKey, hashApiKey, type NewApiKey } from "./apiKeys";
 import type { AccountStore, ApiKeyRow, KeyOwner, Role, UserRow } from "./store";
 import { MAX_EMAIL_CHARS } from "./limits";
 import type { Clock } from "./clock";
+import { isKeyExpired, type KeyLimits } from "./keyLimits";
 
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -50,9 +51,9 @@ export async function addUser(
   return store.users.create({ email, passwordHash, role: input.role ?? "user", credits, actor: input.actor }, clock());
 }
 
-export function createKey(store: AccountStore, clock: Clock, userId: number, name: string): { key: NewApiKey; row: ApiKeyRow } {
+export function createKey(store: AccountStore, clock: Clock, userId: number, name: string, limits?: KeyLimits): { key: NewApiKey; row: ApiKeyRow } {
   const key = generateApiKey();
-  const row = store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash }, clock());
+  const row = store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash, ...(limits ? { limits } : {}) }, clock());
   return { key, row };
 }
 
@@ -70,8 +71,13 @@ export class KeyAuthenticator {
 
   lookup(secret: string): KeyOwner | null {
     const owner = this.store.keys.ownerByHash(hashApiKey(secret));
-    if (owner && owner.key_revoked_at === null && !owner.disabled) this.touch(owner.key_id);
+    if (owner && owner.key_revoked_at === null && !owner.disabled && !this.expired(owner)) this.touch(owner.key_id);
     return owner;
+  }
+
+  /** The key's expiry has passed (by this authenticator's clock). */
+  expired(owner: KeyOwner): boolean {
+    return isKeyExpired({ expiresAt: owner.key_expires_at }, this.clock());
   }
 
   private touch(keyId: number): void {

@@ -48,3 +48,18 @@ export const MAX_EMAIL_CHARS = 254;
  * Far below MAX_CREDIT_GRANT, so a balance that could pay it stays exact.
  */
 export const MAX_MODEL_PRICE = 1_000_000;
+
+/** An API key's expiry, in days from when it is set (about ten years). */
+export const MAX_KEY_LIFETIME_DAYS = 3650;
+
+/** An API key's credit cap (the same bound as one grant, so spends stay exact). */
+export const MAX_KEY_CREDIT_CAP = MAX_CREDIT_GRANT;
+
+/** Models on one key's allow-list. */
+export const MAX_KEY_ALLOWED_MODELS = 200;
+
+/** The span one `GET /v1/usage` (or the usage page) covers, in days (inclusive of both ends). */
+export const MAX_USAGE_RANGE_DAYS = 366;
+
+/** The usage dashboard's default window, in days (today included). */
+export const USAGE_DASHBOARD_DAYS = 30;

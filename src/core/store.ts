@@ -4,6 +4,7 @@
  * No SQL here, and nothing from store/: dependencies point from store to core.
  */
 import type { ErrorBody } from "./errorBody";
+import type { KeyLimits } from "./keyLimits";
 
 export type Role = "user" | "admin";
 
@@ -26,6 +27,12 @@ export interface ApiKeyRow {
   created_at: number;
   last_used_at: number | null;
   revoked_at: number | null;
+  /** After this time (ms) the key answers 401 `api_key_expired`; null: never. */
+  expires_at: number | null;
+  /** The key stops once it has spent this many credits (charged minus refunded); null: no cap. */
+  credit_cap: number | null;
+  /** JSON array of the model ids the key may use; null: every model. */
+  allowed_models: string | null;
 }
 
 /** What authentication needs: the key and its owner, in one query. */
@@ -38,6 +45,12 @@ export interface KeyOwner {
   email: string;
   role: Role;
   disabled: number;
+  key_name: string;
+  key_created_at: number;
+  key_expires_at: number | null;
+  key_credit_cap: number | null;
+  /** JSON array of model ids, or null for every model. */
+  key_allowed_models: string | null;
 }
 
 export interface LedgerRow {
@@ -208,6 +221,17 @@ export function assertCanPay(balance: number | null, price: number): void {
   if (have < price) throw new InsufficientCreditsError("insufficient credits to generate an image", { price, balance: have });
 }
 
+/**
+ * The API key has spent its credit cap (the user may still have credits); nothing was written.
+ * Checked inside the charge's transaction, so concurrent requests cannot both pass the cap.
+ */
+export class KeyCreditCapReached extends Error {
+  override name = "KeyCreditCapReached";
+  constructor(readonly cap: number) {
+    super(`this API key has reached its credit cap of ${cap}`);
+  }
+}
+
 export class EmailTakenError extends Error {
   override name = "EmailTakenError";
 }
@@ -256,7 +280,7 @@ export interface FlowStore {
 export interface AccountStore {
   users: { create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): UserRow };
   keys: {
-    create(input: { userId: number; name: string; prefix: string; secretHash: string }, now: number): ApiKeyRow;
+    create(input: { userId: number; name: string; prefix: string; secretHash: string; limits?: KeyLimits }, now: number): ApiKeyRow;
     ownerByHash(secretHash: string): KeyOwner | null;
     /** last_used_at is a hint: false when the store was locked and nothing was written. */
     touch(keyId: number, now: number): boolean;

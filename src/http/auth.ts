@@ -5,7 +5,8 @@
 import { Elysia } from "elysia";
 import type { KeyAuthenticator } from "../core/accounts";
 import type { Role } from "../store/users";
-import { forbidden, unauthorized } from "./errors";
+import { ApiError, forbidden, unauthorized } from "./errors";
+import { isModelAllowed, parseAllowedModels, type KeyLimits } from "../core/keyLimits";
 import { metaOf } from "./requestMeta";
 
 export interface Principal {
@@ -16,6 +17,8 @@ export interface Principal {
   email: string;
   role: Role;
   via: "key" | "session";
+  /** The API key's name and limits; absent for a session (the workbench has no key limits). */
+  key?: { name: string; createdAt: number; limits: KeyLimits };
 }
 
 export interface ApiAuthDeps {
@@ -63,8 +66,40 @@ function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal {
     // Never echo any part of the presented secret.
     throw unauthorized("Incorrect API key provided, or the key was revoked. Check the key or create a new one in the workbench.", "invalid_api_key");
   }
+  if (deps.keys.expired(owner)) {
+    throw unauthorized("This API key has expired. Create a new key in the workbench (API keys), or extend this one's expiry there.", "api_key_expired");
+  }
   if (owner.disabled) throw forbidden("This account has been disabled; contact the administrator.", "account_disabled");
-  return { userId: owner.user_id, keyId: owner.key_id, keyPrefix: owner.key_prefix, email: owner.email, role: owner.role, via: "key" };
+  const limits: KeyLimits = { expiresAt: owner.key_expires_at, creditCap: owner.key_credit_cap, allowedModels: parseAllowedModels(owner.key_allowed_models) };
+  return {
+    userId: owner.user_id,
+    keyId: owner.key_id,
+    keyPrefix: owner.key_prefix,
+    email: owner.email,
+    role: owner.role,
+    via: "key",
+    key: { name: owner.key_name, createdAt: owner.key_created_at, limits },
+  };
+}
+
+/** Whether the caller may use a model: a key's allow-list decides; a session may use every model. */
+export function mayUseModel(principal: Principal, modelId: string): boolean {
+  return !principal.key || isModelAllowed(principal.key.limits, modelId);
+}
+
+/**
+ * Refuses a model outside the key's allow-list: 403 with param "model", before anything is
+ * charged or queued.
+ */
+export function assertModelAllowed(principal: Principal, modelId: string): void {
+  if (mayUseModel(principal, modelId)) return;
+  throw new ApiError(
+    403,
+    "permission_error",
+    `This API key may not use the model '${modelId}'; its allowed models are: ${principal.key!.limits.allowedModels!.join(", ")}. Change the key's models in the workbench (API keys).`,
+    "model",
+    "model_not_allowed",
+  );
 }
 
 /** Adds `principal` to every route of the instance that uses it. */

@@ -22,7 +22,7 @@ import {
 } from "../core/engine";
 import type { Logger } from "../logger";
 import { isDatabaseBusy } from "../store/busy";
-import { DatabaseBusyError } from "../core/store";
+import { DatabaseBusyError, KeyCreditCapReached } from "../core/store";
 import { InsufficientCreditsError } from "../store/credits";
 import {
   ApiError,
@@ -30,6 +30,7 @@ import {
   clientClosedRequest,
   databaseBusy,
   insufficientCredits,
+  keyCreditCapReached,
   methodNotAllowed,
   modelNotFound,
   notFound,
@@ -44,6 +45,7 @@ export function apiErrorOf(e: unknown): ApiError | null {
   if (e instanceof ApiError) return e;
   if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
   if (e instanceof InsufficientCreditsError) return insufficientCredits(e.cost);
+  if (e instanceof KeyCreditCapReached) return keyCreditCapReached(e.cap);
   if (e instanceof GateRejected) {
     if (e.reason === "aborted") return clientClosedRequest();
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);

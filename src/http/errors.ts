@@ -95,6 +95,17 @@ export const insufficientCredits = (cost?: { price: number; balance: number }) =
     { "x-should-retry": "false" },
   );
 
+/** The key (not the account) has spent its cap: 402 like an empty balance, never retried. */
+export const keyCreditCapReached = (cap: number) =>
+  new ApiError(
+    402,
+    "insufficient_credits",
+    `This API key has reached its credit cap of ${cap} ${cap === 1 ? "credit" : "credits"}; nothing was charged. Raise the key's cap in the workbench (API keys) or use another key.`,
+    null,
+    "key_credit_cap_reached",
+    { "x-should-retry": "false" },
+  );
+
 /** 429 with both retry headers the openai clients honour. */
 export const tooManyRequests = (message: string, code: string, retryAfterMs: number, type: ErrorType = "rate_limit_error") => {
   const ms = Math.max(1, Math.ceil(retryAfterMs));

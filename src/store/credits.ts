@@ -4,7 +4,8 @@
  * refunded <= charged, and at most one charge and one refund row per request.
  */
 import type { Db } from "./database";
-import { IdempotencyKeyTaken, InsufficientCreditsError, type CreditLedger, type FailedOutcome, type ImageCharge, type LedgerRow } from "../core/store";
+import { KEY_SPEND_SQL } from "./apiKeys";
+import { IdempotencyKeyTaken, InsufficientCreditsError, KeyCreditCapReached, type CreditLedger, type FailedOutcome, type ImageCharge, type LedgerRow } from "../core/store";
 
 export { InsufficientCreditsError } from "../core/store";
 export type { ImageCharge, LedgerRow } from "../core/store";
@@ -41,6 +42,19 @@ function claimIdempotencyKey(db: Db, c: ImageCharge, now: number): void {
 
 /** The history's endpoint column keeps the route each kind of image request came in on. */
 const ENDPOINT_OF_KIND: Record<ImageCharge["kind"], string> = { generate: "/v1/images/generations", edit: "/v1/images/edits" };
+
+/**
+ * Refuses a charge that would take the key past its credit cap. Runs inside the charge's
+ * IMMEDIATE transaction: the write lock serialises charges, so two requests at cap − 1 cannot
+ * both pass.
+ */
+function checkKeyCap(db: Db, keyId: number | null, cost: number): void {
+  if (keyId === null) return;
+  const cap = db.query<{ credit_cap: number | null }, [number]>("SELECT credit_cap FROM api_keys WHERE id = ?").get(keyId)?.credit_cap ?? null;
+  if (cap === null) return;
+  const spent = db.query<{ spent: number }, [number]>(KEY_SPEND_SQL).get(keyId)?.spent ?? 0;
+  if (spent + cost > cap) throw new KeyCreditCapReached(cap);
+}
 
 export class CreditStore implements CreditLedger {
   constructor(private readonly db: Db) {}
@@ -109,12 +123,14 @@ export class CreditStore implements CreditLedger {
   /**
    * Charges the request's price for an accepted image request: the request record (which keeps
    * what was charged, for the refund), the balance and the ledger row commit together or not at
-   * all. Throws InsufficientCreditsError below the price. A price of 0 writes the request with
+   * all. Throws InsufficientCreditsError below the price, and KeyCreditCapReached when the
+   * price would take the API key past its credit cap. A price of 0 writes the request with
    * nothing charged and no ledger row (the ledger has no zero-amount rows).
    */
   chargeForImage(c: ImageCharge, now: number): number {
     if (!Number.isInteger(c.price) || c.price < 0) throw new RangeError("an image price must be a non-negative integer");
     return this.db.transaction(() => {
+      checkKeyCap(this.db, c.keyId, c.price);
       const row = this.db
         .query<{ credits: number }, [number, number, number]>("UPDATE users SET credits = credits - ? WHERE id = ? AND credits >= ? RETURNING credits")
         .get(c.price, c.userId, c.price);

@@ -9,6 +9,7 @@ import { SessionStore } from "./sessions";
 import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
 import { SqliteImageRecords, ServerSecretStore } from "./images";
+import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
 import type { AccountStore, FlowStore } from "../core/store";
 
@@ -25,6 +26,8 @@ export interface Store extends FlowStore, AccountStore {
   /** The image archive's rows (the bytes: store/imageFiles.ts). */
   images: SqliteImageRecords;
   secrets: ServerSecretStore;
+  /** The usage report (core/usage) over the request history. */
+  usage: UsageStore;
   /** True when the database answers and the schema is current. */
   ready(): boolean;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
@@ -44,6 +47,7 @@ export function createStore(db: Db, latest: number): Store {
     webhooks: new WebhookStore(db),
     images: new SqliteImageRecords(db),
     secrets: new ServerSecretStore(db),
+    usage: new UsageStore(db),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {

@@ -255,4 +255,19 @@ export const migrations: Migration[] = [
       CREATE INDEX images_user_created ON images(user_id, created_at, id);
     `,
   },
+  {
+    version: 8,
+    name: "api key limits: expiry, credit cap, model allow-list; spend per key",
+    sql: `
+      -- NULL means "no limit" for each: a key that never expires, has no cap, may use every model.
+      ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
+      ALTER TABLE api_keys ADD COLUMN credit_cap INTEGER CHECK (credit_cap IS NULL OR credit_cap >= 0);
+      -- A JSON array of model ids.
+      ALTER TABLE api_keys ADD COLUMN allowed_models TEXT CHECK (allowed_models IS NULL OR json_type(allowed_models) = 'array');
+
+      -- A key's spend (charged minus refunded) is summed inside the charge's transaction: this
+      -- index answers it from the index alone.
+      CREATE INDEX requests_key_spend ON requests(key_id, credits_charged, credits_refunded) WHERE key_id IS NOT NULL;
+    `,
+  },
 ];

@@ -1,7 +1,7 @@
 /** GET /v1/models and GET /v1/models/{model}: the catalog in OpenAI's shape. */
 import { Elysia, t } from "elysia";
 import type { CatalogModel, ModelCatalog } from "../../core/models";
-import { apiAuth, authenticateApiRequest, type ApiAuthDeps } from "../auth";
+import { apiAuth, authenticateApiRequest, mayUseModel, type ApiAuthDeps } from "../auth";
 import { badRequest, modelNotFound } from "../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../shared";
 
@@ -33,21 +33,23 @@ export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps })
     .use(sharedModels)
     .model({ Model: ModelObject, ModelList })
     .use(apiAuth(deps.auth))
-    .get("/models", () => ({ object: "list" as const, data: deps.catalog.list().map(toModelObject) }), {
+    // A key with a model allow-list sees only the models it may use (the others answer 404 below).
+    .get("/models", ({ principal }) => ({ object: "list" as const, data: deps.catalog.list().filter((m) => mayUseModel(principal, m.id)).map(toModelObject) }), {
       response: { 200: "ModelList", ...errorResponses(401, 403) },
       detail: {
         tags: ["Models"],
         summary: "List models",
-        description: "Lists the image and chat models this service offers, including the built-in ones unless disabled.",
+        description:
+          "Lists the image and chat models this service offers, including the built-in ones unless disabled. A key with a model allow-list sees only its allowed models.",
         security: bearerSecurity,
         operationId: "listModels",
       },
     })
     .get(
       "/models/:model",
-      ({ params }) => {
+      ({ params, principal }) => {
         const model = deps.catalog.get(params.model);
-        if (!model) throw modelNotFound(params.model);
+        if (!model || !mayUseModel(principal, model.id)) throw modelNotFound(params.model);
         return toModelObject(model);
       },
       {
@@ -65,7 +67,7 @@ export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps })
         detail: {
           tags: ["Models"],
           summary: "Retrieve a model",
-          description: "Returns one model by id; unknown ids answer 404 with code `model_not_found`.",
+          description: "Returns one model by id; unknown ids (and models outside the key's allow-list) answer 404 with code `model_not_found`.",
           security: bearerSecurity,
           operationId: "retrieveModel",
         },

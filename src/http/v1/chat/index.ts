@@ -11,7 +11,7 @@ import { runChatRequest, type ChatFlowDeps } from "../../../core/chatRequests";
 import { newId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
 import type { Services } from "../../../services";
-import { apiAuth } from "../../auth";
+import { apiAuth, assertModelAllowed } from "../../auth";
 import { acceptApiBody } from "../../body";
 import { describeFailure } from "../../errorMapping";
 import { badRequest, modelNotFound, type ApiError } from "../../errors";
@@ -55,6 +55,7 @@ export function chatRoutes(deps: ChatDeps) {
         const model = catalog.get(body.model);
         if (!model) throw modelNotFound(body.model);
         if (model.kind !== "chat") throw notAChatModel(model, catalog.list().filter((m) => m.kind === "chat").map((m) => m.id));
+        assertModelAllowed(principal, model.id);
 
         const id = newId("chatcmpl-");
         // The access log reads the outcome from this record.

@@ -18,7 +18,7 @@ import { IdempotencyKeyTaken, type IdempotencyClaim, type TaskRow } from "../../
 import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
 import type { Services } from "../../../services";
-import { apiAuth, type Principal } from "../../auth";
+import { apiAuth, assertModelAllowed, type Principal } from "../../auth";
 import { acceptApiBody } from "../../body";
 import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
@@ -215,6 +215,7 @@ export function imagesRoutes(services: Services) {
         const given = withoutNullFields(body) as Record<string, unknown>;
         validate(ImageGenerationRequest, given);
         const fields = imageJobFrom(services.catalog, requestFields(given));
+        assertModelAllowed(principal, fields.model.id);
         const b = given as { reference_image?: string; reference_images?: string[] };
         if (b.reference_image !== undefined && b.reference_images !== undefined) {
           throw badRequest("Send either 'reference_image' (one) or 'reference_images' (a list), not both.", "reference_image", "invalid_value");
@@ -259,6 +260,7 @@ export function imagesRoutes(services: Services) {
           const text = multipartText(form);
           validate(MultipartTextFields, text);
           fields = imageJobFrom(services.catalog, requestFields(text));
+          assertModelAllowed(principal, fields.model.id);
           const indexed = indexedImages(form);
           const single = form.image !== undefined && !Array.isArray(form.image) && form["image[]"] === undefined && indexed.length === 0;
           const files = [...asList(form.image), ...asList(form["image[]"]), ...indexed];
@@ -272,6 +274,7 @@ export function imagesRoutes(services: Services) {
           const given = withoutNullFields(form) as Record<string, unknown>;
           validate(ImageEditJsonRequest, given);
           fields = imageJobFrom(services.catalog, requestFields(given));
+          assertModelAllowed(principal, fields.model.id);
           const b = given as { images: { image_url: string }[]; mask?: { image_url: string } };
           const sources = b.images.map((img, i) => ({ value: img.image_url, param: `images[${i}]` }));
           if (b.mask !== undefined) sources.push({ value: b.mask.image_url, param: "mask" });
