@@ -5,6 +5,7 @@
  * request is refused; a request that failed and was refunded may run again under its key.
  */
 import { sha256Hex } from "./digest";
+import { DecodedDataUrl } from "./imageInput";
 import type { TaskRow, TaskStore } from "./store";
 import { isPlainObject } from "./values";
 
@@ -50,6 +51,7 @@ export async function requestFingerprint(method: string, path: string, body: unk
 
 async function canonical(value: unknown): Promise<unknown> {
   if (value instanceof Blob) return { $file: sha256Hex(new Uint8Array(await value.arrayBuffer())), size: value.size };
+  if (value instanceof DecodedDataUrl) return { $data_url: sha256Hex(value.bytes), type: value.subtype.toLowerCase() };
   if (Array.isArray(value)) return Promise.all(value.map(canonical));
   if (isPlainObject(value)) {
     const out: [string, unknown][] = [];

@@ -40,7 +40,9 @@ const DECLARED_TYPES: Record<string, ImageMime> = {
   webp: "image/webp",
 };
 
-const DATA_URL = /^data:image\/([a-z0-9.+-]+);base64,/i;
+/** A data URL's head, looked for in the first DATA_URL_HEAD_CHARS characters only. */
+export const DATA_URL = /^data:image\/([a-z0-9.+-]+);base64,/i;
+export const DATA_URL_HEAD_CHARS = 64;
 
 /** Decoded length of canonical padded base64 (length a multiple of 4). */
 function decodedLength(b64: string): number {
@@ -53,12 +55,43 @@ function mib(n: number): string {
 }
 
 /**
+ * A data URL whose base64 was already decoded while the request body streamed in (http/jsonUploads):
+ * the declared subtype (`png` in `data:image/png;base64,`) and the decoded bytes, in a buffer
+ * of their own and of exactly their size. Stands where the data URL string stood in the body.
+ */
+export class DecodedDataUrl {
+  constructor(
+    readonly subtype: string,
+    readonly bytes: Uint8Array,
+  ) {}
+}
+
+/** The type a data URL declares (its `image/<subtype>`), or the 400 for one we do not take. */
+function declaredType(subtype: string, param: string): ImageMime {
+  const declared = DECLARED_TYPES[subtype.toLowerCase()];
+  if (!declared) throw new ImageInputError(`'${param}' has type image/${subtype}; only PNG, JPEG and WebP images are accepted.`, param, "invalid_image_format");
+  return declared;
+}
+
+export const tooLargeAfterDecoding = (param: string) =>
+  new ImageInputError(`'${param}' is larger than ${mib(MAX_IMAGE_BYTES)} (${MAX_IMAGE_BYTES} bytes) after decoding.`, param, "image_too_large");
+
+export const invalidBase64 = (param: string) =>
+  new ImageInputError(`'${param}' does not contain valid base64 data (standard alphabet, padded, no whitespace).`, param, "invalid_base64");
+
+/** A data URL decoded while the body streamed in → a sniffed ImageInput. */
+export function imageFromDecodedDataUrl(value: DecodedDataUrl, param: string): ImageInput {
+  return imageFromBytes(value.bytes, param, declaredType(value.subtype, param));
+}
+
+/**
  * `data:image/<png|jpeg|jpg|webp>;base64,<data>` → a sniffed ImageInput. The size limit is
  * enforced from the base64 length, before a single byte is decoded.
  */
 export function imageFromDataUrl(value: unknown, param: string): ImageInput {
+  if (value instanceof DecodedDataUrl) return imageFromDecodedDataUrl(value, param);
   if (typeof value !== "string") throw new ImageInputError(`'${param}' must be a data URL string (data:image/png;base64,…).`, param, "invalid_image");
-  const head = DATA_URL.exec(value.slice(0, 64));
+  const head = DATA_URL.exec(value.slice(0, DATA_URL_HEAD_CHARS));
   if (!head) {
     throw new ImageInputError(
       `'${param}' must be a base64 data URL of the form data:image/<png|jpeg|jpg|webp>;base64,<data>.`,
@@ -66,28 +99,19 @@ export function imageFromDataUrl(value: unknown, param: string): ImageInput {
       "invalid_image_url",
     );
   }
-  const declared = DECLARED_TYPES[head[1]!.toLowerCase()];
-  if (!declared) {
-    throw new ImageInputError(`'${param}' has type image/${head[1]}; only PNG, JPEG and WebP images are accepted.`, param, "invalid_image_format");
-  }
+  const declared = declaredType(head[1]!, param);
   const b64 = value.slice(head[0].length);
   // Upper bound first (cheap, and before the validation regex scans a huge string).
-  if (Math.floor(b64.length / 4) * 3 > MAX_IMAGE_BYTES + 2) {
-    throw new ImageInputError(`'${param}' is larger than ${mib(MAX_IMAGE_BYTES)} (${MAX_IMAGE_BYTES} bytes) after decoding.`, param, "image_too_large");
-  }
-  const invalidBase64 = () =>
-    new ImageInputError(`'${param}' does not contain valid base64 data (standard alphabet, padded, no whitespace).`, param, "invalid_base64");
+  if (Math.floor(b64.length / 4) * 3 > MAX_IMAGE_BYTES + 2) throw tooLargeAfterDecoding(param);
   // The URL-safe alphabet is the one thing Buffer's decoder accepts silently without shortening.
-  if (b64.length === 0 || b64.length % 4 !== 0 || b64.includes("-") || b64.includes("_")) throw invalidBase64();
+  if (b64.length === 0 || b64.length % 4 !== 0 || b64.includes("-") || b64.includes("_")) throw invalidBase64(param);
   const expected = decodedLength(b64);
-  if (expected > MAX_IMAGE_BYTES) {
-    throw new ImageInputError(`'${param}' is larger than ${mib(MAX_IMAGE_BYTES)} (${MAX_IMAGE_BYTES} bytes) after decoding.`, param, "image_too_large");
-  }
+  if (expected > MAX_IMAGE_BYTES) throw tooLargeAfterDecoding(param);
   // Buffer skips characters outside the alphabet and stops at an early '=': either makes the
   // output shorter than canonical base64 of this length, which is how strictness is checked
   // here (a regex over 14 MB costs more than the decode itself).
   const bytes: Uint8Array = Buffer.from(b64, "base64");
-  if (bytes.byteLength !== expected) throw invalidBase64();
+  if (bytes.byteLength !== expected) throw invalidBase64(param);
   return imageFromBytes(bytes, param, declared);
 }
 

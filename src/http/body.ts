@@ -8,6 +8,7 @@ import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, un
 import { metaOf, shareMeta } from "./requestMeta";
 import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
+import { scanJsonBody, type UploadParam } from "./jsonUploads";
 
 export class BodyBudget {
   private inflight = 0;
@@ -137,13 +138,13 @@ function kindOf(contentType: string | null): BodyKind | null {
  * A JSON body as a value: empty, too deeply nested (checked before parsing, see jsonDepth) and
  * malformed bodies are 400 invalid_json.
  */
-export function parseJsonBody(bytes: Uint8Array): unknown {
+export function parseJsonBody(bytes: Uint8Array, reviver?: (key: string, value: unknown) => unknown): unknown {
   if (bytes.byteLength === 0) throw badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
   if (jsonNestedDeeperThan(bytes, MAX_JSON_DEPTH)) {
     throw badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
   }
   try {
-    return JSON.parse(new TextDecoder().decode(bytes));
+    return JSON.parse(new TextDecoder().decode(bytes), reviver);
   } catch (e) {
     throw badRequest(
       `We could not parse the JSON body of your request (${(e as Error).message}). Send valid JSON with Content-Type: application/json.`,
@@ -173,10 +174,23 @@ function formToObject(form: FormData): Record<string, FormDataEntryValue | FormD
  * the body; throwing an ApiError answers with it.
  */
 export function acceptBody(...accepted: BodyKind[]) {
+  return acceptBodyWithUploads(null, accepted);
+}
+
+/**
+ * acceptBody whose JSON bodies are read as they stream in, the image data URLs at the paths
+ * `uploads` names decoded on the way (http/jsonUploads): they arrive in the body as
+ * DecodedDataUrl values instead of strings.
+ */
+function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]) {
   return async function parseBody({ request }: { request: Request }): Promise<unknown> {
     const contentType = request.headers.get("content-type");
     const kind = kindOf(contentType);
     if (!kind || !accepted.includes(kind)) throw unsupportedMediaType(contentType, accepted.map((k) => CONTENT_TYPES[k]));
+    if (kind === "json" && uploads && request.body) {
+      const scanned = await scanJsonBody(request.body, uploads);
+      return parseJsonBody(scanned.text, scanned.revive);
+    }
     const bytes = await readLimited(request);
     if (kind === "json") return parseJsonBody(bytes);
     try {
@@ -195,7 +209,12 @@ export function acceptBody(...accepted: BodyKind[]) {
  * so a keyless POST with no body (or an empty one) was answered 400/415 instead of 401.
  */
 export function acceptApiBody(auth: ApiAuthDeps, ...accepted: BodyKind[]) {
-  const parse = acceptBody(...accepted);
+  return acceptApiUploads(auth, null, ...accepted);
+}
+
+/** acceptApiBody with the image data URLs of JSON bodies decoded as they stream in (see acceptBodyWithUploads). */
+export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null, ...accepted: BodyKind[]) {
+  const parse = acceptBodyWithUploads(uploads, accepted);
   return function parseApiBody(ctx: { request: Request }): Promise<unknown> {
     authenticateApiRequest(ctx.request, auth);
     return parse(ctx);

@@ -19,12 +19,12 @@ import { TaskNotFound } from "../../../core/taskRunner";
 import { MAX_EDIT_IMAGES } from "../../../core/limits";
 import type { Services } from "../../../services";
 import { apiAuth, assertModelAllowed, type Principal } from "../../auth";
-import { acceptApiBody } from "../../body";
+import { acceptApiUploads } from "../../body";
 import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
-import { asList, fileToImage, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
+import { asList, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
 
@@ -229,7 +229,7 @@ export function imagesRoutes(services: Services) {
         return handle("generate", { principal, request, set }, { ...fields, images }, body);
       },
       {
-        parse: acceptApiBody(services.auth, "json"),
+        parse: acceptApiUploads(services.auth, generationUploads, "json"),
         ...common,
         detail: {
           tags: ["Images"],
@@ -285,7 +285,7 @@ export function imagesRoutes(services: Services) {
         return handle("edit", { principal, request, set }, { ...fields, images, mask }, body);
       },
       {
-        parse: acceptApiBody(services.auth, "multipart", "json"),
+        parse: acceptApiUploads(services.auth, editUploads, "multipart", "json"),
         ...common,
         detail: {
           tags: ["Images"],

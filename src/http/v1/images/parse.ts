@@ -8,10 +8,11 @@ import { Value } from "@sinclair/typebox/value";
 import { countChars } from "../../../core/chatRequest";
 import type { ImageInput } from "../../../core/engine";
 import { fetchImage, isImageUrl, type ImageFetchPolicy } from "../../../core/imageFetch";
-import { ImageInputError, imageFromBytes, imageFromDataUrl } from "../../../core/imageInput";
+import { DecodedDataUrl, ImageInputError, imageFromBytes, imageFromDataUrl, imageFromDecodedDataUrl } from "../../../core/imageInput";
 import type { ImageRequestFields } from "../../../core/imageRequest";
 import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS } from "../../../core/limits";
 import { badRequest } from "../../errors";
+import type { UploadParam } from "../../jsonUploads";
 import { describeFirstError } from "../../validation";
 import { PASS_THROUGH } from "./model";
 
@@ -27,10 +28,35 @@ function promptByCharacters(value: Record<string, unknown>): Record<string, unkn
   return chars <= MAX_PROMPT_CHARS ? { ...value, prompt: "x".repeat(chars) } : value;
 }
 
+/** Where /v1/images/generations takes image data URLs (decoded while the body streams in), and their params. */
+export const generationUploads: UploadParam = (path) => {
+  if (path.length === 1 && path[0] === "reference_image") return "reference_image";
+  if (path.length === 2 && path[0] === "reference_images" && typeof path[1] === "number") return `reference_images[${path[1]}]`;
+  return null;
+};
+
+/** Where the JSON form of /v1/images/edits takes image data URLs, and their params. */
+export const editUploads: UploadParam = (path) => {
+  if (path.length === 3 && path[0] === "images" && typeof path[1] === "number" && path[2] === "image_url") return `images[${path[1]}]`;
+  if (path.length === 2 && path[0] === "mask" && path[1] === "image_url") return "mask";
+  return null;
+};
+
+/**
+ * The schemas describe a data URL as the string the client sent; a decoded one is checked as
+ * that string (its content was checked while it was decoded, and is again by imageFromSource).
+ */
+function uploadsAsStrings(value: unknown): unknown {
+  if (value instanceof DecodedDataUrl) return `data:image/${value.subtype};base64,`;
+  if (Array.isArray(value)) return value.some((v) => typeof v === "object" && v !== null) ? value.map(uploadsAsStrings) : value;
+  if (typeof value === "object" && value !== null) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, uploadsAsStrings(v)]));
+  return value;
+}
+
 /** TypeBox check with the same error shape Elysia's validation gets (http/validation). */
 export function validate(schema: TSchema, body: unknown): void {
   if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("The request body must be a JSON object.", null, "invalid_value");
-  const value = promptByCharacters(body as Record<string, unknown>);
+  const value = promptByCharacters(uploadsAsStrings(body) as Record<string, unknown>);
   if (Value.Check(schema, value)) return;
   throw describeFirstError(Value.Errors(schema, value).First());
 }
@@ -70,6 +96,7 @@ export interface ImageSources extends ImageFetchPolicy {
 
 /** A JSON image field: a data URL (decoded) or an http(s) URL (fetched, core/imageFetch). */
 export async function imageFromSource(value: unknown, param: string, policy: ImageSources, signal?: AbortSignal): Promise<ImageInput> {
+  if (value instanceof DecodedDataUrl) return imageFromDecodedDataUrl(value, param);
   if (isImageUrl(value)) {
     const own = policy.ownLink ? await policy.ownLink(new URL(value)) : "not ours";
     if (own === "gone") throw new ImageInputError(`'${param}' is a link to an image of this server that has expired or was deleted.`, param, "image_fetch_failed");

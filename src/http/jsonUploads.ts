@@ -1,0 +1,351 @@
+/**
+ * A JSON request body read as it streams in, with its image data URLs decoded on the way:
+ * everything but those data URLs is copied into a small JSON text, and the base64 of each
+ * `data:image/<type>;base64,…` value in an upload field is decoded chunk by chunk into a buffer
+ * of exactly the image's size. So a 118 MB body of ten images costs about the images' bytes,
+ * not the body, its text, the parsed strings and the decoded copies all at once.
+ *
+ * The rules:
+ * - Only string values at the paths the route names (uploadParam) are candidates; a candidate
+ *   that does not start with a data URL head within DATA_URL_HEAD_CHARS stays a string.
+ * - Base64 is strict, as for a data URL string (core/imageInput): the standard alphabet, padding
+ *   only at the end, a length that is a multiple of 4, no whitespace and no escapes but `\/`
+ *   (JSON encoders such as PHP's write every `/` so). A violation is a 400 naming the field, as
+ *   soon as it arrives; so is an image past MAX_IMAGE_BYTES (the rest is never decoded).
+ * - The scanner only follows the nesting to know where it is; whether the text is JSON at all
+ *   (and not nested too deeply) is for the parser of the text it returns (http/body).
+ * Each decoded image stands in the text as a placeholder string carrying a per-request nonce,
+ * so a client cannot forge one; the parser puts a DecodedDataUrl in its place.
+ */
+import { randomBytes } from "node:crypto";
+import { DATA_URL, DATA_URL_HEAD_CHARS, DecodedDataUrl, invalidBase64, tooLargeAfterDecoding } from "../core/imageInput";
+import { MAX_IMAGE_BYTES, MAX_JSON_DEPTH } from "../core/limits";
+
+/** Where a value sits: object keys and array indices from the top. */
+export type JsonPath = readonly (string | number)[];
+
+/** The request field an upload at this path is reported as (`reference_images[3]`), or null when the path takes no uploads. */
+export type UploadParam = (path: JsonPath) => string | null;
+
+export interface ScannedJson {
+  /** The body's JSON text with every decoded data URL replaced by a placeholder string. */
+  text: Uint8Array;
+  /** Turns the placeholders back into the decoded images (a JSON.parse reviver). */
+  revive: (key: string, value: unknown) => unknown;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const SLASH = 0x2f;
+const COMMA = 0x2c;
+const EQUALS = 0x3d;
+const DASH = 0x2d;
+const UNDERSCORE = 0x5f;
+/** Longer keys are kept out of the path (no upload field has one); the text still has them. */
+const MAX_PATH_KEY_BYTES = 256;
+
+interface Level {
+  array: boolean;
+  /** Objects: the key of the current member (null before the first, or when not tracked). */
+  key: string | null;
+  expectingKey: boolean;
+  /** Arrays: the index of the current element. */
+  index: number;
+}
+
+/** Decodes one data URL's base64 as it arrives, strictly, into pieces joined at the end. */
+class Base64Decoder {
+  private pieces: Uint8Array[] = [];
+  private decoded = 0;
+  private chars = 0;
+  private carry = new Uint8Array(4);
+  private carried = 0;
+  private padded = false;
+
+  constructor(readonly param: string) {}
+
+  write(segment: Uint8Array): void {
+    if (segment.length === 0) return;
+    if (this.padded) throw invalidBase64(this.param);
+    this.chars += segment.length;
+    let at = 0;
+    if (this.carried > 0) {
+      const take = Math.min(4 - this.carried, segment.length);
+      this.carry.set(segment.subarray(0, take), this.carried);
+      this.carried += take;
+      at = take;
+      if (this.carried < 4) return;
+      this.decodeQuads(this.carry);
+      this.carried = 0;
+    }
+    const whole = (segment.length - at) & ~3;
+    if (whole > 0) this.decodeQuads(segment.subarray(at, at + whole));
+    const rest = segment.length - at - whole;
+    if (rest > 0) {
+      if (this.padded) throw invalidBase64(this.param);
+      this.carry.set(segment.subarray(at + whole), 0);
+      this.carried = rest;
+    }
+  }
+
+  /** The image's bytes, in a buffer of their own and of exactly their size. */
+  finish(): Uint8Array {
+    if (this.chars === 0 || this.carried !== 0) throw invalidBase64(this.param);
+    const out = new Uint8Array(this.decoded);
+    let at = 0;
+    for (const piece of this.pieces) {
+      out.set(piece, at);
+      at += piece.length;
+    }
+    this.pieces = [];
+    return out;
+  }
+
+  /**
+   * Whole groups of 4 characters. Buffer's decoder skips characters outside the alphabet and
+   * stops at an early '=', so either makes its output shorter than the groups' exact length:
+   * that comparison is the strictness check (the URL-safe '-' and '_', which it takes silently,
+   * are looked for apart).
+   */
+  private decodeQuads(quads: Uint8Array): void {
+    if (this.padded) throw invalidBase64(this.param);
+    if (quads.indexOf(DASH) !== -1 || quads.indexOf(UNDERSCORE) !== -1) throw invalidBase64(this.param);
+    const last = quads.length - 1;
+    const padding = quads[last] !== EQUALS ? 0 : quads[last - 1] === EQUALS ? 2 : 1;
+    if (padding > 0) this.padded = true;
+    const expected = (quads.length / 4) * 3 - padding;
+    if (this.decoded + expected > MAX_IMAGE_BYTES) throw tooLargeAfterDecoding(this.param);
+    const latin1 = Buffer.from(quads.buffer, quads.byteOffset, quads.length).toString("latin1");
+    const bytes = Buffer.from(latin1, "base64");
+    if (bytes.length !== expected) throw invalidBase64(this.param);
+    this.pieces.push(bytes);
+    this.decoded += expected;
+  }
+}
+
+type Mode =
+  /** Between strings: structure, numbers, literals, whitespace. */
+  | { kind: "between" }
+  /** Inside a string copied as it is (a key when `key` collects its bytes). */
+  | { kind: "string"; escaped: boolean; key?: number[] }
+  /** The first bytes of a candidate string, held back until they show a data URL head or not. */
+  | { kind: "head"; param: string; raw: number[]; escaped: boolean }
+  /** Inside a data URL's base64. */
+  | { kind: "base64"; decoder: Base64Decoder; subtype: string; escaped: boolean };
+
+export class JsonUploadScanner {
+  private readonly text: Uint8Array[] = [];
+  private textBytes = 0;
+  private readonly levels: Level[] = [];
+  private depth = 0;
+  private mode: Mode = { kind: "between" };
+  private readonly uploads: DecodedDataUrl[] = [];
+  private readonly marker = `\u0000upload:${randomBytes(9).toString("base64")}:`;
+
+  constructor(private readonly uploadParam: UploadParam) {}
+
+  /** Feeds the next chunk of the body. Throws the 400 for an upload that cannot be valid. */
+  write(chunk: Uint8Array): void {
+    let pos = 0;
+    let copyFrom = 0;
+    const n = chunk.length;
+    while (pos < n) {
+      const mode = this.mode;
+      if (mode.kind === "between") {
+        const c = chunk[pos]!;
+        if (c === QUOTE) {
+          const level = this.levels[this.depth - 1];
+          if (level && !level.array && level.expectingKey) {
+            this.mode = { kind: "string", escaped: false, key: [] };
+          } else {
+            const param = this.depth <= MAX_JSON_DEPTH ? this.uploadParam(this.path()) : null;
+            if (param !== null) {
+              this.copy(chunk.subarray(copyFrom, pos));
+              this.mode = { kind: "head", param, raw: [QUOTE], escaped: false };
+              copyFrom = pos + 1;
+            } else {
+              this.mode = { kind: "string", escaped: false };
+            }
+          }
+        } else this.structure(c);
+        pos++;
+      } else if (mode.kind === "string") {
+        pos = this.skipString(chunk, pos, mode);
+      } else if (mode.kind === "head") {
+        const c = chunk[pos++]!;
+        copyFrom = pos;
+        mode.raw.push(c);
+        if (mode.escaped) mode.escaped = false;
+        else if (c === BACKSLASH) mode.escaped = true;
+        else if (c === QUOTE || c === COMMA || mode.raw.length > DATA_URL_HEAD_CHARS + 1) this.decideHead(mode);
+      } else {
+        pos = this.decodeBase64(chunk, pos, mode);
+        if (this.mode.kind === "between") copyFrom = pos;
+        else copyFrom = n;
+      }
+    }
+    if (this.mode.kind === "between" || this.mode.kind === "string") this.copy(chunk.subarray(copyFrom, n));
+  }
+
+  /** The text to parse, once the whole body was written. */
+  end(): ScannedJson {
+    if (this.mode.kind === "head") this.copy(Uint8Array.from(this.mode.raw));
+    const text = new Uint8Array(this.textBytes);
+    let at = 0;
+    for (const piece of this.text) {
+      text.set(piece, at);
+      at += piece.length;
+    }
+    const { marker, uploads } = this;
+    return {
+      text,
+      revive: (_key, value) => (typeof value === "string" && value.startsWith(marker) ? (uploads[Number(value.slice(marker.length))] ?? value) : value),
+    };
+  }
+
+  private copy(bytes: Uint8Array): void {
+    if (bytes.length === 0) return;
+    // A copy: the chunk's buffer is Bun's and may be reused or be far larger than this part.
+    this.text.push(bytes.slice());
+    this.textBytes += bytes.length;
+  }
+
+  private path(): (string | number)[] {
+    return this.levels.map((l) => (l.array ? l.index : (l.key ?? "")));
+  }
+
+  private structure(c: number): void {
+    const level = this.depth <= MAX_JSON_DEPTH ? this.levels[this.depth - 1] : undefined;
+    switch (c) {
+      case 0x7b: // {
+      case 0x5b: // [
+        this.depth++;
+        if (this.depth <= MAX_JSON_DEPTH) this.levels.push({ array: c === 0x5b, key: null, expectingKey: c === 0x7b, index: 0 });
+        break;
+      case 0x7d: // }
+      case 0x5d: // ]
+        if (this.depth > 0 && this.depth <= MAX_JSON_DEPTH) this.levels.pop();
+        this.depth = Math.max(0, this.depth - 1);
+        break;
+      case COMMA:
+        if (level?.array) level.index++;
+        else if (level) level.expectingKey = true;
+        break;
+      case 0x3a: // :
+        if (level && !level.array) level.expectingKey = false;
+        break;
+    }
+  }
+
+  /** Inside a copied string: to its closing quote (escapes skipped) or the chunk's end. */
+  private skipString(chunk: Uint8Array, from: number, mode: Extract<Mode, { kind: "string" }>): number {
+    let pos = from;
+    while (pos < chunk.length) {
+      if (mode.escaped) {
+        mode.escaped = false;
+        this.keyByte(mode, chunk[pos]!);
+        pos++;
+        continue;
+      }
+      const quote = chunk.indexOf(QUOTE, pos);
+      const backslash = chunk.indexOf(BACKSLASH, pos);
+      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const end = stop === -1 ? chunk.length : stop;
+      if (mode.key) for (let i = pos; i < end && mode.key.length <= MAX_PATH_KEY_BYTES; i++) mode.key.push(chunk[i]!);
+      if (stop === -1) return chunk.length;
+      if (stop === backslash) {
+        this.keyByte(mode, BACKSLASH);
+        mode.escaped = true;
+        pos = stop + 1;
+        continue;
+      }
+      if (mode.key) this.keyEnded(mode.key);
+      this.mode = { kind: "between" };
+      return stop + 1;
+    }
+    return pos;
+  }
+
+  private keyByte(mode: Extract<Mode, { kind: "string" }>, c: number): void {
+    if (mode.key && mode.key.length <= MAX_PATH_KEY_BYTES) mode.key.push(c);
+  }
+
+  private keyEnded(raw: number[]): void {
+    const level = this.levels[this.depth - 1];
+    if (!level || this.depth > MAX_JSON_DEPTH) return;
+    level.key = null;
+    if (raw.length > MAX_PATH_KEY_BYTES) return;
+    try {
+      level.key = JSON.parse(`"${Buffer.from(raw).toString("utf8")}"`) as string;
+    } catch {
+      // Not a valid JSON string: the parser of the text refuses the body.
+    }
+  }
+
+  /** The candidate's first bytes are in: a data URL head starts decoding, anything else is copied as a string. */
+  private decideHead(mode: Extract<Mode, { kind: "head" }>): void {
+    // The raw bytes without the opening quote, with `\/` unescaped (the only escape a head may have).
+    const head = Buffer.from(mode.raw.slice(1)).toString("latin1").replaceAll("\\/", "/");
+    const match = DATA_URL.exec(head);
+    if (match && match[0].length === head.length && !head.includes("\\")) {
+      this.mode = { kind: "base64", decoder: new Base64Decoder(mode.param), subtype: match[1]!, escaped: false };
+      return;
+    }
+    this.copy(Uint8Array.from(mode.raw));
+    // Decided on an unescaped quote: the head was the whole string.
+    this.mode = mode.raw.length > 1 && mode.raw[mode.raw.length - 1] === QUOTE ? { kind: "between" } : { kind: "string", escaped: false };
+  }
+
+  /** Inside base64: decodes up to the closing quote (then the placeholder goes into the text) or the chunk's end. */
+  private decodeBase64(chunk: Uint8Array, from: number, mode: Extract<Mode, { kind: "base64" }>): number {
+    let pos = from;
+    while (pos < chunk.length) {
+      if (mode.escaped) {
+        if (chunk[pos] !== SLASH) throw invalidBase64(mode.decoder.param);
+        mode.escaped = false;
+        mode.decoder.write(SLASH_BYTE);
+        pos++;
+        continue;
+      }
+      const quote = chunk.indexOf(QUOTE, pos);
+      const scanEnd = quote === -1 ? chunk.length : quote;
+      const backslash = chunk.subarray(pos, scanEnd).indexOf(BACKSLASH);
+      const stop = backslash !== -1 ? pos + backslash : scanEnd;
+      mode.decoder.write(chunk.subarray(pos, stop));
+      if (stop === chunk.length) return stop;
+      if (backslash !== -1) {
+        mode.escaped = true;
+        pos = stop + 1;
+        continue;
+      }
+      const index = this.uploads.push(new DecodedDataUrl(mode.subtype, mode.decoder.finish())) - 1;
+      this.copy(new TextEncoder().encode(JSON.stringify(`${this.marker}${index}`)));
+      this.mode = { kind: "between" };
+      return stop + 1;
+    }
+    return pos;
+  }
+}
+
+const SLASH_BYTE = Uint8Array.of(SLASH);
+
+/**
+ * Reads a JSON body to its end through a JsonUploadScanner. On a refusal the body is cancelled
+ * (the server closes the connection, as for any body left unread).
+ */
+export async function scanJsonBody(body: ReadableStream<Uint8Array>, uploadParam: UploadParam): Promise<ScannedJson> {
+  const scanner = new JsonUploadScanner(uploadParam);
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return scanner.end();
+      scanner.write(value);
+    }
+  } catch (e) {
+    reader.cancel().catch(() => {});
+    throw e;
+  } finally {
+    reader.releaseLock();
+  }
+}
