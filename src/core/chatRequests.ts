@@ -6,7 +6,7 @@
  * describes it for the history row through `describeFailure`, the same table).
  */
 import type { FlowStore, TraceFields } from "./store";
-import { EngineError, type ChatMessage, type ChatResult } from "./engine";
+import { EngineError, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
 import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
@@ -21,6 +21,16 @@ export interface ChatRequest {
   params: ChatParams;
   /** What the request history keeps of the conversation (the start of the last user message). */
   historyPrompt: string;
+  /** A streamed answer's listener for the reply's pieces (ChatJob.onDelta). */
+  onDelta?: (delta: ChatDelta) => void;
+}
+
+/** The engine cannot serve this request (e.g. tools for builtin-chat): a 400 naming the field, before any slot is taken. */
+export class ChatRequestRefused extends Error {
+  override name = "ChatRequestRefused";
+  constructor(readonly problem: ChatRequestProblem) {
+    super(problem.message);
+  }
 }
 
 export interface ChatOutcome {
@@ -38,8 +48,15 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
   const started = performance.now();
   const engine = deps.engines.chatEngine(req.model);
   if (!engine) throw new NoEngineError(`no chat engine is registered for ${describeSource(req.model.source)} (model ${req.model.id})`);
+  const problem = engine.requestProblem?.({ model: req.model, messages: req.messages, params: req.params });
+  if (problem) throw new ChatRequestRefused(problem);
   const permit = await deps.gate.admit(req.userId, clientSignal);
-  const run = withDeadline(deps.generationTimeoutMs, (signal) => engine.chat({ model: req.model, messages: req.messages, params: req.params, signal }), clientSignal);
+  const onDelta = req.onDelta;
+  const run = withDeadline(
+    deps.generationTimeoutMs,
+    (signal) => engine.chat({ model: req.model, messages: req.messages, params: req.params, signal, ...(onDelta ? { onDelta } : {}) }),
+    clientSignal,
+  );
   // The permit is released when the engine really stops, so the limit stays true even for an
   // engine that ignores its signal; the graceful stop waits for it too.
   deps.background.track(run.settled.finally(() => permit.release()));
@@ -47,7 +64,8 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
   try {
     const result = await run.result;
     const outcome = { result, queueMs: permit.waitedMs, generationMs: Math.round(performance.now() - generationStarted) };
-    record(deps, req, { status: "succeeded", promptTokens: result.usage.promptTokens, completionTokens: result.usage.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, ...result.trace });
+    // No usage (a stream whose upstream sent none): the history says "not known", not 0.
+    record(deps, req, { status: "succeeded", promptTokens: result.usage?.promptTokens, completionTokens: result.usage?.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, ...result.trace });
     return outcome;
   } catch (e) {
     const gone = clientSignal?.aborted && !(e instanceof EngineError) ? new ClientDisconnected("the client closed the connection") : e;

@@ -72,24 +72,61 @@ export interface GeneratedImage {
   trace?: UpstreamTrace;
 }
 
-export interface ChatMessage {
-  role: "system" | "user" | "assistant";
-  content: string;
+/** A function call the assistant asked for (OpenAI's `tool_calls[]` item). */
+export interface ChatToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
 }
+
+/**
+ * One message of a conversation, as every engine receives it: text only (an array of text
+ * parts arrives joined), `developer` already read as `system`. An assistant message may carry
+ * the tool calls it made; a `tool` message answers one of them.
+ */
+export type ChatMessage =
+  | { role: "system" | "user"; content: string }
+  | { role: "assistant"; content: string; toolCalls?: ChatToolCall[] }
+  | { role: "tool"; content: string; toolCallId: string };
 
 export interface ChatJob {
   model: CatalogModel;
   messages: ChatMessage[];
-  /** Validated OpenAI parameters (temperature, max_tokens, response_format, …). */
+  /** Validated OpenAI parameters (temperature, max_tokens, response_format, tools, tool_choice, …). */
   params: Record<string, unknown>;
   signal: AbortSignal;
+  /**
+   * Set when the client asked for a streamed answer: the engine reports the reply's pieces
+   * here as they come, in order, and still resolves with the whole result. Calling it never
+   * throws into the engine.
+   */
+  onDelta?: (delta: ChatDelta) => void;
+}
+
+/**
+ * A piece of a streamed reply: text to append, and/or fragments of tool calls (OpenAI's
+ * `delta.tool_calls[]`: `index` says which call; id, type and name come with its first fragment).
+ */
+export interface ChatDelta {
+  content?: string;
+  toolCalls?: { index: number; id?: string; type?: "function"; function?: { name?: string; arguments?: string } }[];
 }
 
 export interface ChatResult {
-  content: string;
+  /** The reply text; null when the reply is only tool calls. */
+  content: string | null;
+  toolCalls?: ChatToolCall[];
   finishReason: "stop" | "length" | "content_filter" | "tool_calls";
-  usage: { promptTokens: number; completionTokens: number };
+  /** Token counts, when the engine knows them (a streaming upstream may not send them). */
+  usage?: { promptTokens: number; completionTokens: number };
   trace?: UpstreamTrace;
+}
+
+/** A request an engine cannot serve (e.g. tools for an engine that calls none): the field at fault and why. */
+export interface ChatRequestProblem {
+  param: string;
+  message: string;
+  code: string;
 }
 
 /** An input an engine cannot take: which one (index into job.images, or the mask) and why. */
@@ -110,6 +147,8 @@ export interface ImageEngine {
 
 export interface ChatEngine {
   chat(job: ChatJob): Promise<ChatResult>;
+  /** Optional, cheap: what this engine cannot serve, checked before the request takes a slot (a 400). */
+  requestProblem?(job: Omit<ChatJob, "signal" | "onDelta">): ChatRequestProblem | null;
 }
 
 /** Base of every engine failure. Deliberately no `code` property (Elysia treats that specially). */

@@ -9,6 +9,7 @@ import { ClientDisconnected, NoEngineError, type FailureDescription } from "../c
 import { ImageInputError } from "../core/imageInput";
 import { ModelNotFoundError } from "../core/imageRequest";
 import { TaskCanceled } from "../core/imageRequests";
+import { ChatRequestRefused } from "../core/chatRequests";
 import { IdempotencyInProgress, IdempotencyKeyReused, InvalidIdempotencyKey } from "../core/idempotency";
 import { TaskNotCancelable, TaskNotFound, TaskQueueFull } from "../core/taskRunner";
 import {
@@ -44,6 +45,7 @@ import { metaOf, pathOf } from "./requestMeta";
 export function apiErrorOf(e: unknown): ApiError | null {
   if (e instanceof ApiError) return e;
   if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
+  if (e instanceof ChatRequestRefused) return badRequest(e.problem.message, e.problem.param, e.problem.code);
   if (e instanceof InsufficientCreditsError) return insufficientCredits(e.cost);
   if (e instanceof KeyCreditCapReached) return keyCreditCapReached(e.cap);
   if (e instanceof GateRejected) {

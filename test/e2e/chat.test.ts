@@ -2,18 +2,27 @@
  * POST /v1/chat/completions against a real listening server, through the official openai
  * client where it matters. One server for the file, with chat_concurrency = 1 and the
  * registered builtin engine wrapped so a test can hold a request open ("hold:") or make the
- * engine fail ("fail:"); everything else reaches the real BuiltinChatEngine.
+ * engine fail ("fail:"); everything else reaches the real BuiltinChatEngine. The model
+ * `up-chat` is served by a real fake OpenAI upstream on loopback, to see what it receives.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { BuiltinChatEngine } from "../../src/engines/builtin/chatEngine";
 import { UpstreamFailed, type ChatEngine, type ChatJob, type ChatResult } from "../../src/core/engine";
 import { startTestServer, type TestServer } from "../support/server";
+import { startFakeOpenAI } from "../support/fakeUpstreams";
+
+const UPSTREAM_KEY = "sk-upstream-chat-test-0123456789abcdef";
+const fake = startFakeOpenAI();
 
 class ControlledChatEngine implements ChatEngine {
   lastJob: ChatJob | undefined;
   private held: { started: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> } | undefined;
   constructor(private readonly inner: ChatEngine) {}
+
+  requestProblem(job: Omit<ChatJob, "signal" | "onDelta">) {
+    return this.inner.requestProblem?.(job) ?? null;
+  }
 
   /** Arms the next "hold:" request; resolves `started` when the engine has it. */
   hold() {
@@ -46,11 +55,25 @@ let client: OpenAI;
 
 beforeAll(async () => {
   server = await startTestServer({
-    config: (c) => {
-      c.limits.chat_concurrency = 1;
-      // Short enough for the deadline test to wait it out, long enough for every other request.
-      c.limits.generation_timeout_ms = 3000;
-    },
+    toml: `
+[limits]
+chat_concurrency = 1
+# Short enough for the deadline test to wait it out, long enough for every other request.
+generation_timeout_ms = 3000
+
+[[upstreams]]
+id = "oa"
+kind = "openai"
+base_url = "${fake.url}/v1"
+max_attempts = 1
+accounts = [{ id = "main", api_key = "${UPSTREAM_KEY}" }]
+
+[[models]]
+id = "up-chat"
+kind = "chat"
+upstream = "oa"
+upstream_model = "gpt-up"
+`,
     customize: (services) => {
       const model = services.catalog.get("builtin-chat")!;
       const registered = services.engines.chatEngine(model);
@@ -66,6 +89,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
+  await fake.stop();
 });
 
 interface ErrorBody {
@@ -240,22 +264,19 @@ describe("validation", () => {
     expect(ok.res.status).toBe(200);
   });
 
-  test("content parts, a missing content and other roles are refused with the message's path", async () => {
-    const parts = await expectError(
-      { model: "builtin-chat", messages: [{ role: "system", content: "x" }, { role: "user", content: [{ type: "text", text: "hi" }] }] },
-      400,
-      "messages[1].content",
-    );
-    expect(parts.message).toContain("string");
-    await expectError({ model: "builtin-chat", messages: [{ role: "user" }] }, 400, "messages[0].content");
+  test("a missing content, a function message and a tool answer without its call id are refused with the message's path", async () => {
+    await expectError({ model: "builtin-chat", messages: [{ role: "user" }] }, 400, "messages[0].content", "missing_required_parameter");
     // A missing role is an error (the schema has no default role).
     await expectError({ model: "builtin-chat", messages: [{ content: "a" }, { role: "user", content: "b" }] }, 400, "messages[0].role");
     const role = await expectError(
-      { model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "tool", content: "b" }, { role: "user", content: "c" }] },
+      { model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "function", name: "f", content: "b" }, { role: "user", content: "c" }] },
       400,
       "messages[1].role",
     );
-    expect(role.message).toContain("'system', 'user' or 'assistant'");
+    expect(role.message).toContain("'system', 'developer', 'user', 'assistant' or 'tool'");
+    await expectError({ model: "builtin-chat", messages: [{ role: "user", content: "a" }, { role: "tool", content: "b" }] }, 400, "messages[1].tool_call_id", "missing_required_parameter");
+    await expectError({ model: "builtin-chat", messages: [{ role: "user", content: [] }] }, 400, "messages[0].content");
+    await expectError({ model: "builtin-chat", messages: [{ role: "user", content: [{ type: "text", text: 5 }] }] }, 400, "messages[0].content");
   });
 
   test("parameters are checked for type and range", async () => {
@@ -307,6 +328,105 @@ describe("validation", () => {
     const { res, json } = await post("model=builtin-chat", { contentType: "application/x-www-form-urlencoded" });
     expect(res.status).toBe(415);
     expect((json as unknown as ErrorBody).error.code).toBe("unsupported_media_type");
+  });
+});
+
+describe("what OpenAI clients send for text", () => {
+  const historyOf = (userId: number) => server.services.store.requests.list({ userId });
+
+  test("content as text parts is joined with a line break and developer is read as system, upstream and in builtin-chat", async () => {
+    fake.reset();
+    const completion = await client.chat.completions.create({
+      model: "up-chat",
+      messages: [
+        { role: "developer", content: [{ type: "text", text: "Be brief." }] },
+        { role: "user", content: [{ type: "text", text: "Hello" }, { type: "text", text: "world" }] },
+      ],
+    });
+    expect(fake.received).toHaveLength(1);
+    expect(fake.received[0]!.json!.messages).toEqual([
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "Hello\nworld" },
+    ]);
+    expect(completion.choices[0]!.message.content).toBe("echo: Hello\nworld");
+
+    const builtin = await client.chat.completions.create({ model: "builtin-chat", messages: [{ role: "user", content: [{ type: "text", text: "red" }, { type: "text", text: "kettle" }] }] });
+    expect(builtin.choices[0]!.message.content).toBe("You said: red\nkettle");
+    expect(engine.lastJob!.messages).toEqual([{ role: "user", content: "red\nkettle" }]);
+  });
+
+  test("the 60000-character limit counts the joined text of the parts", async () => {
+    const parts = (n: number) => [{ type: "text", text: "a".repeat(n) }, { type: "text", text: "b".repeat(n) }];
+    expect((await post({ model: "builtin-chat", messages: [{ role: "user", content: parts(29_999) }] })).res.status).toBe(200);
+    const err = await expectError({ model: "builtin-chat", messages: [{ role: "user", content: parts(30_000) }] }, 400, "messages", "context_length_exceeded");
+    expect(err.message).toContain("60001");
+  });
+
+  test("image, audio and file parts are a 400 naming the part, never sent upstream or recorded", async () => {
+    fake.reset();
+    const fresh = await server.userWithKey();
+    const image = { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } };
+    const { res, json } = await post({ model: "up-chat", messages: [{ role: "user", content: [{ type: "text", text: "what is this?" }, image] }] }, { key: fresh.key });
+    const err = (json as unknown as ErrorBody).error;
+    expect({ status: res.status, param: err.param, code: err.code }).toEqual({ status: 400, param: "messages[0].content[1]", code: "unsupported_content_part" });
+    expect(err.message).toContain("'image_url'");
+    await expectError({ ...ask("x"), messages: [{ role: "system", content: [{ type: "input_audio", input_audio: { data: "", format: "wav" } }] }, { role: "user", content: "hi" }] }, 400, "messages[0].content[0]", "unsupported_content_part");
+    await expectError({ ...ask("x"), messages: [{ role: "user", content: [{ type: "file", file: {} }] }] }, 400, "messages[0].content[0]", "unsupported_content_part");
+    await expectError({ ...ask("x"), messages: [{ role: "user", content: ["hi"] }] }, 400, "messages[0].content[0]", "invalid_value");
+    expect(fake.received).toHaveLength(0);
+    expect(historyOf(fresh.userId)).toHaveLength(0);
+  });
+
+  test("a two-step tool conversation through the openai client: tools out, tool_calls back, the tool's answer round-trips", async () => {
+    fake.reset();
+    const tools: OpenAI.ChatCompletionTool[] = [
+      { type: "function", function: { name: "get_weather", description: "Weather in a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] }, strict: true } },
+      { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} } } },
+    ];
+    const question: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Oslo?" }];
+    const first = await client.chat.completions.create({ model: "up-chat", messages: question, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, parallel_tool_calls: false });
+
+    const sent = fake.received[0]!.json!;
+    expect(sent.tools).toEqual(tools);
+    expect(sent.tool_choice).toEqual({ type: "function", function: { name: "get_weather" } });
+    expect(sent.parallel_tool_calls).toBe(false);
+    expect(sent.model).toBe("gpt-up");
+    const choice = first.choices[0]!;
+    expect(choice.finish_reason).toBe("tool_calls");
+    expect(choice.message.content).toBeNull();
+    const call = choice.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call).toEqual({ id: expect.stringMatching(/^call_fake_/), type: "function", function: { name: "get_weather", arguments: JSON.stringify({ query: "Weather in Oslo?" }) } });
+
+    const second = await client.chat.completions.create({
+      model: "up-chat",
+      messages: [...question, choice.message, { role: "tool", tool_call_id: call.id, content: "18 degrees, sunny" }],
+      tools,
+    });
+    expect(fake.received[1]!.json!.messages).toEqual([
+      { role: "user", content: "Weather in Oslo?" },
+      { role: "assistant", content: null, tool_calls: [call] },
+      { role: "tool", content: "18 degrees, sunny", tool_call_id: call.id },
+    ]);
+    expect(second.choices[0]!.finish_reason).toBe("stop");
+    expect(second.choices[0]!.message.content).toBe("echo: 18 degrees, sunny");
+    expect(second.choices[0]!.message.tool_calls).toBeUndefined();
+    // The history keeps the last user message, not the tool's answer.
+    const [row] = server.services.store.requests.list({ userId: user.userId });
+    expect(row).toMatchObject({ model: "up-chat", status: "succeeded", prompt: "Weather in Oslo?" });
+  });
+
+  test("builtin-chat refuses tools with a 400 instead of ignoring them, before any slot or history row", async () => {
+    const fresh = await server.userWithKey();
+    const tools = [{ type: "function", function: { name: "get_weather" } }];
+    const err = await expectError({ ...ask("hi"), tools }, 400, "tools", "tools_unsupported");
+    expect(err.message).toContain("builtin-chat");
+    expect(historyOf(fresh.userId)).toHaveLength(0);
+    // tool_choice needs tools; a named function must be one of them; tools are checked for shape.
+    await expectError({ ...ask("hi"), tool_choice: "required" }, 400, "tool_choice");
+    await expectError({ ...ask("hi"), model: "up-chat", tools, tool_choice: { type: "function", function: { name: "other" } } }, 400, "tool_choice.function.name");
+    await expectError({ ...ask("hi"), tools: [{ type: "function", function: { name: "bad name!" } }] }, 400, "tools[0].function.name");
+    await expectError({ ...ask("hi"), tools: "get_weather" }, 400, "tools");
+    await expectError({ ...ask("hi"), tool_choice: "sometimes" }, 400, "tool_choice");
   });
 });
 
@@ -452,5 +572,12 @@ test("the OpenAPI document describes the route with request, response and error 
   expect(Object.keys(op.responses).sort()).toEqual(["200", "400", "401", "403", "404", "413", "415", "429", "500", "502", "503", "504"]);
   expect(op.requestBody).toMatchObject({ content: { "application/json": { schema: { $ref: "#/components/schemas/ChatCompletionRequest" } } } });
   expect(doc.components.schemas).toHaveProperty("ChatCompletion");
-  expect(doc.components.schemas).toHaveProperty("ChatCompletionRequest");
+  const request = doc.components.schemas.ChatCompletionRequest as { properties: Record<string, { items?: { properties: Record<string, { enum?: string[] }> } }> };
+  expect(Object.keys(request.properties)).toEqual(expect.arrayContaining(["tools", "tool_choice", "parallel_tool_calls", "stream"]));
+  const message = request.properties.messages!.items!.properties;
+  expect(message.role!.enum).toEqual(["system", "developer", "user", "assistant", "tool"]);
+  expect(Object.keys(message)).toEqual(expect.arrayContaining(["content", "tool_calls", "tool_call_id"]));
+  expect(JSON.stringify(message.content)).toContain('"text"');
+  const reply = doc.components.schemas.ChatCompletion as { properties: { choices: { items: { properties: { message: { properties: Record<string, unknown> } } } } } };
+  expect(reply.properties.choices.items.properties.message.properties).toHaveProperty("tool_calls");
 });

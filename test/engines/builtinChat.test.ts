@@ -1,10 +1,10 @@
 /** The built-in chat engine and its JSON-Schema filler, called directly (no server). */
 import { describe, expect, test } from "bun:test";
-import { findChatRuleViolation, chatParamsFrom, countChars } from "../../src/core/chatRequest";
+import { findChatRuleViolation, chatMessagesFrom, chatParamsFrom, countChars, type ChatMessageInput } from "../../src/core/chatRequest";
 import { BUILTIN_CHAT, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
-import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX } from "../../src/engines/builtin/chatEngine";
+import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX, STREAM_PIECE_CHARS } from "../../src/engines/builtin/chatEngine";
 import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
-import type { ChatMessage } from "../../src/core/engine";
+import type { ChatDelta, ChatMessage } from "../../src/core/engine";
 
 const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_CHAT, params: {}, price: 0 };
 const engine = new BuiltinChatEngine();
@@ -123,16 +123,98 @@ describe("BuiltinChatEngine", () => {
   });
 });
 
+describe("BuiltinChatEngine tools and streaming", () => {
+  const weather = { type: "function", function: { name: "get_weather", parameters: { type: "object" } } };
+
+  test("a request with tools is refused by the field at fault, not answered as if there were none", () => {
+    expect(engine.requestProblem({ params: { tools: [weather] } })).toEqual({ param: "tools", code: "tools_unsupported", message: expect.stringContaining("builtin-chat calls no tools") });
+    expect(engine.requestProblem({ params: { temperature: 1 } })).toBeNull();
+  });
+
+  test("a streamed reply arrives in pieces that join to the whole reply, which the result still carries", async () => {
+    const deltas: ChatDelta[] = [];
+    const said = "a reply long enough for several pieces 😀";
+    const r = await engine.chat({ model, messages: [{ role: "user", content: said }], params: {}, signal: new AbortController().signal, onDelta: (d) => deltas.push(d) });
+    expect(r.content).toBe(`${REPLY_PREFIX}${said}`);
+    expect(deltas.length).toBe(Math.ceil([...r.content].length / STREAM_PIECE_CHARS));
+    expect(deltas.map((d) => d.content).join("")).toBe(r.content);
+    expect(deltas.every((d) => [...d.content!].length <= STREAM_PIECE_CHARS)).toBe(true);
+  });
+
+  test("a stream whose signal aborts stops sending pieces", async () => {
+    const stop = new AbortController();
+    const deltas: ChatDelta[] = [];
+    await engine.chat({ model, messages: [{ role: "user", content: "x".repeat(200) }], params: {}, signal: stop.signal, onDelta: (d) => (deltas.push(d), deltas.length === 2 && stop.abort()) });
+    expect(deltas).toHaveLength(2);
+  });
+});
+
 describe("chat request rules", () => {
-  const msgs = (...contents: string[]): ChatMessage[] => contents.map((content) => ({ role: "user", content }));
+  const msgs = (...contents: string[]): ChatMessageInput[] => contents.map((content) => ({ role: "user", content }));
+  const rules = { allowStreaming: false };
 
   test("total characters are counted in code points", () => {
     expect(countChars("😀é")).toBe(2);
-    expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(60_000)) })).toBeNull();
-    expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(30_000), "a".repeat(30_001)) })?.param).toBe("messages");
+    expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(60_000)) }, rules)).toBeNull();
+    expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(30_000), "a".repeat(30_001)) }, rules)?.param).toBe("messages");
   });
 
-  test("params keep only what was given; a single stop string becomes a list", () => {
+  test("text parts, their separators and tool call arguments count towards the limit", () => {
+    const parts = (n: number) => [{ type: "text" as const, text: "a".repeat(n) }, { type: "text" as const, text: "b".repeat(n) }];
+    // Two parts of 30000 joined by one line break: 60001.
+    expect(findChatRuleViolation({ model: "m", messages: [{ role: "user", content: parts(29_999) }] }, rules)).toBeNull();
+    expect(findChatRuleViolation({ model: "m", messages: [{ role: "user", content: parts(30_000) }] }, rules)?.code).toBe("context_length_exceeded");
+    const call = { id: "c1", type: "function" as const, function: { name: "f", arguments: "x".repeat(59_990) } };
+    const withCall: ChatMessageInput[] = [{ role: "assistant", content: null, tool_calls: [call] }, { role: "tool", content: "y".repeat(10), tool_call_id: "c1" }];
+    expect(findChatRuleViolation({ model: "m", messages: withCall }, rules)).toBeNull();
+    withCall[1]!.content = "y".repeat(11);
+    expect(findChatRuleViolation({ model: "m", messages: withCall }, rules)?.param).toBe("messages");
+  });
+
+  test("each role's fields: content unless an assistant's tool calls, tool_call_id on a tool answer, tool_calls on assistants only", () => {
+    const check = (messages: ChatMessageInput[]) => findChatRuleViolation({ model: "m", messages }, rules);
+    expect(check([{ role: "user", content: null }])).toMatchObject({ param: "messages[0].content", code: "missing_required_parameter" });
+    expect(check([{ role: "assistant", content: null }, { role: "user", content: "hi" }])?.param).toBe("messages[0].content");
+    expect(check([{ role: "user", content: "hi" }, { role: "tool", content: "42" }])).toMatchObject({ param: "messages[1].tool_call_id" });
+    const call = { id: "c1", type: "function" as const, function: { name: "f", arguments: "{}" } };
+    expect(check([{ role: "user", content: "hi", tool_calls: [call] }])?.param).toBe("messages[0].tool_calls");
+    expect(check([{ role: "user", content: "hi" }, { role: "assistant", content: "ok" }])?.param).toBe("messages[1].role");
+    expect(check([{ role: "developer", content: "be brief" }, { role: "user", content: "hi" }, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", content: "42", tool_call_id: "c1" }])).toBeNull();
+  });
+
+  test("stream: true is a violation unless streaming is allowed", () => {
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), stream: true }, rules)?.code).toBe("stream_unsupported");
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), stream: true }, { allowStreaming: true })).toBeNull();
+  });
+
+  test("tool_choice needs tools, and a named function must be one of them", () => {
+    const tools = [{ type: "function" as const, function: { name: "get_weather" } }];
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), tool_choice: "auto" }, rules)?.param).toBe("tool_choice");
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), tool_choice: "none" }, rules)).toBeNull();
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), tools, tool_choice: { type: "function", function: { name: "other" } } }, rules)?.param).toBe("tool_choice.function.name");
+    expect(findChatRuleViolation({ model: "m", messages: msgs("x"), tools, tool_choice: { type: "function", function: { name: "get_weather" } } }, rules)).toBeNull();
+  });
+
+  test("the engine's messages: text parts joined by a line break, developer as system, tool calls and answers kept", () => {
+    const call = { id: "c1", type: "function" as const, function: { name: "f", arguments: '{"a":1}' } };
+    expect(
+      chatMessagesFrom([
+        { role: "developer", content: [{ type: "text", text: "be" }, { type: "text", text: "brief" }] },
+        { role: "user", content: "hi" },
+        { role: "assistant", content: null, tool_calls: [call] },
+        { role: "tool", content: [{ type: "text", text: "42" }], tool_call_id: "c1" },
+      ]),
+    ).toEqual([
+      { role: "system", content: "be\nbrief" },
+      { role: "user", content: "hi" },
+      { role: "assistant", content: "", toolCalls: [call] },
+      { role: "tool", content: "42", toolCallId: "c1" },
+    ]);
+  });
+
+  test("params keep only what was given; a single stop string becomes a list; tools pass as given", () => {
     expect(chatParamsFrom({ model: "m", messages: msgs("x"), stop: "END", temperature: null, seed: 0 })).toEqual({ stop: ["END"], seed: 0 });
+    const tools = [{ type: "function" as const, function: { name: "f", parameters: { type: "object" } } }];
+    expect(chatParamsFrom({ model: "m", messages: msgs("x"), tools, tool_choice: "required", parallel_tool_calls: false })).toEqual({ tools, tool_choice: "required", parallel_tool_calls: false });
   });
 });

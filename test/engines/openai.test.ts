@@ -157,6 +157,47 @@ describe("requests arriving upstream", () => {
   });
 });
 
+describe("chat tools", () => {
+  const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { query: { type: "string" } } } } }];
+  const call = { id: "call_1", type: "function" as const, function: { name: "lookup", arguments: '{"query":"kettle"}' } };
+
+  test("tools and tool_choice pass through; assistant tool calls and tool answers go in OpenAI's shape; tool_calls come back", async () => {
+    const { registry, talk } = build();
+    const out = await registry.chatEngine(talk)!.chat({
+      model: talk,
+      messages: [
+        { role: "system", content: "be brief" },
+        { role: "user", content: "find kettles" },
+        { role: "assistant", content: "", toolCalls: [call] },
+        { role: "tool", content: "3 kettles", toolCallId: "call_1" },
+        { role: "user", content: "and toasters?" },
+      ],
+      params: { tools, tool_choice: "required" },
+      signal: new AbortController().signal,
+    });
+    expect(fake.received[0]!.json).toEqual({
+      tools,
+      tool_choice: "required",
+      model: "gpt-chat-up",
+      messages: [
+        { role: "system", content: "be brief" },
+        { role: "user", content: "find kettles" },
+        { role: "assistant", content: null, tool_calls: [call] },
+        { role: "tool", content: "3 kettles", tool_call_id: "call_1" },
+        { role: "user", content: "and toasters?" },
+      ],
+      stream: false,
+    });
+    expect(out).toMatchObject({ content: null, finishReason: "tool_calls", toolCalls: [{ id: expect.stringMatching(/^call_fake_/), type: "function", function: { name: "lookup", arguments: '{"query":"and toasters?"}' } }] });
+  });
+
+  test("tool call arguments that echo an account's key are redacted", async () => {
+    const { registry, talk } = build();
+    const out = await registry.chatEngine(talk)!.chat({ model: talk, messages: [{ role: "user", content: `use ${KEY_A}` }], params: { tools }, signal: new AbortController().signal });
+    expect(out.toolCalls![0]!.function.arguments).toBe('{"query":"use [redacted]"}');
+  });
+});
+
 describe("answers that echo a key", () => {
   test("a revised_prompt that echoes an account's key (of any account, whole or in part) is redacted", async () => {
     const { engine, job } = build();

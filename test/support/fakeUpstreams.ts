@@ -83,6 +83,8 @@ export interface FakeOpenAI extends FakeUpstream {
   setStreamMode(mode: StreamMode): void;
   /** Pause between streamed events (default 0). */
   setEventGapMs(ms: number): void;
+  /** Streamed chat answers whose reader went away before the stream ended. */
+  readonly chatStreamsAbandoned: number;
 }
 
 export interface FakeWebUI extends FakeUpstream {
@@ -248,6 +250,7 @@ export function startFakeOpenAI(): FakeOpenAI {
   let n = 0;
   let streamMode: StreamMode = "sse";
   let eventGapMs = 0;
+  let chatStreamsAbandoned = 0;
   const behaviour: Behaviour = {
     answer(req, _request, origin) {
       if (req.path.startsWith("/files/")) {
@@ -258,13 +261,17 @@ export function startFakeOpenAI(): FakeOpenAI {
       // What `atelier doctor` calls to check an account's key.
       if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "gpt-image-1", object: "model", created: 1, owned_by: "fake" }] });
       if (path === "/v1/chat/completions") {
-        const messages = (req.json?.messages as { content: string }[] | undefined) ?? [];
+        const reply = fakeChatReply(req.json ?? {}, ++n);
+        if (req.json?.stream === true) {
+          const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
+          return streamedChat(reply, req.json, _request, { gapMs: eventGapMs, failure, abandoned: () => chatStreamsAbandoned++ });
+        }
         return Response.json({
           id: "chatcmpl-fake",
           object: "chat.completion",
           created: 1,
           model: String(req.json?.model),
-          choices: [{ index: 0, message: { role: "assistant", content: `echo: ${messages.at(-1)?.content ?? ""}` }, finish_reason: "stop" }],
+          choices: [{ index: 0, message: { role: "assistant", content: reply.content, ...(reply.toolCalls ? { tool_calls: reply.toolCalls } : {}) }, finish_reason: reply.finishReason }],
           usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
         });
       }
@@ -306,7 +313,91 @@ export function startFakeOpenAI(): FakeOpenAI {
     setEventGapMs: (ms) => {
       eventGapMs = ms;
     },
+    get chatStreamsAbandoned() {
+      return chatStreamsAbandoned;
+    },
   };
+}
+
+interface FakeChatReply {
+  content: string | null;
+  toolCalls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
+  finishReason: "stop" | "tool_calls";
+}
+
+/**
+ * The OpenAI fake's chat reply: with `tools` (and the last message not a tool's answer) it
+ * calls the function `tool_choice` names, else the first tool, with {"query": <last message>};
+ * otherwise it echoes the last message's content.
+ */
+function fakeChatReply(json: Record<string, unknown>, n: number): FakeChatReply {
+  const messages = (json.messages as { role: string; content: unknown }[] | undefined) ?? [];
+  const last = messages.at(-1);
+  const text = typeof last?.content === "string" ? last.content : JSON.stringify(last?.content ?? "");
+  const tools = (json.tools as { function: { name: string } }[] | undefined) ?? [];
+  if (tools.length > 0 && last?.role !== "tool" && json.tool_choice !== "none") {
+    const choice = json.tool_choice as { function?: { name?: string } } | undefined;
+    const name = choice?.function?.name ?? tools[0]!.function.name;
+    return { content: null, toolCalls: [{ id: `call_fake_${n}`, type: "function", function: { name, arguments: JSON.stringify({ query: text }) } }], finishReason: "tool_calls" };
+  }
+  return { content: `echo: ${text}`, finishReason: "stop" };
+}
+
+/**
+ * A streamed chat answer as OpenAI sends it: `data: <chat.completion.chunk>` lines (the role
+ * first, the content in pieces of 4 characters or the tool call as a name and then argument
+ * fragments, the finish reason), a usage chunk when stream_options.include_usage, then
+ * `data: [DONE]`. With `failure` it sends two pieces and then `data: {"error": …}` and ends.
+ */
+function streamedChat(
+  reply: FakeChatReply,
+  json: Record<string, unknown>,
+  request: Request,
+  opts: { gapMs: number; failure: string | undefined; abandoned: () => void },
+): Response {
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) =>
+    ({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1, model: String(json.model), choices: [{ index: 0, delta, finish_reason: finish }], ...extra });
+  const chunks: unknown[] = [chunk({ role: "assistant", content: "" })];
+  if (reply.toolCalls) {
+    reply.toolCalls.forEach((call, index) => {
+      chunks.push(chunk({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } }] }));
+      for (let i = 0; i < call.function.arguments.length; i += 5) chunks.push(chunk({ tool_calls: [{ index, function: { arguments: call.function.arguments.slice(i, i + 5) } }] }));
+    });
+  } else {
+    const text = reply.content ?? "";
+    for (let i = 0; i < text.length; i += 4) chunks.push(chunk({ content: text.slice(i, i + 4) }));
+  }
+  chunks.push(chunk({}, reply.finishReason));
+  const options = json.stream_options as { include_usage?: boolean } | undefined;
+  if (options?.include_usage) chunks.push({ ...chunk({}), choices: [], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } });
+  const lines = opts.failure === undefined ? [...chunks.map((c) => JSON.stringify(c)), "[DONE]"] : [...chunks.slice(0, 3).map((c) => JSON.stringify(c)), JSON.stringify({ error: { message: opts.failure, type: "server_error", code: null } })];
+  const encoder = new TextEncoder();
+  let finished = false;
+  let gone = false;
+  const leave = () => {
+    if (!finished && !gone) {
+      gone = true;
+      opts.abandoned();
+    }
+  };
+  request.signal.addEventListener("abort", leave, { once: true });
+  const body = new ReadableStream<Uint8Array>({
+    async start(c) {
+      for (const line of lines) {
+        if (gone) return;
+        try {
+          c.enqueue(encoder.encode(`data: ${line}\n\n`));
+        } catch {
+          return leave();
+        }
+        if (opts.gapMs > 0) await Bun.sleep(opts.gapMs);
+      }
+      finished = true;
+      c.close();
+    },
+    cancel: leave,
+  });
+  return new Response(body, { headers: { "content-type": "text/event-stream" } });
 }
 
 /** The colour of the fake's k-th partial image (the final image is a gradient). */

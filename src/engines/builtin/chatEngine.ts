@@ -6,15 +6,21 @@
  *
  * Token counts are an estimate, not a tokenizer: one token per 4 characters (rounded up) of
  * each text, plus 4 per prompt message for its role and framing, plus 3 to prime the reply.
+ *
+ * It calls no tools: a request with `tools` is refused (400 `tools_unsupported`) rather than
+ * answered as if the tools were not there. A streamed request gets the same reply in pieces of
+ * STREAM_PIECE_CHARS characters.
  */
 import { completionTokenLimit, countChars, type ChatParams, type ResponseFormat } from "../../core/chatRequest";
-import type { ChatEngine, ChatJob, ChatMessage, ChatResult } from "../../core/engine";
+import type { ChatEngine, ChatJob, ChatMessage, ChatRequestProblem, ChatResult } from "../../core/engine";
 import { fillFromSchema } from "./jsonFromSchema";
 
 const CHARS_PER_TOKEN = 4;
 const TOKENS_PER_MESSAGE = 4;
 const TOKENS_TO_PRIME_REPLY = 3;
 export const REPLY_PREFIX = "You said: ";
+/** A streamed reply's piece size: small enough that a short reply still arrives as several chunks. */
+export const STREAM_PIECE_CHARS = 8;
 
 export function estimateTokens(text: string): number {
   return Math.ceil(countChars(text) / CHARS_PER_TOKEN);
@@ -58,8 +64,37 @@ function composeReply(messages: ChatMessage[], format: ResponseFormat | undefine
   return { text: REPLY_PREFIX + said, complete: true };
 }
 
+/** Its replies always have text and token counts (estimated). */
+export type BuiltinChatResult = ChatResult & { content: string; usage: NonNullable<ChatResult["usage"]> };
+
 export class BuiltinChatEngine implements ChatEngine {
-  async chat(job: ChatJob): Promise<ChatResult> {
+  requestProblem(job: Pick<ChatJob, "params">): ChatRequestProblem | null {
+    const tools = job.params.tools;
+    if (Array.isArray(tools) && tools.length > 0) {
+      return {
+        param: "tools",
+        code: "tools_unsupported",
+        message: "builtin-chat calls no tools: send the request without 'tools' (and 'tool_choice'), or use a chat model of an OpenAI-compatible upstream.",
+      };
+    }
+    return null;
+  }
+
+  async chat(job: ChatJob): Promise<BuiltinChatResult> {
+    const result = this.reply(job);
+    if (job.onDelta && result.content) {
+      const chars = [...result.content];
+      for (let i = 0; i < chars.length; i += STREAM_PIECE_CHARS) {
+        if (job.signal.aborted) break;
+        job.onDelta({ content: chars.slice(i, i + STREAM_PIECE_CHARS).join("") });
+        // One piece per turn of the event loop, as a real stream arrives: the answer is written as it goes.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+    }
+    return result;
+  }
+
+  private reply(job: ChatJob): BuiltinChatResult {
     const params = readParams(job.params);
     const reply = composeReply(job.messages, params.response_format);
     let content = reply.text;

@@ -46,11 +46,16 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
 
   async chat(job: ChatJob): Promise<ChatResult> {
     const json = JSON.stringify(chatBody(job));
-    const { value, trace } = await this.pool.run(async (ctx) => {
-      const parsed = parseChatAnswer(await this.transport.postJson(ctx, CHAT_PATH, json));
-      return { ...parsed, content: this.redactor.answer(parsed.content) };
-    }, job.signal);
+    const { value, trace } = await this.pool.run(async (ctx) => this.redactedReply(parseChatAnswer(await this.transport.postJson(ctx, CHAT_PATH, json))), job.signal);
     return { ...value, trace };
+  }
+
+  /** The reply's text and its tool calls (names and arguments) with our secrets removed. */
+  private redactedReply(reply: Omit<ChatResult, "trace">): Omit<ChatResult, "trace"> {
+    const content = reply.content === null ? null : this.redactor.answer(reply.content);
+    if (!reply.toolCalls) return { ...reply, content };
+    const toolCalls = reply.toolCalls.map((c) => ({ ...c, function: { name: this.redactor.answer(c.function.name), arguments: this.redactor.answer(c.function.arguments) } }));
+    return { ...reply, content, toolCalls };
   }
 
   generate(job: ImageJob): Promise<GeneratedImage> {

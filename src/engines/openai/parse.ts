@@ -2,7 +2,7 @@
  * `openai` answers read back into our shapes. A missing or mistyped field is a failed attempt
  * (the pool retries elsewhere); nothing here redacts or downloads, the engine does.
  */
-import type { ChatResult } from "../../core/engine";
+import type { ChatResult, ChatToolCall } from "../../core/engine";
 import type { ServerSentEvent } from "../upstreamHttp";
 import { AttemptFailure } from "../pool";
 import { isPlainObject } from "../../core/values";
@@ -64,18 +64,44 @@ export function parseImageStreamEvent(sse: ServerSentEvent): ImageStreamEvent {
   return { kind: "other" };
 }
 
-/** choices[0] of a chat answer; an unknown finish reason reads as "stop", bad counts as 0. */
+/** choices[0] of a chat answer; an unknown finish reason reads as "stop", bad counts as 0, no usage object as unknown. */
 export function parseChatAnswer(answer: unknown): Omit<ChatResult, "trace"> {
   const choice = isPlainObject(answer) && Array.isArray(answer.choices) ? (answer.choices[0] as unknown) : undefined;
   if (!isPlainObject(choice) || !isPlainObject(choice.message)) throw new AttemptFailure("failed", "upstream chat answer has no choices[0].message");
   const content = choice.message.content;
-  if (typeof content !== "string" && content !== null) throw new AttemptFailure("failed", "upstream chat answer's message content is not text");
-  const reason = typeof choice.finish_reason === "string" && FINISH_REASONS.has(choice.finish_reason) ? choice.finish_reason : "stop";
-  const usage = isPlainObject(answer) && isPlainObject(answer.usage) ? answer.usage : {};
-  const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.round(v) : 0);
+  if (typeof content !== "string" && content !== null && content !== undefined) throw new AttemptFailure("failed", "upstream chat answer's message content is not text");
+  const toolCalls = parseToolCalls(choice.message.tool_calls);
+  const usage = isPlainObject(answer) ? parseUsage(answer.usage) : undefined;
   return {
-    content: content ?? "",
-    finishReason: reason as ChatResult["finishReason"],
-    usage: { promptTokens: count(usage.prompt_tokens), completionTokens: count(usage.completion_tokens) },
+    // A reply of tool calls only has no text (null, as OpenAI answers it); any other reply has some.
+    content: typeof content === "string" ? content : toolCalls ? null : "",
+    ...(toolCalls ? { toolCalls } : {}),
+    finishReason: finishReasonOf(choice.finish_reason),
+    ...(usage ? { usage } : {}),
   };
+}
+
+export function finishReasonOf(value: unknown): ChatResult["finishReason"] {
+  return typeof value === "string" && FINISH_REASONS.has(value) ? (value as ChatResult["finishReason"]) : "stop";
+}
+
+/** OpenAI's usage object as our counts (a bad count reads as 0); undefined when there is none. */
+export function parseUsage(usage: unknown): ChatResult["usage"] {
+  if (!isPlainObject(usage)) return undefined;
+  const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.round(v) : 0);
+  return { promptTokens: count(usage.prompt_tokens), completionTokens: count(usage.completion_tokens) };
+}
+
+/** message.tool_calls: function calls with an id, a name and the arguments text; anything else is a failed attempt. */
+function parseToolCalls(value: unknown): ChatToolCall[] | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!Array.isArray(value)) throw new AttemptFailure("failed", "upstream chat answer's tool_calls is not an array");
+  const calls = value.map((c): ChatToolCall => {
+    const fn = isPlainObject(c) ? c.function : undefined;
+    if (!isPlainObject(c) || typeof c.id !== "string" || !isPlainObject(fn) || typeof fn.name !== "string" || typeof fn.arguments !== "string") {
+      throw new AttemptFailure("failed", "upstream chat answer has a tool call without an id, a function name or arguments text");
+    }
+    return { id: c.id, type: "function", function: { name: fn.name, arguments: fn.arguments } };
+  });
+  return calls.length ? calls : undefined;
 }

@@ -2,21 +2,31 @@
  * Our jobs as `openai` requests: which endpoint, the JSON fields, the multipart body of
  * /images/edits. Pure functions of the job; nothing here talks to the network.
  */
-import type { ChatJob, ImageInput, ImageJob } from "../../core/engine";
+import type { ChatJob, ChatMessage, ImageInput, ImageJob } from "../../core/engine";
 import type { ImageEndpoint } from "./transport";
 
 /** Fields we set ourselves; a client's copy of them is not passed through. */
 const OWN_IMAGE_FIELDS = new Set(["model", "prompt", "n", "size", "quality", "image", "image[]", "mask", "response_format", "stream", "partial_images"]);
-const OWN_CHAT_FIELDS = new Set(["model", "messages", "stream", "n"]);
+const OWN_CHAT_FIELDS = new Set(["model", "messages", "stream", "stream_options", "n"]);
 
-/** The JSON body of /chat/completions: the client's parameters, our model, messages, no stream. */
+/**
+ * The JSON body of /chat/completions: the client's parameters (tools and tool_choice among
+ * them), our model, the messages in OpenAI's shape, no stream.
+ */
 export function chatBody(job: ChatJob): Record<string, unknown> {
   const body: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(job.params)) if (!OWN_CHAT_FIELDS.has(k) && v !== undefined) body[k] = v;
   body.model = job.model.upstreamModel;
-  body.messages = job.messages;
+  body.messages = job.messages.map(wireMessage);
   body.stream = false;
   return body;
+}
+
+/** One message as OpenAI's API takes it: snake_case fields; an assistant's bare tool calls with content null. */
+function wireMessage(m: ChatMessage): Record<string, unknown> {
+  if (m.role === "tool") return { role: "tool", content: m.content, tool_call_id: m.toolCallId };
+  if (m.role === "assistant" && m.toolCalls?.length) return { role: "assistant", content: m.content === "" ? null : m.content, tool_calls: m.toolCalls };
+  return { role: m.role, content: m.content };
 }
 
 export interface ImageRoute {

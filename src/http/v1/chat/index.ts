@@ -6,7 +6,8 @@
  * mapped in http/errorMapping.
  */
 import { Elysia } from "elysia";
-import { CHAT_LIMITS, chatParamsFrom, findChatRuleViolation } from "../../../core/chatRequest";
+import { CHAT_LIMITS, chatMessagesFrom, chatParamsFrom, findChatRuleViolation } from "../../../core/chatRequest";
+import type { ChatMessage, ChatResult } from "../../../core/engine";
 import { runChatRequest, type ChatFlowDeps } from "../../../core/chatRequests";
 import { newId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
@@ -30,6 +31,18 @@ function notAChatModel(model: CatalogModel, chatModels: string[]): ApiError {
   return badRequest(`The model '${model.id}' is an ${model.kind} model; /v1/chat/completions needs a chat model.${hint}`, "model", "model_not_chat");
 }
 
+/** The start of the last user message (a tool conversation may end with a tool's answer). */
+function historyPromptOf(messages: ChatMessage[]): string {
+  const lastUser = messages.findLast((m) => m.role === "user")?.content ?? "";
+  return [...lastUser].slice(0, HISTORY_PROMPT_CHARS).join("");
+}
+
+/** choices[0].message in OpenAI's shape: tool_calls only when the model made some. */
+function replyMessage(result: ChatResult) {
+  const message = { role: "assistant" as const, content: result.content, refusal: null };
+  return result.toolCalls?.length ? { ...message, tool_calls: result.toolCalls } : message;
+}
+
 export function chatRoutes(deps: ChatDeps) {
   const { catalog, clock } = deps;
   const flow: ChatFlowDeps = {
@@ -50,7 +63,7 @@ export function chatRoutes(deps: ChatDeps) {
     .post(
       "/chat/completions",
       async ({ body, principal, request }) => {
-        const violation = findChatRuleViolation(body);
+        const violation = findChatRuleViolation(body, { allowStreaming: false });
         if (violation) throw badRequest(violation.message, violation.param, violation.code);
         const model = catalog.get(body.model);
         if (!model) throw modelNotFound(body.model);
@@ -61,7 +74,7 @@ export function chatRoutes(deps: ChatDeps) {
         // The access log reads the outcome from this record.
         metaOf(request).recordId = id;
         const created = Math.floor(clock() / 1000);
-        const lastUser = body.messages[body.messages.length - 1]!.content;
+        const messages = chatMessagesFrom(body.messages);
         const { result } = await runChatRequest(
           flow,
           {
@@ -69,19 +82,20 @@ export function chatRoutes(deps: ChatDeps) {
             userId: principal.userId,
             keyId: principal.keyId,
             model,
-            messages: body.messages,
+            messages,
             params: chatParamsFrom(body),
-            historyPrompt: [...lastUser].slice(0, HISTORY_PROMPT_CHARS).join(""),
+            historyPrompt: historyPromptOf(messages),
           },
           request.signal,
         );
-        const { promptTokens, completionTokens } = result.usage;
+        // An engine that reports no usage answers 0s: the interface's usage object is not optional.
+        const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
         return {
           id,
           object: "chat.completion" as const,
           created,
           model: model.id,
-          choices: [{ index: 0, message: { role: "assistant" as const, content: result.content, refusal: null }, logprobs: null, finish_reason: result.finishReason }],
+          choices: [{ index: 0, message: replyMessage(result), logprobs: null, finish_reason: result.finishReason }],
           usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
         };
       },
@@ -96,9 +110,12 @@ export function chatRoutes(deps: ChatDeps) {
           tags: ["Chat"],
           summary: "Create a chat completion",
           description:
-            "OpenAI's chat completion, without streaming. Free: no credits are needed or charged; every request is recorded in the " +
-            `request history. ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages with string content, at most ` +
-            `${CHAT_LIMITS.maxTotalChars} characters in total, the last one from the user. \`stream: true\` answers 400 \`stream_unsupported\`; ` +
+            "OpenAI's chat completion. Free: no credits are needed or charged; every request is recorded in the " +
+            `request history. ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages whose content is a string or an array of text parts ` +
+            `(joined with a line break; image, audio and file parts answer 400 \`unsupported_content_part\`), at most ${CHAT_LIMITS.maxTotalChars} characters ` +
+            "in total, the last one from the user or a tool. `developer` messages are read as `system`. `tools` and `tool_choice` pass to " +
+            "OpenAI-compatible upstreams, whose tool calls come back in `message.tool_calls` (builtin-chat answers 400 `tools_unsupported`). " +
+            "`stream: true` answers 400 `stream_unsupported` unless the server enables `[chat] allow_streaming`; " +
             "`n` must be 1. At most [limits] chat_concurrency chat requests run at once; more get 429 `concurrency_limit_exceeded` with retry-after.",
           security: bearerSecurity,
           operationId: "createChatCompletion",

@@ -11,15 +11,90 @@ function nullable<T extends TSchema>(schema: T, description: string, error: stri
 
 // Literal unions rather than t.UnionEnum: UnionEnum stamps `default: <first value>` on the
 // schema, and the OpenAPI document would then claim that a missing role means "system".
-const ROLE_RULE = "each message's role must be 'system', 'user' or 'assistant' (tool and function messages are not supported)";
-const CONTENT_RULE = "each message needs a 'content' string; arrays of content parts (text, images, audio) are not supported";
+const ROLE_RULE = "each message's role must be 'system', 'developer', 'user', 'assistant' or 'tool' (function messages are not supported)";
+const CONTENT_RULE = "each message's content must be a string or an array of text parts {\"type\": \"text\", \"text\": string}";
+
+const TextPartSchema = t.Object(
+  {
+    type: t.Literal("text", { description: "Only text parts: image, audio and file parts are refused with 400 `unsupported_content_part`." }),
+    text: t.String({ description: "The text of this part." }),
+  },
+  { description: "One text part of a message's content." },
+);
+
+const ToolCallSchema = t.Object(
+  {
+    id: t.String({ minLength: 1, description: "The call's id; the `tool` message answering it repeats it as `tool_call_id`.", error: "must be the tool call's id (a non-empty string)" }),
+    type: t.Literal("function", { error: "must be 'function'" }),
+    function: t.Object(
+      {
+        name: t.String({ minLength: 1, description: "The function called.", error: "must be the function's name" }),
+        arguments: t.String({ description: "The arguments as a JSON text, as the model wrote them.", error: "must be a string (the arguments as JSON text)" }),
+      },
+      { error: "must be an object {\"name\", \"arguments\"}" },
+    ),
+  },
+  { description: "A function call the assistant made.", error: "each tool call must be an object {\"id\", \"type\": \"function\", \"function\"}" },
+);
 
 const ChatMessageSchema = t.Object(
   {
-    role: t.Union([t.Literal("system"), t.Literal("user"), t.Literal("assistant")], { description: "Who wrote the message.", error: ROLE_RULE }),
-    content: t.String({ description: "The message text. Content-part arrays are not supported.", error: CONTENT_RULE, examples: ["Rewrite this title: Red kettle 1.7L"] }),
+    role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant"), t.Literal("tool")], {
+      description: "Who wrote the message. `developer` is read as `system`; `tool` answers an assistant's tool call.",
+      error: ROLE_RULE,
+    }),
+    content: nullable(
+      t.Union([t.String(), t.Array(TextPartSchema, { minItems: 1 })]),
+      `The message text: a string, or an array of text parts (joined with a line break). Required, except null on an assistant message with \`tool_calls\`.`,
+      CONTENT_RULE,
+      ["Rewrite this title: Red kettle 1.7L"],
+    ),
+    tool_calls: t.Optional(t.Array(ToolCallSchema, { maxItems: CHAT_LIMITS.maxTools, description: "Assistant messages only: the tool calls it made.", error: `must be an array of at most ${CHAT_LIMITS.maxTools} tool calls` })),
+    tool_call_id: t.Optional(t.String({ minLength: 1, description: "Tool messages only (and required there): the id of the call this message answers.", error: "must be the id of a tool call (a non-empty string)" })),
   },
   { description: "One message of the conversation.", error: "each message must be an object {\"role\", \"content\"}" },
+);
+
+const ToolSchema = t.Object(
+  {
+    type: t.Literal("function", { description: "Only function tools.", error: "must be 'function'" }),
+    function: t.Object(
+      {
+        name: t.String({
+          minLength: 1,
+          maxLength: 64,
+          pattern: "^[a-zA-Z0-9_-]+$",
+          description: "The function's name: letters, digits, underscores and dashes, at most 64.",
+          error: "must be 1 to 64 letters, digits, underscores or dashes",
+          examples: ["get_weather"],
+        }),
+        description: t.Optional(t.String({ description: "What the function does, for the model.", error: "must be a string" })),
+        parameters: t.Optional(
+          t.Record(t.String(), t.Unknown(), {
+            description: "The function's arguments as a JSON Schema object.",
+            error: "must be a JSON Schema object",
+            examples: [{ type: "object", properties: { city: { type: "string" } }, required: ["city"] }],
+          }),
+        ),
+        strict: nullable(t.Boolean(), "Whether the upstream must follow the parameters schema exactly.", "must be a boolean"),
+      },
+      { error: "must be an object with a 'name'" },
+    ),
+  },
+  { description: "A function the model may call.", error: "each tool must be an object {\"type\": \"function\", \"function\": {\"name\", …}}" },
+);
+
+const ToolChoiceSchema = t.Union(
+  [
+    t.Literal("none"),
+    t.Literal("auto"),
+    t.Literal("required"),
+    t.Object({ type: t.Literal("function"), function: t.Object({ name: t.String({ minLength: 1 }) }) }, { description: "This one function must be called." }),
+  ],
+  {
+    description: "`none`, `auto`, `required`, or {\"type\": \"function\", \"function\": {\"name\"}} naming one of `tools`.",
+    error: "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": …}}",
+  },
 );
 
 const ResponseFormatSchema = t.Object(
@@ -65,10 +140,20 @@ export const ChatCompletionRequest = t.Object(
       maxItems: CHAT_LIMITS.maxMessages,
       description:
         `The conversation, ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages, at most ${CHAT_LIMITS.maxTotalChars} characters of content ` +
-        "in total; the last message must have role `user`.",
+        "(and tool call arguments) in total; the last message must have role `user` or `tool`.",
       error: `must be an array of ${CHAT_LIMITS.minMessages} to ${CHAT_LIMITS.maxMessages} messages`,
     }),
-    stream: nullable(t.Boolean(), "Must be false or absent: streaming is not supported (400 `stream_unsupported`).", "must be a boolean"),
+    stream: nullable(
+      t.Boolean(),
+      "`true` answers server-sent `chat.completion.chunk` events when the server's `[chat] allow_streaming` is on; otherwise 400 `stream_unsupported`.",
+      "must be a boolean",
+    ),
+    stream_options: t.Optional(
+      t.Object(
+        { include_usage: nullable(t.Boolean(), "Streaming: add a last chunk with `usage` (when the engine reports it).", "must be a boolean") },
+        { description: "Streaming options.", error: "must be an object such as {\"include_usage\": true}" },
+      ),
+    ),
     n: nullable(t.Literal(1), "Number of choices; only 1 is supported.", "must be 1: this service returns exactly one choice per request"),
     temperature: nullable(t.Number({ minimum: 0, maximum: 2 }), "Sampling temperature, 0 to 2.", "must be a number from 0 to 2", [0.7]),
     top_p: nullable(t.Number({ minimum: 0, maximum: 1 }), "Nucleus sampling mass, 0 to 1.", "must be a number from 0 to 1"),
@@ -86,6 +171,16 @@ export const ChatCompletionRequest = t.Object(
     // inside); a null is dropped before validation instead (dropNullFields).
     response_format: t.Optional(ResponseFormatSchema),
     user: nullable(t.String(), "Your identifier for the end user, passed to the upstream.", "must be a string"),
+    // Not a union with null (errors would name `tools`, not the tool at fault); a null is dropped before validation.
+    tools: t.Optional(
+      t.Array(ToolSchema, {
+        maxItems: CHAT_LIMITS.maxTools,
+        description: `Up to ${CHAT_LIMITS.maxTools} functions the model may call, passed to OpenAI-compatible upstreams (builtin-chat answers 400 \`tools_unsupported\`).`,
+        error: `must be an array of at most ${CHAT_LIMITS.maxTools} function tools`,
+      }),
+    ),
+    tool_choice: t.Optional(ToolChoiceSchema),
+    parallel_tool_calls: nullable(t.Boolean(), "Whether the model may call several tools in one reply.", "must be a boolean"),
   },
   {
     description: "OpenAI's chat completion request. Fields not listed here are accepted and ignored.",
@@ -104,12 +199,13 @@ export const ChatCompletion = t.Object(
         index: Integer({ description: "Always 0: one choice per request." }),
         message: t.Object({
           role: t.Literal("assistant"),
-          content: t.String({ description: "The reply text (a JSON document when response_format asked for JSON)." }),
+          content: t.Union([t.String(), t.Null()], { description: "The reply text (a JSON document when response_format asked for JSON); null when the reply is only tool calls." }),
           refusal: t.Null(),
+          tool_calls: t.Optional(t.Array(ToolCallSchema, { description: "The functions the model calls (finish_reason `tool_calls`); answer each with a `tool` message." })),
         }),
         logprobs: t.Null(),
         finish_reason: t.Union([t.Literal("stop"), t.Literal("length"), t.Literal("content_filter"), t.Literal("tool_calls")], {
-          description: "`stop`: the reply is complete; `length`: max_tokens / max_completion_tokens cut it short.",
+          description: "`stop`: the reply is complete; `length`: max_tokens / max_completion_tokens cut it short; `tool_calls`: the model calls tools.",
         }),
       }),
     ),

@@ -27,6 +27,10 @@ function checkContainers(fields: Record<string, unknown>): void {
   }
   const bad = messages.findIndex((m) => !isPlainObject(m));
   if (bad >= 0) throw badRequest(`Invalid 'messages[${bad}]': each message must be an object {"role", "content"}.`, `messages[${bad}]`, "invalid_value");
+  for (const [i, m] of (messages as Record<string, unknown>[]).entries()) checkContentParts(m.content, `messages[${i}].content`);
+  if (fields.tools !== undefined && !Array.isArray(fields.tools)) {
+    throw badRequest(`Invalid 'tools': must be an array of at most ${CHAT_LIMITS.maxTools} function tools.`, "tools", "invalid_value");
+  }
   if (format !== undefined) {
     if (!isPlainObject(format)) {
       throw badRequest(`Invalid 'response_format': must be an object such as {"type": "json_object"}.`, "response_format", "invalid_value");
@@ -37,6 +41,25 @@ function checkContainers(fields: Record<string, unknown>): void {
     const schema = isPlainObject(format.json_schema) ? format.json_schema.schema : undefined;
     if (schema !== undefined && !isPlainObject(schema)) {
       throw badRequest(`Invalid 'response_format.json_schema.schema': must be a JSON Schema object.`, "response_format.json_schema.schema", "invalid_value");
+    }
+  }
+}
+
+/**
+ * A content array may hold only text parts: an image, audio or file part is refused by its
+ * own path (this service passes text only) rather than silently dropped.
+ */
+function checkContentParts(content: unknown, param: string): void {
+  if (!Array.isArray(content)) return;
+  for (const [j, part] of content.entries()) {
+    if (!isPlainObject(part)) throw badRequest(`Invalid '${param}[${j}]': each content part must be an object {"type": "text", "text": string}.`, `${param}[${j}]`, "invalid_value");
+    if (part.type !== "text") {
+      const type = typeof part.type === "string" ? `'${part.type.slice(0, 40)}'` : "without a type";
+      throw badRequest(
+        `Invalid '${param}[${j}]': a content part ${type} is not supported; chat takes text only: send parts {"type": "text", "text": …} or a string.`,
+        `${param}[${j}]`,
+        "unsupported_content_part",
+      );
     }
   }
 }
