@@ -27,15 +27,22 @@ export interface PageOptions {
   scripts?: string[];
 }
 
+/**
+ * The bar: brand, then one <details class="menu"> holding the navigation and the account. On wide
+ * screens the stylesheet shows its content inline and hides the summary; on phones it is one row
+ * (brand + "Menu") and the summary opens the links, with no script and keyboard-operable.
+ */
 function accountBar(v: Viewer, section: Section): Html {
   const items = NAV.filter((n) => !n.admin || v.user.role === "admin");
   return html`<header class="bar">
   <a class="brand" href="/">Atelier</a>
+  <details class="menu">
+  <summary><span class="menu-icon" aria-hidden="true"></span>Menu</summary>
   <nav aria-label="Main">
     <ul>${items.map((n) => html`<li><a href="${n.href}"${n.section === section ? html` aria-current="page"` : ""}>${n.label}</a></li>`)}</ul>
   </nav>
   <div class="account" aria-label="Account">
-    <span class="who" title="Signed in as">${v.user.email}${v.user.role === "admin" ? html` <span class="badge">admin</span>` : ""}</span>
+    <span class="who-line"><span class="who" title="${v.user.email}"><span class="visually-hidden">Signed in as </span>${v.user.email}</span>${v.user.role === "admin" ? html` <span class="badge">admin</span>` : ""}</span>
     <a class="balance" href="/credits" title="Credit balance"><span id="balance" data-balance="${v.user.credits}">${v.user.credits}</span> <span id="balance-unit">${v.user.credits === 1 ? "credit" : "credits"}</span></a>
     <a class="api" href="/keys">API</a>
     <form method="post" action="/signout" class="inline">
@@ -43,6 +50,7 @@ function accountBar(v: Viewer, section: Section): Html {
       <button type="submit" class="link">Sign out</button>
     </form>
   </div>
+  </details>
 </header>`;
 }
 

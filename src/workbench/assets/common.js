@@ -26,6 +26,30 @@
     },
   };
 
+  // Phone tables: each cell's label (the stylesheet shows it before the value) is its column's
+  // header text, unless the cell has its own data-label. Hidden headers (actions) label nothing.
+  for (const table of document.querySelectorAll(".table-wrap > table")) {
+    const headers = Array.from(table.querySelectorAll(":scope > thead > tr > th"), (th) =>
+      th.querySelector(".visually-hidden") && th.textContent.trim() === th.querySelector(".visually-hidden").textContent.trim() ? "" : th.textContent.trim(),
+    );
+    if (headers.length === 0) continue;
+    for (const row of table.querySelectorAll(":scope > tbody > tr")) {
+      Array.from(row.children).forEach((cell, i) => {
+        if (!cell.hasAttribute("data-label")) cell.setAttribute("data-label", headers[i] ?? "");
+      });
+    }
+  }
+
+  // The header menu is a <details>; where the browser cannot show a closed one's content inline
+  // (no ::details-content), keep it open on wide screens, where the stylesheet hides its summary.
+  const menu = document.querySelector("header .menu");
+  if (menu instanceof HTMLDetailsElement && !CSS.supports("selector(::details-content)")) {
+    const wide = window.matchMedia("(min-width: 641px)");
+    const sync = () => (menu.open = wide.matches);
+    sync();
+    wide.addEventListener("change", sync);
+  }
+
   // Copy buttons: data-copy="<selector of an input>".
   document.addEventListener("click", async (event) => {
     const button = event.target instanceof Element ? event.target.closest("[data-copy]") : null;

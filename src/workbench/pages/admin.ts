@@ -133,7 +133,7 @@ function accountRow(v: Viewer, upstreamId: string, a: AccountStatus): Html {
   <td class="num">${a.in_flight} / ${a.max_concurrency}</td>
   <td class="num">${a.weight}</td>
   <td class="num">${a.consecutive_failures}</td>
-  <td>${last ? html`<span class="nowrap">${isoTime(last.at)}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
+  <td class="long">${last ? html`<span class="nowrap">${isoTime(last.at)}</span> ${last.kind}: ${last.message}` : html`<span class="muted">none</span>`}</td>
   <td>${
     a.state === "disabled"
       ? html`<form method="post" action="/admin/upstreams/${encodeURIComponent(upstreamId)}/accounts/${encodeURIComponent(a.id)}/enable" class="inline">${csrfField(v)}<button type="submit" class="small" aria-label="Enable account ${a.id} of ${upstreamId}">Enable</button></form>`

@@ -1,0 +1,235 @@
+/**
+ * The workbench on a phone (375×812) and a laptop (1280×800), light and dark, in real chromium
+ * against a real listening server with enough rows to matter (several keys, users, requests,
+ * upstream accounts). On every page: every action in the main content is inside the viewport
+ * after scrolling to it and is the element under its own centre (not covered), the page never
+ * scrolls sideways, and table rows stay a sane height. The bar is one row on a phone and its
+ * menu opens with the keyboard. Screenshots go to test-artifacts/mobile/ (look at them).
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { startTestServer, type TestServer } from "../support/server";
+
+const CHROMIUM = "/usr/bin/chromium";
+const TEST_TIMEOUT_MS = 180_000;
+const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/mobile");
+const PASSWORD = "correct horse battery";
+const PHONE = { width: 375, height: 812 };
+const LAPTOP = { width: 1280, height: 800 };
+/** A table row (a card on a phone) taller than this is a layout failure, not content. */
+const MAX_ROW_PX = { phone: 520, laptop: 240 };
+
+let server: TestServer;
+let browser: Browser;
+// 23 characters: the badge used to share a 22-character box with the email and cut it.
+const admin = { email: "root@studio.example.com", userId: 0, key: "" };
+const user = { email: "painter-on-the-go@example.com", userId: 0, key: "" };
+
+type Scheme = "light" | "dark";
+type Size = "phone" | "laptop";
+
+async function signedIn(who: { email: string }, size: Size, scheme: Scheme): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: size === "phone" ? PHONE : LAPTOP, colorScheme: scheme, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  page.on("dialog", (d) => d.dismiss());
+  await page.goto(`${server.url}/signin`);
+  await page.locator("#email").fill(who.email);
+  await page.locator("#password").fill(PASSWORD);
+  await page.locator("form.stack button[type=submit]").click();
+  await page.waitForURL((u) => !u.pathname.startsWith("/signin"));
+  return { context, page };
+}
+
+interface LayoutReport {
+  scrollWidth: number;
+  innerWidth: number;
+  checked: number;
+  problems: string[];
+  tallestRow: number;
+}
+
+/** Scrolls every visible control of main into view and checks it is on screen and uncovered. */
+async function layoutReport(page: Page): Promise<LayoutReport> {
+  return page.evaluate(async () => {
+    const problems: string[] = [];
+    const describe = (el: Element) =>
+      `${el.tagName.toLowerCase()}${el.id ? `#${el.id}` : ""}[${(el.getAttribute("aria-label") ?? el.textContent ?? "").trim().slice(0, 40)}]`;
+    const controls = document.querySelectorAll("main a[href], main button, main input:not([type=hidden]), main select, main textarea, main summary");
+    let checked = 0;
+    for (const el of controls) {
+      if (!(el instanceof HTMLElement) || !el.checkVisibility({ checkVisibilityCSS: true })) continue;
+      const box = el.getBoundingClientRect();
+      // Visually-hidden helpers (1×1 px) are for screen readers, not fingers.
+      if (box.width <= 1 || box.height <= 1) continue;
+      el.scrollIntoView({ block: "center", inline: "nearest" });
+      await new Promise((r) => requestAnimationFrame(() => r(null)));
+      const r = el.getBoundingClientRect();
+      checked++;
+      if (r.left < -0.5 || r.right > innerWidth + 0.5) {
+        problems.push(`${describe(el)} is off-screen horizontally (${Math.round(r.left)}..${Math.round(r.right)} of ${innerWidth})`);
+        continue;
+      }
+      const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+      const label = el.id ? document.querySelector(`label[for="${el.id}"]`) : null;
+      if (!hit || (hit !== el && !el.contains(hit) && !(label && (hit === label || label.contains(hit))))) {
+        problems.push(`${describe(el)} is covered by ${hit ? describe(hit) : "nothing"}`);
+      }
+    }
+    let tallestRow = 0;
+    for (const row of document.querySelectorAll("main tbody > tr")) tallestRow = Math.max(tallestRow, row.getBoundingClientRect().height);
+    window.scrollTo(0, 0);
+    return { scrollWidth: document.scrollingElement!.scrollWidth, innerWidth, checked, problems, tallestRow };
+  });
+}
+
+async function expectUsableLayout(page: Page, size: Size, where: string): Promise<void> {
+  const report = await layoutReport(page);
+  expect({ where, problems: report.problems }).toEqual({ where, problems: [] });
+  expect({ where, scrollWidth: report.scrollWidth }).toEqual({ where, scrollWidth: Math.min(report.scrollWidth, report.innerWidth) });
+  expect({ where, tallestRow: Math.min(report.tallestRow, MAX_ROW_PX[size]) }).toEqual({ where, tallestRow: report.tallestRow });
+  expect(report.checked).toBeGreaterThan(0);
+}
+
+async function shot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+const USER_PAGES = ["/playground", "/gallery", "/credits", "/keys", "/webhooks"];
+const ADMIN_PAGES = ["/admin", "/admin/requests", "/admin/upstreams", "/admin/models"];
+
+beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  server = await startTestServer({
+    // An upstream that refuses connections: its model's requests fail (error rows, refunds) and
+    // its accounts collect failures, so the pool page has long cells to lay out.
+    toml: `
+[server]
+log_requests = false
+
+[[upstreams]]
+id = "acme"
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+accounts = [
+  { id = "acme-main", api_key = "sk-upstream-secret-1" },
+  { id = "acme-backup-with-a-long-name", api_key = "sk-upstream-secret-2" },
+  { id = "acme-third", api_key = "sk-upstream-secret-3" },
+]
+
+[[models]]
+id = "acme-image"
+kind = "image"
+upstream = "acme"
+`,
+  });
+  Object.assign(admin, await server.userWithKey({ email: admin.email, role: "admin", credits: 50, password: PASSWORD }));
+  Object.assign(user, await server.userWithKey({ email: user.email, credits: 20, password: PASSWORD }));
+  for (let i = 0; i < 6; i++) await server.userWithKey({ email: `member-${i}-of-the-studio@example.com`, credits: i, password: PASSWORD });
+  const { createKey } = await import("../../src/core/accounts");
+  for (const name of ["laptop script", "ci pipeline for the nightly renders", "phone"]) createKey(server.services.store, Date.now, user.userId, name);
+
+  const post = (path: string, body: unknown) =>
+    fetch(`${server.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${user.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+  for (let i = 0; i < 3; i++) expect((await post("/v1/images/generations", { model: "builtin-image", prompt: `a lighthouse at dusk, take ${i}`, size: "256x256" })).status).toBe(200);
+  for (let i = 0; i < 2; i++) expect((await post("/v1/images/generations", { model: "acme-image", prompt: "a very long prompt ".repeat(12), size: "1024x1024" })).status).toBeGreaterThanOrEqual(500);
+  expect((await post("/v1/chat/completions", { model: "builtin-chat", messages: [{ role: "user", content: "hello" }] })).status).toBe(200);
+
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+}, TEST_TIMEOUT_MS);
+
+afterAll(async () => {
+  await browser?.close();
+  await server?.close();
+}, TEST_TIMEOUT_MS);
+
+describe("the workbench on a phone and a laptop", () => {
+  for (const scheme of ["light", "dark"] as const) {
+    for (const size of ["phone", "laptop"] as const) {
+      test(`${size}, ${scheme}: every action on every user and admin page is on screen and clickable`, async () => {
+        const signedUser = await signedIn(user, size, scheme);
+        const signedAdmin = await signedIn(admin, size, scheme);
+        try {
+          for (const [who, page, paths] of [
+            ["user", signedUser.page, USER_PAGES],
+            ["admin", signedAdmin.page, ADMIN_PAGES],
+          ] as const) {
+            for (const path of paths) {
+              await page.goto(`${server.url}${path}`);
+              await shot(page, `${size}-${scheme}-${who}${path.replaceAll("/", "-")}`);
+              await expectUsableLayout(page, size, `${who} ${path}`);
+            }
+          }
+          // The playground's other tabs are pages of their own to a user.
+          const p = signedUser.page;
+          await p.goto(`${server.url}/playground`);
+          for (const tab of ["Edit", "Chat"]) {
+            await p.getByRole("tab", { name: tab }).click();
+            await shot(p, `${size}-${scheme}-user-playground-${tab.toLowerCase()}`);
+            await expectUsableLayout(p, size, `playground ${tab}`);
+          }
+        } finally {
+          await signedUser.context.close();
+          await signedAdmin.context.close();
+        }
+      }, TEST_TIMEOUT_MS);
+    }
+  }
+
+  test("on a phone the bar is one row; its menu opens from the keyboard and every link in it works", async () => {
+    const { context, page } = await signedIn(admin, "phone", "light");
+    try {
+      await page.goto(`${server.url}/keys`);
+      const bar = await page.locator("header.bar").boundingBox();
+      expect(bar!.height).toBeLessThan(64);
+      const mainLink = page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Admin" });
+      expect(await mainLink.isVisible()).toBe(false);
+      // Keyboard: the skip link first, then the brand, then the menu button.
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      expect(await page.evaluate(() => document.activeElement?.textContent?.trim())).toBe("Menu");
+      await page.keyboard.press("Enter");
+      expect(await mainLink.isVisible()).toBe(true);
+      await shot(page, "phone-light-menu-open");
+      const links = await page.evaluate(() => {
+        const out: { text: string; ok: boolean }[] = [];
+        for (const el of document.querySelectorAll("header .menu a, header .menu button")) {
+          const r = el.getBoundingClientRect();
+          const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+          out.push({ text: el.textContent!.trim(), ok: r.left >= 0 && r.right <= innerWidth && !!hit && (hit === el || el.contains(hit)) });
+        }
+        return out;
+      });
+      expect(links.map((l) => l.text)).toEqual(expect.arrayContaining(["Playground", "Gallery", "Credits & history", "API keys", "Webhooks", "Admin", "API", "Sign out"]));
+      expect(links.filter((l) => !l.ok)).toEqual([]);
+      // The whole email is readable, next to the badge.
+      expect(await page.locator(".who").evaluate((el) => el.scrollWidth <= el.clientWidth)).toBe(true);
+      await mainLink.click();
+      await page.waitForURL(`${server.url}/admin`);
+      expect(await mainLink.isVisible()).toBe(false);
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("on a laptop the navigation is inline (no menu button) and the admin email is not cut by its badge", async () => {
+    const { context, page } = await signedIn(admin, "laptop", "light");
+    try {
+      await page.goto(`${server.url}/keys`);
+      expect(await page.locator("header .menu > summary").isVisible()).toBe(false);
+      for (const name of ["Playground", "API keys", "Admin"]) expect(await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name }).isVisible()).toBe(true);
+      expect(await page.locator(".who").evaluate((el) => el.scrollWidth <= el.clientWidth)).toBe(true);
+      expect(await page.locator(".who-line .badge").textContent()).toBe("admin");
+      const bar = await page.locator("header.bar").boundingBox();
+      expect(bar!.height).toBeLessThan(64);
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+});
