@@ -145,6 +145,7 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
 
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
+  deps.store.requests.onDroppedRows = (count, error) => deps.logger.error("chat history rows could not be written and were dropped", { count, error: String(error) });
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
   const images = createImageArchive(deps, clock);
   const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {

@@ -57,21 +57,51 @@ export function createKey(store: AccountStore, clock: Clock, userId: number, nam
   return { key, row };
 }
 
+/** Longest a revocation made by another process (the CLI) goes unseen by a running server. */
+export const KEY_CHANGE_CHECK_MS = 100;
+/** Key owners kept in memory; past it the cache starts over (a bound, not a working set). */
+const MAX_CACHED_KEYS = 10_000;
+
 /**
- * Looks a presented key up by its hash on every request (a point query), so a revocation by
- * the CLI is seen at once. last_used_at is written at most once a minute per key.
+ * Finds who a presented key belongs to without a database lookup per request: owners found by
+ * the key's hash stay in memory until something that could change them happens. A revocation,
+ * a disabled user or a changed role in this process empties the cache at once (the store's
+ * local revision); another process's writes (a CLI `key revoke`) are seen through SQLite's
+ * data_version, checked at most every KEY_CHANGE_CHECK_MS. Unknown keys are never cached, so
+ * a new key works at once and guessing cannot fill memory. last_used_at is written at most
+ * once a minute per key.
  */
 export class KeyAuthenticator {
   private readonly lastWrite = new Map<number, number>();
+  private readonly owners = new Map<string, KeyOwner>();
+  private seenLocal: number;
+  private seenExternal: number;
+  private checkedAt: number;
+
   constructor(
     private readonly store: AccountStore,
     private readonly clock: Clock,
     private readonly touchEveryMs = 60_000,
-  ) {}
+    private readonly changeCheckMs = KEY_CHANGE_CHECK_MS,
+  ) {
+    this.seenLocal = store.keys.localRevision();
+    this.seenExternal = store.keys.externalRevision();
+    this.checkedAt = clock();
+  }
 
   lookup(secret: string): KeyOwner | null {
-    const owner = this.store.keys.ownerByHash(hashApiKey(secret));
-    if (owner && owner.key_revoked_at === null && !owner.disabled && !this.expired(owner)) this.touch(owner.key_id);
+    const now = this.clock();
+    this.dropIfChanged(now);
+    const hash = hashApiKey(secret);
+    let owner = this.owners.get(hash) ?? null;
+    if (!owner) {
+      owner = this.store.keys.ownerByHash(hash);
+      if (owner) {
+        if (this.owners.size >= MAX_CACHED_KEYS) this.owners.clear();
+        this.owners.set(hash, owner);
+      }
+    }
+    if (owner && owner.key_revoked_at === null && !owner.disabled && !this.expired(owner)) this.touch(owner.key_id, now);
     return owner;
   }
 
@@ -80,8 +110,22 @@ export class KeyAuthenticator {
     return isKeyExpired({ expiresAt: owner.key_expires_at }, this.clock());
   }
 
-  private touch(keyId: number): void {
-    const now = this.clock();
+  private dropIfChanged(now: number): void {
+    const local = this.store.keys.localRevision();
+    if (local !== this.seenLocal) {
+      this.seenLocal = local;
+      this.owners.clear();
+    }
+    if (now - this.checkedAt < this.changeCheckMs && now >= this.checkedAt) return;
+    this.checkedAt = now;
+    const external = this.store.keys.externalRevision();
+    if (external !== this.seenExternal) {
+      this.seenExternal = external;
+      this.owners.clear();
+    }
+  }
+
+  private touch(keyId: number, now: number): void {
     const last = this.lastWrite.get(keyId);
     if (last !== undefined && now - last < this.touchEveryMs) return;
     // Skipped while another process holds the write lock: tried again on a later request.

@@ -41,7 +41,7 @@ export interface ChatOutcome {
 
 /** Chat is free: the flow writes history rows only, never the ledger. */
 export interface ChatFlowDeps extends Omit<FlowDeps, "store"> {
-  store: Pick<FlowStore, "requests" | "whenWritable">;
+  store: Pick<FlowStore, "requests">;
 }
 
 export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: AbortSignal): Promise<ChatOutcome> {
@@ -79,13 +79,10 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
 type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string } & TraceFields;
 
 /**
- * The answer never waits for or depends on the history row: written at once when it can be,
- * else retried in the background while another process holds the database's write lock.
+ * The answer never waits for or depends on the history row: the store queues it and writes it
+ * with the next batch (retried while another process holds the database's write lock).
  */
 function record(deps: ChatFlowDeps, req: ChatRequest, outcome: Outcome): void {
-  const at = deps.clock();
   const row = { id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, ...outcome };
-  deps.background
-    .track(deps.store.whenWritable(() => deps.store.requests.recordChat(row, at), { maxWaitMs: Infinity }))
-    .catch((e) => deps.logger.error("could not record chat request", { request_id: req.requestId, error: String(e) }));
+  deps.store.requests.recordChat(row, deps.clock());
 }

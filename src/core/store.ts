@@ -282,6 +282,10 @@ export interface AccountStore {
   keys: {
     create(input: { userId: number; name: string; prefix: string; secretHash: string; limits?: KeyLimits }, now: number): ApiKeyRow;
     ownerByHash(secretHash: string): KeyOwner | null;
+    /** Moves at once when this process revokes a key or changes a user's disabled flag or role. */
+    localRevision(): number;
+    /** Moves when another process committed a write (it may have revoked a key); cheap, but not free. */
+    externalRevision(): number;
     /** last_used_at is a hint: false when the store was locked and nothing was written. */
     touch(keyId: number, now: number): boolean;
   };
@@ -323,6 +327,11 @@ export interface AccountSnapshot {
 /** Persistence the upstream account pool (engines/pool) needs; store/upstreams implements it. */
 export interface PoolStateStore {
   disabledAccounts(upstreamId: string): Map<string, DisabledInfo>;
+  /**
+   * Moves when another process committed a write (it may have enabled an account): the pool
+   * re-reads the flags only then. Without it the pool re-reads them on every pick.
+   */
+  externalRevision?(): number;
   disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void;
   /** Latest in-memory state, for the CLI in another process (written throttled). */
   saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void;

@@ -11,8 +11,9 @@
  * - 5xx, resets, timeouts, malformed answers: retry elsewhere (max_attempts in all, within the
  *   overall deadline); `failure_threshold` consecutive failures cool the account down
  *   exponentially, after which a single probe request decides whether it is healthy again.
- * - 401/403: the account is disabled in the store until an admin enables it; the flag is
- *   re-read on every pick (one indexed query) so the CLI in another process takes effect.
+ * - 401/403: the account is disabled in the store until an admin enables it; the flags are
+ *   re-read when another process wrote to the store (checked at most every 100 ms), so the
+ *   CLI in another process takes effect without a query on every pick.
  * - 400-class refusals: no retry, no effect on the account.
  *
  * - Every failure text the pool keeps, logs, stores or throws has been through the redactor
@@ -95,6 +96,8 @@ const RECENT_FAILURES = 5;
 const FAILURE_MESSAGE_CHARS = 300;
 const RATE_LIMIT_BASE_MS = 1000;
 const SNAPSHOT_THROTTLE_MS = 500;
+/** Longest an account enabled by another process (`atelier upstreams enable`) stays unused. */
+const FLAGS_CHECK_MS = 100;
 
 interface AccountRuntime {
   cfg: PoolAccountConfig;
@@ -128,6 +131,9 @@ export class AccountPool {
   private readonly queue: object[] = [];
   private snapshotTimer: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
+  /** The store's external revision when the disabled flags were last read, and when it was last checked. */
+  private flagsRevision: number | undefined;
+  private flagsCheckedAt = -Infinity;
 
   constructor(
     readonly upstreamId: string,
@@ -188,7 +194,7 @@ export class AccountPool {
           const now = this.clock();
           const until = Math.min(queueDeadline, deadline);
           if (this.queue.length === 0 || this.queue[0] === ticket) {
-            this.refreshDisabled();
+            this.refreshDisabledIfChanged(now);
             const usable = this.accounts.filter((a) => !a.disabled);
             if (usable.length === 0) {
               fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
@@ -341,14 +347,34 @@ export class AccountPool {
     }
   }
 
+  /**
+   * The flags are re-read only when another process wrote to the store (its external revision
+   * moved), checked at most every FLAGS_CHECK_MS: this process's own changes go through the
+   * pool (a disable) or call refresh() (an enable). A store without a revision is read every time.
+   */
+  private refreshDisabledIfChanged(now: number): void {
+    if (!this.store.externalRevision) return this.refreshDisabled();
+    if (now - this.flagsCheckedAt < FLAGS_CHECK_MS && now >= this.flagsCheckedAt) return;
+    this.flagsCheckedAt = now;
+    this.refreshDisabled(true);
+  }
+
   /** Disabled flags live in the store so an admin in another process can clear them. */
-  private refreshDisabled(): void {
+  private refreshDisabled(onlyIfChanged = false): void {
+    let revision: number | undefined;
+    try {
+      revision = this.store.externalRevision?.();
+    } catch {
+      return;
+    }
+    if (onlyIfChanged && revision !== undefined && revision === this.flagsRevision) return;
     let rows: Map<string, DisabledInfo>;
     try {
       rows = this.store.disabledAccounts(this.upstreamId);
     } catch {
       return; // keep the last known flags if the store is momentarily unavailable
     }
+    this.flagsRevision = revision;
     for (const a of this.accounts) {
       const row = rows.get(a.cfg.id) ?? null;
       if (a.disabled && !row) {

@@ -32,9 +32,9 @@ export function accessLogFields(input: AccessLogInput, store: Pick<Store, "reque
   };
   if (method !== "POST" || path === undefined || !RECORDED.test(path) || meta.userId === undefined) return fields;
   // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
-  let row: ReturnType<Store["requests"]["get"]>;
+  let row: ReturnType<Store["requests"]["recordOf"]>;
   try {
-    row = store.requests.get(meta.recordId ?? meta.id);
+    row = store.requests.recordOf(meta.recordId ?? meta.id);
   } catch {
     return fields; // a log line never fails a request
   }

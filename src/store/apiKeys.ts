@@ -2,6 +2,7 @@ import type { Db } from "./database";
 import type { ApiKeyRow, KeyOwner } from "../core/store";
 import { isDatabaseBusy } from "./busy";
 import { serializeAllowedModels, type KeyLimits, type KeySettings } from "../core/keyLimits";
+import { Revisions } from "./revisions";
 
 export type { ApiKeyRow, KeyOwner } from "../core/store";
 
@@ -16,7 +17,20 @@ export type ApiKeyWithSpend = ApiKeyRow & { credits_spent: number };
 export const KEY_SPEND_SQL = "SELECT COALESCE(SUM(credits_charged - credits_refunded), 0) AS spent FROM requests WHERE key_id = ?";
 
 export class ApiKeyStore {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly revisions: Revisions = new Revisions(db),
+  ) {}
+
+  /** Moves at once when this process revokes a key or changes a user's disabled flag or role. */
+  localRevision(): number {
+    return this.revisions.auth();
+  }
+
+  /** Moves when another process committed a write (it may have revoked a key). */
+  externalRevision(): number {
+    return this.revisions.external();
+  }
 
   create(input: { userId: number; name: string; prefix: string; secretHash: string; limits?: KeyLimits }, now: number): ApiKeyRow {
     const l = input.limits;
@@ -67,11 +81,13 @@ export class ApiKeyStore {
    * Returns false when nothing matched.
    */
   updateSettings(keyId: number, userId: number, s: KeySettings): boolean {
-    return (
+    const changed =
       this.db
         .query("UPDATE api_keys SET name = ?, expires_at = ?, credit_cap = ?, allowed_models = ? WHERE id = ? AND user_id = ? AND revoked_at IS NULL")
-        .run(s.name, s.expiresAt, s.creditCap, serializeAllowedModels(s.allowedModels), keyId, userId).changes === 1
-    );
+        .run(s.name, s.expiresAt, s.creditCap, serializeAllowedModels(s.allowedModels), keyId, userId).changes === 1;
+    // A cached owner holds the limits: the next request must see the new ones.
+    this.revisions.bumpAuth();
+    return changed;
   }
 
   byPrefix(prefix: string): ApiKeyRow | null {
@@ -84,7 +100,9 @@ export class ApiKeyStore {
       ? "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
       : "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL AND user_id = ?";
     const args = userId === undefined ? [now, keyId] : [now, keyId, userId];
-    return this.db.query(sql).run(...(args as [number, number])).changes === 1;
+    const changed = this.db.query(sql).run(...(args as [number, number])).changes === 1;
+    this.revisions.bumpAuth();
+    return changed;
   }
 
   /** last_used_at is a hint: while another process holds the write lock it is skipped (false). */

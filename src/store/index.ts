@@ -11,6 +11,7 @@ import { WebhookStore } from "./webhooks";
 import { SqliteImageRecords, ServerSecretStore } from "./images";
 import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
+import { Revisions } from "./revisions";
 import type { AccountStore, FlowStore } from "../core/store";
 
 /** The SQLite store: implements core's store ports (FlowStore, AccountStore) and the rest. */
@@ -36,12 +37,14 @@ export interface Store extends FlowStore, AccountStore {
 }
 
 export function createStore(db: Db, latest: number): Store {
+  const requests = new RequestStore(db);
+  const revisions = new Revisions(db);
   return {
-    users: new UserStore(db),
-    keys: new ApiKeyStore(db),
+    users: new UserStore(db, revisions),
+    keys: new ApiKeyStore(db, revisions),
     credits: new CreditStore(db),
-    requests: new RequestStore(db),
-    upstreams: new UpstreamStateStore(db),
+    requests,
+    upstreams: new UpstreamStateStore(db, revisions),
     sessions: new SessionStore(db),
     tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(db),
@@ -61,6 +64,9 @@ export function createStore(db: Db, latest: number): Store {
       db.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(ms))}`);
     },
     close() {
+      // The last chat rows: wait a little for another process's write lock rather than lose them.
+      db.exec("PRAGMA busy_timeout = 2000");
+      requests.stopChats();
       db.close();
     },
   };

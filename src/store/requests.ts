@@ -1,5 +1,13 @@
 import type { Db } from "./database";
 import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
+import { BatchWriter } from "../core/batchWriter";
+import { isDatabaseBusy } from "./busy";
+
+/**
+ * How chat rows are batched: written at most this often, this many per transaction, and at most
+ * this many kept waiting while the database is locked by another process.
+ */
+export const CHAT_BATCH = { intervalMs: 20, maxBatch: 2000, maxQueued: 100_000 };
 
 export interface RequestRow {
   id: string;
@@ -35,15 +43,65 @@ export interface RequestFilter {
   offset?: number;
 }
 
+export interface RequestStoreOptions {
+  /** The chat batch's timer (a fake one in tests); real timers by default. */
+  schedule?: (fn: () => void, ms: number) => () => void;
+  batch?: Partial<typeof CHAT_BATCH>;
+}
+
 export class RequestStore implements RequestLog {
-  constructor(private readonly db: Db) {}
+  /**
+   * Chat rows wait here (by id, for the access log) until the next batch: chat is free, so a
+   * crash may lose the last batch; image rows never come here, they are written with their charge.
+   */
+  private readonly queuedChats = new Map<string, RequestRow>();
+  private readonly chatBatch: BatchWriter<RequestRow>;
+  /** Where rows that can never be written are reported (the server's logger, once wired). */
+  onDroppedRows: (count: number, error: unknown) => void = (count, error) => console.error(`dropped ${count} chat history rows: ${String(error)}`);
+
+  constructor(
+    private readonly db: Db,
+    opts: RequestStoreOptions = {},
+  ) {
+    this.chatBatch = new BatchWriter<RequestRow>({
+      ...CHAT_BATCH,
+      ...opts.batch,
+      schedule: opts.schedule,
+      write: (rows) => this.insertChats(rows),
+      isRetryable: isDatabaseBusy,
+      onDropped: (rows, error) => {
+        for (const r of rows) this.queuedChats.delete(r.id);
+        this.onDroppedRows(rows.length, error);
+      },
+    });
+  }
+
+  /** Writes the queued chat rows now (a reader of the history calls this first); false while the database is locked. */
+  flushChats(): boolean {
+    return this.chatBatch.flush();
+  }
+
+  /** Writes what is queued and writes later rows at once (the store is closing). */
+  stopChats(): boolean {
+    return this.chatBatch.stop();
+  }
+
+  /**
+   * One request's record for the access log: a queued chat row, else the stored row; never
+   * flushes (the log line of every chat request would otherwise write a batch of one).
+   */
+  recordOf(id: string): RequestRow | null {
+    return this.queuedChats.get(id) ?? this.db.query<RequestRow, [string]>("SELECT * FROM requests WHERE id = ?").get(id);
+  }
 
   /** Requests charged and not yet finished (indexed by status). */
   pendingCount(): number {
+    // Chat rows are never pending: no flush needed.
     return this.db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM requests WHERE status = 'pending'").get()?.n ?? 0;
   }
 
   get(id: string): RequestRow | null {
+    this.flushChats();
     return this.db.query<RequestRow, [string]>("SELECT * FROM requests WHERE id = ?").get(id);
   }
 
@@ -74,26 +132,41 @@ export class RequestStore implements RequestLog {
       .run(t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, id);
   }
 
-  /** Chat is free: one finished row, no ledger entry. */
-  recordChat(
-    r: ChatRecord,
-    now: number,
-  ): void {
-    this.db
-      .query(
-        `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
-                               generation_ms, queue_ms, error_code, error_message, upstream_id, account_id, attempts,
-                               upstream_latency_ms, created_at, finished_at)
-         VALUES (?, ?, ?, 'chat', '/v1/chat/completions', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(
-        r.id, r.userId, r.keyId, r.model, r.status, r.prompt ?? null, r.promptTokens ?? null, r.completionTokens ?? null,
-        r.generationMs ?? null, r.queueMs ?? null, r.errorCode ?? null, r.errorMessage ?? null, r.upstreamId ?? null,
-        r.accountId ?? null, r.attempts ?? null, r.upstreamLatencyMs ?? null, now - (r.generationMs ?? 0), now,
-      );
+  /** Chat is free: one finished row, no ledger entry; queued and written with the next batch. */
+  recordChat(r: ChatRecord, now: number): void {
+    const row: RequestRow = {
+      id: r.id, user_id: r.userId, key_id: r.keyId, kind: "chat", endpoint: "/v1/chat/completions", model: r.model, status: r.status,
+      credits_charged: 0, credits_refunded: 0, queue_ms: r.queueMs ?? null, generation_ms: r.generationMs ?? null,
+      error_code: r.errorCode ?? null, error_message: r.errorMessage ?? null, prompt: r.prompt ?? null,
+      prompt_tokens: r.promptTokens ?? null, completion_tokens: r.completionTokens ?? null, upstream_id: r.upstreamId ?? null,
+      account_id: r.accountId ?? null, attempts: r.attempts ?? null, upstream_latency_ms: r.upstreamLatencyMs ?? null,
+      created_at: now - (r.generationMs ?? 0), finished_at: now,
+    };
+    this.queuedChats.set(row.id, row);
+    this.chatBatch.add(row);
+  }
+
+  /** One transaction for the whole batch: the rows are appended (time-ordered ids) in one commit. */
+  private insertChats(rows: RequestRow[]): void {
+    const insert = this.db.query(
+      `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
+                             generation_ms, queue_ms, error_code, error_message, upstream_id, account_id, attempts,
+                             upstream_latency_ms, created_at, finished_at)
+       VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.db.transaction(() => {
+      for (const r of rows) {
+        insert.run(
+          r.id, r.user_id, r.key_id, r.endpoint, r.model, r.status, r.prompt, r.prompt_tokens, r.completion_tokens, r.generation_ms,
+          r.queue_ms, r.error_code, r.error_message, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
+        );
+      }
+    }).immediate();
+    for (const r of rows) this.queuedChats.delete(r.id);
   }
 
   list(f: RequestFilter = {}): RequestRow[] {
+    this.flushChats();
     const { sql, args } = whereClause(f);
     return this.db
       .query<RequestRow, (string | number)[]>(`SELECT * FROM requests ${sql} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`)
@@ -101,6 +174,7 @@ export class RequestStore implements RequestLog {
   }
 
   count(f: RequestFilter = {}): number {
+    this.flushChats();
     const { sql, args } = whereClause(f);
     return this.db.query<{ n: number }, (string | number)[]>(`SELECT COUNT(*) AS n FROM requests ${sql}`).get(...args)?.n ?? 0;
   }

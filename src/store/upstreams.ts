@@ -4,6 +4,7 @@
  * server writes for the CLI. Never holds an account's key.
  */
 import type { Db } from "./database";
+import { Revisions } from "./revisions";
 import type { AccountSnapshot, DisabledInfo, PoolStateStore } from "../core/store";
 
 export interface DisabledAccountRow {
@@ -19,7 +20,14 @@ export interface StoredSnapshot {
 }
 
 export class UpstreamStateStore implements PoolStateStore {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly revisions: Revisions = new Revisions(db),
+  ) {}
+
+  externalRevision(): number {
+    return this.revisions.external();
+  }
 
   disabledAccounts(upstreamId: string): Map<string, DisabledInfo> {
     const rows = this.db

@@ -1,10 +1,15 @@
 import type { Db } from "./database";
+import type { Revisions } from "./revisions";
 import { EmailTakenError, type Role, type UserRow } from "../core/store";
 
 export { EmailTakenError, type Role, type UserRow } from "../core/store";
 
 export class UserStore {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    /** Told when a fact a cached key owner holds (disabled, role) changes. */
+    private readonly revisions?: Revisions,
+  ) {}
 
   /** Creates a user; initial credits are written as a grant so the ledger sums to the balance. */
   create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): UserRow {
@@ -54,11 +59,15 @@ export class UserStore {
   }
 
   setDisabled(id: number, disabled: boolean): boolean {
-    return this.db.query("UPDATE users SET disabled = ? WHERE id = ?").run(disabled ? 1 : 0, id).changes === 1;
+    const changed = this.db.query("UPDATE users SET disabled = ? WHERE id = ?").run(disabled ? 1 : 0, id).changes === 1;
+    this.revisions?.bumpAuth();
+    return changed;
   }
 
   setRole(id: number, role: Role): boolean {
-    return this.db.query("UPDATE users SET role = ? WHERE id = ?").run(role, id).changes === 1;
+    const changed = this.db.query("UPDATE users SET role = ? WHERE id = ?").run(role, id).changes === 1;
+    this.revisions?.bumpAuth();
+    return changed;
   }
 
   setPasswordHash(id: number, hash: string): boolean {

@@ -2,7 +2,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { addUser, createKey, KeyAuthenticator, verifyPassword } from "../../src/core/accounts";
+import { addUser, createKey, KEY_CHANGE_CHECK_MS, KeyAuthenticator, verifyPassword } from "../../src/core/accounts";
+import { fakeClock } from "../support/fakeClock";
+import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
 import { generateApiKey, hashApiKey, KEY_PREFIX } from "../../src/core/apiKeys";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
@@ -73,15 +75,85 @@ describe("KeyAuthenticator", () => {
     expect(lastUsed()).toBe(1_060_001);
   });
 
-  test("sees a revocation made through another connection at once", async () => {
-    const user = await addUser(store, Date.now, { email: "revoke@example.com" });
+  test("keeps found owners in memory: a second request with the key does not query the database", async () => {
+    const user = await addUser(store, Date.now, { email: "cached@example.com" });
+    const { key } = createKey(store, Date.now, user.id, "t");
+    const auth = new KeyAuthenticator(store, fakeClock().now);
+    const queries = countCalls(store.keys, "ownerByHash");
+    try {
+      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
+      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
+      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
+      expect(queries.calls).toBe(1);
+      // Unknown keys are never cached: each one is a lookup, and a key created later works at once.
+      expect(auth.lookup(`${key.secret}x`)).toBeNull();
+      expect(auth.lookup(`${key.secret}x`)).toBeNull();
+      expect(queries.calls).toBe(3);
+    } finally {
+      queries.restore();
+    }
+  });
+
+  test("a revocation or a disabled user in this process is refused on the very next lookup", async () => {
+    const user = await addUser(store, Date.now, { email: "local-revoke@example.com" });
+    const first = createKey(store, Date.now, user.id, "a");
+    const second = createKey(store, Date.now, user.id, "b");
+    const auth = new KeyAuthenticator(store, fakeClock().now);
+    expect(auth.lookup(first.key.secret)?.key_revoked_at).toBeNull();
+    expect(auth.lookup(second.key.secret)?.disabled).toBe(0);
+    store.keys.revoke(first.row.id, Date.now());
+    expect(auth.lookup(first.key.secret)?.key_revoked_at).not.toBeNull();
+    store.users.setDisabled(user.id, true);
+    expect(auth.lookup(second.key.secret)?.disabled).toBe(1);
+    store.users.setDisabled(user.id, false);
+    expect(auth.lookup(second.key.secret)?.disabled).toBe(0);
+  });
+
+  test("a CLI revocation in another process is refused within the change-check interval", async () => {
+    const user = await addUser(store, Date.now, { email: "cli-revoke@example.com" });
     const { key, row } = createKey(store, Date.now, user.id, "t");
-    const auth = new KeyAuthenticator(store, Date.now);
+    const clock = fakeClock();
+    const auth = new KeyAuthenticator(store, clock.now);
     expect(auth.lookup(key.secret)?.key_revoked_at).toBeNull();
-    const other = createStore(openDatabase(dir), latestVersion());
-    other.keys.revoke(row.id, Date.now());
-    other.close();
+    const cli = await runAtelier(ATELIER_FROM_SOURCE, ["key", "revoke", row.prefix, "--data", dir], { env: { ATELIER_CONFIG: "" } });
+    expect(cli).toMatchObject({ code: 0 });
+    // Inside the interval the cached owner may still answer (the bound the README states)…
+    clock.advance(KEY_CHANGE_CHECK_MS - 1);
+    auth.lookup(key.secret);
+    // …and once it has passed, the next lookup sees the revocation.
+    clock.advance(1);
     expect(auth.lookup(key.secret)?.key_revoked_at).not.toBeNull();
-    expect(auth.lookup(`${key.secret}x`)).toBeNull();
+  });
+
+  test("a user disabled through another connection is refused within the change-check interval", async () => {
+    const user = await addUser(store, Date.now, { email: "other-disable@example.com" });
+    const { key } = createKey(store, Date.now, user.id, "t");
+    const clock = fakeClock();
+    const auth = new KeyAuthenticator(store, clock.now);
+    expect(auth.lookup(key.secret)?.disabled).toBe(0);
+    const other = createStore(openDatabase(dir), latestVersion());
+    other.users.setDisabled(user.id, true);
+    other.close();
+    clock.advance(KEY_CHANGE_CHECK_MS);
+    expect(auth.lookup(key.secret)?.disabled).toBe(1);
   });
 });
+
+/** Counts calls to one method of an object (the call still happens); restore() puts it back. */
+function countCalls<T extends object>(target: T, method: keyof T & string): { readonly calls: number; restore(): void } {
+  const slot = target as unknown as Record<string, (...args: unknown[]) => unknown>;
+  const original = slot[method]!;
+  let calls = 0;
+  slot[method] = (...args: unknown[]) => {
+    calls++;
+    return original.apply(target, args);
+  };
+  return {
+    get calls() {
+      return calls;
+    },
+    restore: () => {
+      slot[method] = original;
+    },
+  };
+}

@@ -14,7 +14,13 @@ import type { CatalogModel } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
 import { createLogger } from "../../src/logger";
 import { fakeClock } from "../support/fakeClock";
-import { addUser, interceptBusy, memoryStore } from "../support/memoryStore";
+import { addUser, memoryStore } from "../support/memoryStore";
+import { Database } from "bun:sqlite";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createStore, type Store } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
 
 const MODEL: CatalogModel = { id: "test-chat", kind: "chat", ownedBy: "test", created: 0, source: { kind: "upstream", upstreamId: "fake" }, upstreamModel: "test-chat", params: {}, price: 0 };
 
@@ -30,9 +36,9 @@ class ScriptedChat implements ChatEngine {
   }
 }
 
-function setup(opts: { timeoutMs?: number; concurrency?: number } = {}) {
+function setup(opts: { timeoutMs?: number; concurrency?: number; store?: Store } = {}) {
   const clock = fakeClock();
-  const store = memoryStore();
+  const store = opts.store ?? memoryStore();
   const user = addUser(store, 0, clock.now());
   const engine = new ScriptedChat();
   const engines = new EngineRegistry();
@@ -149,17 +155,26 @@ describe("runChatRequest", () => {
   });
 
   test("a locked database delays only the history row: the reply comes at once, the row lands once the lock is gone", async () => {
-    const { deps, store, background, request, row } = setup();
-    let locked = true;
-    const busy = interceptBusy(store.requests, "recordChat", () => locked);
-    const req = request();
-    const outcome = await runChatRequest(deps, req);
-    expect(outcome.result).toEqual(REPLY);
-    expect(row(req.requestId)).toBeNull();
-    locked = false;
-    await background.idle();
-    expect(row(req.requestId)).toMatchObject({ status: "succeeded" });
-    expect(busy.landed).toBe(1);
-    busy.restore();
+    const dir = mkdtempSync(join(tmpdir(), "atelier-chat-lock-"));
+    const store = createStore(openDatabase(dir), latestVersion());
+    store.setBusyTimeout(0);
+    const { deps, request } = setup({ store });
+    // Another process holds the write lock for the whole request.
+    const other = new Database(join(dir, "atelier.db"));
+    other.exec("BEGIN IMMEDIATE");
+    try {
+      const req = request();
+      const outcome = await runChatRequest(deps, req);
+      expect(outcome.result).toEqual(REPLY);
+      expect(store.requests.flushChats()).toBe(false);
+      expect(store.requests.recordOf(req.requestId)).toMatchObject({ status: "succeeded" }); // still queued, not lost
+      other.exec("COMMIT");
+      expect(store.requests.get(req.requestId)).toMatchObject({ status: "succeeded" });
+      expect(other.query("SELECT COUNT(*) AS n FROM requests").get()).toEqual({ n: 1 });
+    } finally {
+      other.close();
+      store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

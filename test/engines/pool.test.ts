@@ -3,6 +3,9 @@
  * is the real SQLite one in memory. HTTP behaviour is covered in openai/sdwebui tests.
  */
 import { describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { AccountPool, AttemptFailure, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable } from "../../src/core/engine";
 import { createStore } from "../../src/store";
@@ -19,9 +22,9 @@ const SETTINGS: PoolSettings = {
   failureCooldownMaxMs: 4000,
 };
 
-function setup(accounts = [{ id: "a", weight: 2, maxConcurrency: 2 }, { id: "b", weight: 1, maxConcurrency: 1 }], settings: Partial<PoolSettings> = {}) {
+function setup(accounts = [{ id: "a", weight: 2, maxConcurrency: 2 }, { id: "b", weight: 1, maxConcurrency: 1 }], settings: Partial<PoolSettings> = {}, dataDir = ":memory:") {
   let now = 1_000_000;
-  const store = createStore(openDatabase(":memory:"), latestVersion());
+  const store = createStore(openDatabase(dataDir), latestVersion());
   const logs: string[] = [];
   const logger = { warn: (msg: string, f?: Record<string, unknown>) => logs.push(JSON.stringify({ msg, ...f })), info: (msg: string, f?: Record<string, unknown>) => logs.push(JSON.stringify({ msg, ...f })) };
   const pool = new AccountPool("up", accounts, { ...SETTINGS, ...settings }, store.upstreams, () => now, logger);
@@ -203,7 +206,8 @@ describe("failures", () => {
   });
 
   test("401/403 disables the account in the store until enabled; logged with the account id", async () => {
-    const { pool, store, logs } = setup();
+    const dir = mkdtempSync(join(tmpdir(), "atelier-pool-"));
+    const { pool, store, logs, advance } = setup(undefined, undefined, dir);
     const r = await pool.run(scripted({ a: [new AttemptFailure("auth", "credentials refused (401): bad key", undefined, 401)] }).attempt);
     expect(r.value).toBe("b");
     expect(store.upstreams.disabledAccounts("up").get("a")?.reason).toContain("401");
@@ -213,10 +217,16 @@ describe("failures", () => {
     const { calls, attempt } = scripted({});
     for (let i = 0; i < 3; i++) await pool.run(attempt);
     expect(calls).toEqual(["b", "b", "b"]);
-    // Re-enabled through the store (as the CLI in another process does): used again.
-    expect(store.upstreams.enableAccount("up", "a")).toBe(true);
+    // Re-enabled through another connection (as the CLI in another process does): used again
+    // once the pool's change check comes round (at most 100 ms), without a query on every pick.
+    const other = createStore(openDatabase(dir), latestVersion());
+    expect(other.upstreams.enableAccount("up", "a")).toBe(true);
+    other.close();
+    advance(100);
     for (let i = 0; i < 3; i++) await pool.run(attempt);
     expect(calls.slice(3)).toContain("a");
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
   });
 
   test("all accounts disabled: UpstreamUnavailable", async () => {

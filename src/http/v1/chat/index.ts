@@ -9,7 +9,7 @@ import { Elysia } from "elysia";
 import { CHAT_LIMITS, chatMessagesFrom, chatParamsFrom, findChatRuleViolation } from "../../../core/chatRequest";
 import type { ChatMessage, ChatResult } from "../../../core/engine";
 import { runChatRequest, type ChatFlowDeps } from "../../../core/chatRequests";
-import { newId } from "../../../core/ids";
+import { newTimeOrderedId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
 import type { Services } from "../../../services";
 import { apiAuth, assertModelAllowed } from "../../auth";
@@ -70,7 +70,7 @@ export function chatRoutes(deps: ChatDeps) {
         if (model.kind !== "chat") throw notAChatModel(model, catalog.list().filter((m) => m.kind === "chat").map((m) => m.id));
         assertModelAllowed(principal, model.id);
 
-        const id = newId("chatcmpl-");
+        const id = newTimeOrderedId("chatcmpl-");
         // The access log reads the outcome from this record.
         metaOf(request).recordId = id;
         const created = Math.floor(clock() / 1000);
