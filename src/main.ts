@@ -7,6 +7,7 @@
 import { COMMON_HELP, UsageError } from "./cli/args";
 import { backupCommand, restoreCommand } from "./cli/commands/backup";
 import { creditsCommand } from "./cli/commands/credits";
+import { codesCommand } from "./cli/commands/codes";
 import { doctorCommand } from "./cli/commands/doctor";
 import { healthcheckCommand } from "./cli/commands/healthcheck";
 import { keyCommand } from "./cli/commands/key";
@@ -31,6 +32,8 @@ Commands:
   user list
   user password <email> --password P     set or replace the workbench password
   credits grant <email> <N> [--note TEXT]
+  codes create --credits N --count M [--expires-days D] [--name TEXT]
+                                          a batch of redemption codes, printed once as CSV
   key create <email> [--name NAME]        prints the full key alone on the last line
   key list <email>
   key revoke <prefix or key>
@@ -50,6 +53,7 @@ const COMMANDS = new Map<string, Command>([
   ["healthcheck", healthcheckCommand],
   ["user", userCommand],
   ["credits", creditsCommand],
+  ["codes", codesCommand],
   ["key", keyCommand],
   ["upstreams", upstreamsCommand],
   ["openapi", openapiCommand],

@@ -63,3 +63,8 @@ export const MAX_USAGE_RANGE_DAYS = 366;
 
 /** The usage dashboard's default window, in days (today included). */
 export const USAGE_DASHBOARD_DAYS = 30;
+
+/** Redemption codes: codes in one batch, a batch name's characters, and the longest expiry. */
+export const MAX_CODE_BATCH_SIZE = 10_000;
+export const MAX_CODE_BATCH_NAME_CHARS = 100;
+export const MAX_CODE_EXPIRY_DAYS = 3_650;

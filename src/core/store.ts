@@ -56,12 +56,14 @@ export interface KeyOwner {
 export interface LedgerRow {
   id: number;
   user_id: number;
-  kind: "grant" | "deduct" | "charge" | "refund";
+  kind: "grant" | "deduct" | "charge" | "refund" | "redeem";
   amount: number;
   request_id: string | null;
   note: string | null;
   actor: string | null;
   created_at: number;
+  /** The redemption code a `redeem` row credited (its id, never the code). */
+  code_id: number | null;
 }
 
 /** The charge of one image request: its ledger row and its pending request record, together. */

@@ -38,7 +38,7 @@ export interface MetricsSources {
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 const IMAGE_ROUTE = { generate: "/v1/images/generations", edit: "/v1/images/edits" } as const;
 const ACCOUNT_STATES = ["healthy", "cooling", "probing", "disabled"] as const;
-const LEDGER_KINDS: LedgerRow["kind"][] = ["charge", "refund", "grant", "deduct"];
+const LEDGER_KINDS: LedgerRow["kind"][] = ["charge", "refund", "grant", "deduct", "redeem"];
 
 export class Metrics {
   readonly registry = new Registry();
@@ -123,7 +123,7 @@ export class Metrics {
         }
       },
     });
-    this.credits = new Counter({ name: "atelier_credits_total", help: "Credits moved by the ledger, by kind: charge, refund, grant, deduct.", labelNames: ["kind"], registers });
+    this.credits = new Counter({ name: "atelier_credits_total", help: "Credits moved by the ledger, by kind: charge, refund, grant, deduct, redeem.", labelNames: ["kind"], registers });
     for (const kind of LEDGER_KINDS) this.credits.inc({ kind }, 0);
     this.pending = new Gauge({ name: "atelier_image_requests_pending", help: "Image requests charged and not yet finished.", registers });
     this.invariant = new Gauge({ name: "atelier_ledger_mismatched_users", help: "Users whose balance differs from the sum of their ledger rows; must be 0.", registers });

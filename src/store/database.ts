@@ -53,8 +53,11 @@ function migrate(db: Db, list: Migration[]): void {
         `the database is at schema version ${current}, but this binary knows only up to ${latest}; run a newer atelier (or restore a backup)`,
       );
     }
+    // Every migration not yet recorded, in order: not just those above the newest applied one,
+    // so a lower number that joined the list later (branches merged out of order) still runs.
+    const applied = new Set(db.query<{ version: number }, []>("SELECT version FROM schema_migrations").all().map((r) => r.version));
     for (const m of [...list].sort((a, b) => a.version - b.version)) {
-      if (m.version <= current) continue;
+      if (applied.has(m.version)) continue;
       db.exec(m.sql);
       db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(m.version, m.name, Date.now());
     }

@@ -8,6 +8,7 @@ import { UpstreamStateStore } from "./upstreams";
 import { SessionStore } from "./sessions";
 import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
+import { SqliteRedemptionStore } from "./redemptionCodes";
 import { SqliteImageRecords, ServerSecretStore } from "./images";
 import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
@@ -24,6 +25,8 @@ export interface Store extends FlowStore, AccountStore {
   sessions: SessionStore;
   tasks: SqliteTaskStore;
   webhooks: WebhookStore;
+  /** Redemption code batches and their hashed codes. */
+  redemptions: SqliteRedemptionStore;
   /** The image archive's rows (the bytes: store/imageFiles.ts). */
   images: SqliteImageRecords;
   secrets: ServerSecretStore;
@@ -48,6 +51,7 @@ export function createStore(db: Db, latest: number): Store {
     sessions: new SessionStore(db),
     tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(db),
+    redemptions: new SqliteRedemptionStore(db),
     images: new SqliteImageRecords(db),
     secrets: new ServerSecretStore(db),
     usage: new UsageStore(db),

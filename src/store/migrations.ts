@@ -280,4 +280,55 @@ export const migrations: Migration[] = [
       CREATE INDEX requests_pending ON requests(id) WHERE status = 'pending';
     `,
   },
+  {
+    version: 10,
+    name: "redemption codes: batches, hashed one-use codes, and the ledger's redeem kind",
+    sql: `
+      -- A batch of codes an admin made: each code is worth \`credits\`, usable once until expires_at.
+      CREATE TABLE redemption_batches (
+        id         INTEGER PRIMARY KEY,
+        name       TEXT NOT NULL,
+        credits    INTEGER NOT NULL CHECK (credits > 0),
+        code_count INTEGER NOT NULL CHECK (code_count > 0),
+        expires_at INTEGER,
+        created_by TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) STRICT;
+
+      -- Only the code's SHA-256 is kept (like an API key's); the CSV at creation is the only copy.
+      CREATE TABLE redemption_codes (
+        id          INTEGER PRIMARY KEY,
+        batch_id    INTEGER NOT NULL REFERENCES redemption_batches(id),
+        code_hash   TEXT NOT NULL UNIQUE CHECK (length(code_hash) = 64),
+        redeemed_by INTEGER REFERENCES users(id),
+        redeemed_at INTEGER,
+        CHECK ((redeemed_by IS NULL) = (redeemed_at IS NULL))
+      ) STRICT;
+      CREATE INDEX redemption_codes_batch ON redemption_codes(batch_id);
+
+      -- The ledger gains the kind 'redeem' (+, naming its code). SQLite cannot change a CHECK in
+      -- place, so the table is rebuilt with every row and index as they were.
+      CREATE TABLE ledger_v10 (
+        id         INTEGER PRIMARY KEY,
+        user_id    INTEGER NOT NULL REFERENCES users(id),
+        kind       TEXT NOT NULL CHECK (kind IN ('grant', 'deduct', 'charge', 'refund', 'redeem')),
+        amount     INTEGER NOT NULL,
+        request_id TEXT REFERENCES requests(id),
+        note       TEXT,
+        actor      TEXT,
+        created_at INTEGER NOT NULL,
+        code_id    INTEGER REFERENCES redemption_codes(id),
+        CHECK ((kind IN ('grant', 'refund', 'redeem') AND amount > 0) OR (kind IN ('deduct', 'charge') AND amount < 0)),
+        CHECK ((kind = 'redeem') = (code_id IS NOT NULL))
+      ) STRICT;
+      INSERT INTO ledger_v10 (id, user_id, kind, amount, request_id, note, actor, created_at)
+        SELECT id, user_id, kind, amount, request_id, note, actor, created_at FROM ledger;
+      DROP TABLE ledger;
+      ALTER TABLE ledger_v10 RENAME TO ledger;
+      CREATE INDEX ledger_user_time ON ledger(user_id, created_at DESC);
+      CREATE UNIQUE INDEX ledger_once_per_request ON ledger(request_id, kind) WHERE request_id IS NOT NULL;
+      -- The last line of defence for "a code credits once".
+      CREATE UNIQUE INDEX ledger_once_per_code ON ledger(code_id) WHERE code_id IS NOT NULL;
+    `,
+  },
 ];

@@ -92,6 +92,24 @@ describe("CLI round trip while the server runs", () => {
     expect(image.data?.[0]?.b64_json?.length).toBeGreaterThan(100);
   });
 
+  test("codes create prints the batch once as CSV; the running server redeems its codes", async () => {
+    const r = await cli("codes", "create", "--credits", "3", "--count", "2", "--expires-days", "7", "--name", "cli batch");
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    const lines = r.stdout.trim().split(/\r?\n/);
+    expect(lines[0]).toBe("code,credits,expires_at,batch_id,batch_name");
+    expect(lines).toHaveLength(3);
+    const [code, credits, , , name] = lines[1]!.split(",");
+    expect(code).toMatch(/^[2-9A-HJ-NP-Z]{5}(-[2-9A-HJ-NP-Z]{5}){3}$/);
+    expect([credits, name]).toEqual(["3", '"cli batch"']);
+    const carol = await cli("user", "add", "carol@example.com");
+    expect(carol.code).toBe(0);
+    const carolId = server.services.store.users.byEmail("carol@example.com")!.id;
+    expect(server.services.workbench.codes.redeem(carolId, code!, "cli-test")).toMatchObject({ ok: true, credits: 3, balance: 3 });
+    const bad = await cli("codes", "create", "--credits", "0", "--count", "2");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--credits must be a positive integer");
+  });
+
   test("key revoke <prefix>: the next request gets 401", async () => {
     const r = await cli("key", "revoke", prefix);
     expect(r).toMatchObject({ code: 0, stderr: "" });

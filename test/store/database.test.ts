@@ -64,6 +64,37 @@ describe("openDatabase", () => {
     check.close();
   });
 
+  test("a migration numbered below the newest applied one (merged later) is still applied, once", () => {
+    const dir = dataDir();
+    const first = { version: 1, name: "one", sql: "CREATE TABLE one (x INTEGER) STRICT;" };
+    const third = { version: 3, name: "three", sql: "CREATE TABLE three (x INTEGER) STRICT;" };
+    const second = { version: 2, name: "two", sql: "CREATE TABLE two (x INTEGER) STRICT;" };
+    openDatabase(dir, [first, third]).close();
+    const db = openDatabase(dir, [first, second, third]);
+    expect(db.query<{ version: number }, []>("SELECT version FROM schema_migrations ORDER BY version").all().map((r) => r.version)).toEqual([1, 2, 3]);
+    expect(db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM sqlite_master WHERE name = 'two'").get()!.n).toBe(1);
+    db.close();
+    openDatabase(dir, [first, second, third]).close();
+  });
+
+  test("migration 10 rebuilds the ledger with every row and its once-per-request rule intact", () => {
+    const dir = dataDir();
+    const before = openDatabase(dir, migrations.filter((m) => m.version < 10));
+    before.exec("INSERT INTO users (id, email, credits, created_at) VALUES (1, 'a@b.c', 4, 0)");
+    before.exec("INSERT INTO requests (id, user_id, kind, endpoint, model, status, credits_charged, created_at) VALUES ('r1', 1, 'image', '/v1/images/generations', 'm', 'succeeded', 1, 0)");
+    before.exec("INSERT INTO ledger (id, user_id, kind, amount, note, actor, created_at) VALUES (7, 1, 'grant', 5, 'welcome', 'cli', 10)");
+    before.exec("INSERT INTO ledger (id, user_id, kind, amount, request_id, created_at) VALUES (9, 1, 'charge', -1, 'r1', 11)");
+    const rows = before.query("SELECT * FROM ledger ORDER BY id").all();
+    before.close();
+    const after = openDatabase(dir);
+    expect(after.query("SELECT id, user_id, kind, amount, request_id, note, actor, created_at FROM ledger ORDER BY id").all()).toEqual(rows);
+    expect(() => after.exec("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (1, 'charge', -1, 'r1', 12)")).toThrow(/UNIQUE/);
+    expect(() => after.exec("INSERT INTO ledger (user_id, kind, amount, created_at) VALUES (1, 'grant', -1, 12)")).toThrow(/CHECK/);
+    const indexes = after.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'ledger' AND sql IS NOT NULL ORDER BY name").all();
+    expect(indexes.map((i) => i.name)).toEqual(["ledger_once_per_code", "ledger_once_per_request", "ledger_user_time"]);
+    after.close();
+  });
+
   test("a store reports not ready when the schema is behind the binary", () => {
     const db = openDatabase(dataDir());
     expect(createStore(db, latestVersion()).ready()).toBe(true);

@@ -1,4 +1,4 @@
-/** Admin pages: users (search, credits, disable/enable, make admin), all requests, pool, models. */
+/** Admin pages: users (search, credits, disable/enable, make admin), all requests, pool, models, redemption codes. */
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { InsufficientCreditsError, type UserRow } from "../../core/store";
@@ -11,6 +11,8 @@ import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
+import { BatchRejected } from "../../core/redemptionCodes";
+import { adminCodesPage, type BatchForm } from "../../workbench/pages/adminCodes";
 
 const hide = { detail: { hide: true } };
 
@@ -119,5 +121,21 @@ export function adminRoutes(services: Services) {
       if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
       return redirect("/admin/upstreams?enabled=1");
     }, { admin: true, ...hide })
-    .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list(), engineKindOf)), { admin: true, ...hide });
+    .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list(), engineKindOf)), { admin: true, ...hide })
+    .get("/admin/codes", ({ viewer }) => htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches() }, clock())), { admin: true, ...hide })
+    .post("/admin/codes", ({ viewer, body }) => {
+      const f = formFields(body);
+      const form: BatchForm = { name: f.name, credits: f.credits, count: f.count, expires_days: f.expires_days };
+      const whole = (raw: string | undefined) => (raw !== undefined && /^\s*\d{1,12}\s*$/.test(raw) ? Number(raw) : Number.NaN);
+      const days = (f.expires_days ?? "").trim() === "" ? null : whole(f.expires_days);
+      try {
+        const created = workbench.codes.createBatch({ name: f.name ?? "", credits: whole(f.credits), count: whole(f.count), expiresInDays: days, createdBy: `admin:${viewer.user.email}` });
+        services.logger.info("redemption codes created", { batch_id: created.batch.id, codes: created.codes.length, credits: created.batch.credits, admin_id: viewer.user.id });
+        // Rendered directly (not redirected): the codes exist only in this response.
+        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), created }, clock()), 201);
+      } catch (e) {
+        if (!(e instanceof BatchRejected)) throw e;
+        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), form, error: e.message }, clock()), 400);
+      }
+    }, { admin: true, ...hide });
 }

@@ -6,28 +6,40 @@ import { playgroundPage } from "../../workbench/pages/playground";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import { viewerOf, workbenchGuards } from "./guards";
 import { htmlResponse } from "./respond";
+import type { Viewer } from "../../workbench/layout";
+import type { RedeemState } from "../../workbench/pages/redeem";
 
 const hide = { detail: { hide: true } };
 
-export function pagesRoutes(services: Services) {
+/** The credits page for the viewer (with a code's redemption outcome, if any). */
+export function creditsPageResponse(services: Services, viewer: Viewer, query: Record<string, string | undefined>, redeem?: RedeemState, status = 200): Response {
   const { store, catalog } = services;
+  const userId = viewer.user.id;
+  const q = parseHistoryQuery(query);
+  const requests = store.requests.list(toFilter(q, userId));
+  const imageRequests = requests.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
+  return htmlResponse(
+    creditsPage(viewer, {
+      query: q,
+      requests,
+      images: store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
+      total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
+      models: catalog.list().map((m) => m.id),
+      ledger: store.credits.ledger(userId, 100),
+      redeem,
+    }),
+    status,
+  );
+}
+
+export function pagesRoutes(services: Services) {
+  const { catalog } = services;
   return new Elysia({ name: "workbench.pages" })
     .use(workbenchGuards(services))
     .get("/credits", ({ viewer, query }) => {
-      const userId = viewer.user.id;
-      const q = parseHistoryQuery(query);
-      const requests = store.requests.list(toFilter(q, userId));
-      const imageRequests = requests.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
-      return htmlResponse(
-        creditsPage(viewer, {
-          query: q,
-          requests,
-          images: store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
-          total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
-          models: catalog.list().map((m) => m.id),
-          ledger: store.credits.ledger(userId, 100),
-        }),
-      );
+      const redeemed = Number(query.redeemed);
+      const redeem = Number.isInteger(redeemed) && redeemed > 0 ? { notice: `Code redeemed: +${redeemed} credits.` } : undefined;
+      return creditsPageResponse(services, viewer, query, redeem);
     }, { viewer: true, ...hide })
     .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel)), { viewer: true, ...hide })
     // The account bar refreshes the balance from here after a generation (same origin, cookie only).

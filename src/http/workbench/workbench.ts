@@ -3,6 +3,7 @@ import type { Config } from "../../config";
 import { Sessions } from "../../core/sessions";
 import { SetupToken } from "../../core/setupToken";
 import { SignIn } from "../../core/signIn";
+import { RedemptionCodes } from "../../core/redemptionCodes";
 import type { Logger } from "../../logger";
 import type { Store } from "../../store";
 import { SessionCookies } from "./sessionCookies";
@@ -11,6 +12,8 @@ import type { Clock } from "../../core/clock";
 export interface Workbench {
   sessions: SessionCookies;
   signIn: SignIn;
+  /** Redemption codes: batches (admin) and redeeming them (throttled like sign-in). */
+  codes: RedemptionCodes;
 }
 
 export function createWorkbench(deps: { config: Config; store: Store; clock: Clock; logger: Logger }): Workbench {
@@ -26,5 +29,6 @@ export function createWorkbench(deps: { config: Config; store: Store; clock: Clo
   return {
     sessions: new SessionCookies(new Sessions(store.sessions, wb.session_ttl_hours * 3_600_000, clock), config),
     signIn: new SignIn(store, { minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }, setup, clock),
+    codes: new RedemptionCodes(store.redemptions, clock),
   };
 }

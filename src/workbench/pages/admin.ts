@@ -9,16 +9,17 @@ import { formatTime, html, type Html, type Interpolation } from "../html";
 import { csrfField, message, page, type Viewer } from "../layout";
 import { historyFilter, pagination, requestsTable, type HistoryQuery } from "./requests";
 
-type AdminTab = "users" | "requests" | "upstreams" | "models";
+export type AdminTab = "users" | "requests" | "upstreams" | "models" | "codes";
 
 const TABS: { tab: AdminTab; href: string; label: string }[] = [
   { tab: "users", href: "/admin", label: "Users" },
   { tab: "requests", href: "/admin/requests", label: "All requests" },
   { tab: "upstreams", href: "/admin/upstreams", label: "Upstream pool" },
   { tab: "models", href: "/admin/models", label: "Models" },
+  { tab: "codes", href: "/admin/codes", label: "Codes" },
 ];
 
-function adminPage(v: Viewer, tab: AdminTab, title: string, body: Interpolation): Html {
+export function adminPage(v: Viewer, tab: AdminTab, title: string, body: Interpolation): Html {
   return page({
     title: `Admin · ${title}`,
     section: "admin",

@@ -4,6 +4,7 @@ import type { RequestRow } from "../../store/requests";
 import { formatTime, html, type Html } from "../html";
 import { page, type Viewer } from "../layout";
 import { historyFilter, pagination, requestsTable, type HistoryQuery } from "./requests";
+import { redeemCard, type RedeemState } from "./redeem";
 
 export interface CreditsPageState {
   query: HistoryQuery;
@@ -13,6 +14,8 @@ export interface CreditsPageState {
   ledger: LedgerRow[];
   /** request id → its kept image, for the rows shown. */
   images: Map<string, string>;
+  /** The outcome of redeeming a code, if this page answers one. */
+  redeem?: RedeemState;
 }
 
 export function ledgerTable(rows: LedgerRow[]): Html {
@@ -40,8 +43,9 @@ export function creditsPage(v: Viewer, s: CreditsPageState): Html {
     body: html`<h1>Credits &amp; history</h1>
 <section class="card balance-card">
   <p class="big"><span data-testid="balance-big">${v.user.credits}</span> ${v.user.credits === 1 ? "credit" : "credits"}</p>
-  <p class="muted">Each accepted image request costs 1 credit and is refunded automatically if it fails. Chat is free.</p>
+  <p class="muted">Each accepted image request costs its model's price (1 credit unless the models list says otherwise) and is refunded automatically if it fails. Chat is free.</p>
 </section>
+${redeemCard(v, s.redeem)}
 <section class="card">
   <h2>Requests</h2>
   ${historyFilter("/credits", s.query, s.models)}

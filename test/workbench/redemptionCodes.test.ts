@@ -1,0 +1,150 @@
+/**
+ * Redemption codes through the workbench's HTTP forms (app.handle, real store in memory): an
+ * admin makes a batch (codes shown once), users redeem on the credits page, same-origin and CSRF
+ * rules, concurrent redemptions of one code, the throttle, and no code in any log line.
+ */
+import { afterEach, describe, expect, test } from "bun:test";
+import { createApp } from "../../src/app";
+import { createServices } from "../../src/services";
+import { loadConfig } from "../../src/config";
+import { addUser } from "../../src/core/accounts";
+import { createLogger } from "../../src/logger";
+import { createStore, type Store } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
+
+const BASE = "http://wb.test";
+// Generous: every test signs users in (argon2id hashing), slow on a shared 2-core machine.
+const TIMEOUT_MS = 60_000;
+let store: Store | undefined;
+afterEach(() => store?.close());
+
+async function makeApp() {
+  const config = loadConfig({ env: {} });
+  config.workbench.initial_credits = 0;
+  store = createStore(openDatabase(":memory:"), latestVersion());
+  const logs: string[] = [];
+  const services = createServices({ config, store, logger: createLogger((l) => logs.push(l)), clock: Date.now });
+  const app = createApp(services);
+  const handle = (path: string, init: RequestInit = {}) => app.handle(new Request(`${BASE}${path}`, init));
+  const form = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
+    handle(path, { method: "POST", headers: { origin: BASE, "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(fields) });
+  const session = async (email: string, role: "user" | "admin" = "user") => {
+    await addUser(store!, Date.now, { email, password: "long enough password", role });
+    const cookie = (await form("/signin", { email, password: "long enough password" })).headers.get("set-cookie")!.split(";")[0]!;
+    const page = await (await handle("/credits", { headers: { cookie } })).text();
+    const csrf = /name="csrf-token" content="([^"]+)"/.exec(page)![1]!;
+    const user = store!.users.byEmail(email)!;
+    return { cookie, csrf, id: user.id, post: (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) => form(path, { _csrf: csrf, ...fields }, { cookie, ...headers }) };
+  };
+  return { services, store, logs, handle, form, session };
+}
+
+const codesIn = (page: string) => [...page.matchAll(/\b([2-9A-HJ-NP-Z]{5}(?:-[2-9A-HJ-NP-Z]{5}){3})\b/g)].map((m) => m[1]!);
+
+async function batch(admin: { post: (p: string, f: Record<string, string>) => Promise<Response> }, fields: Record<string, string>) {
+  const res = await admin.post("/admin/codes", fields);
+  const page = await res.text();
+  return { res, page, codes: [...new Set(codesIn(page))] };
+}
+
+describe("admin: a batch of codes", () => {
+  test("is shown once with its CSV, then listed without its codes; users cannot make one; bad input is a 400 that makes nothing", async () => {
+    const { handle, session, store, logs } = await makeApp();
+    const admin = await session("boss@example.com", "admin");
+    const user = await session("user@example.com");
+
+    const { res, page, codes } = await batch(admin, { name: "spring <b>workshop</b>", credits: "25", count: "3", expires_days: "30" });
+    expect(res.status).toBe(201);
+    expect(codes).toHaveLength(3);
+    expect(page).toContain("spring &lt;b&gt;workshop&lt;/b&gt;");
+    const csvHref = /href="data:text\/csv;charset=utf-8,([^"]+)" download="atelier-codes-batch-(\d+)\.csv"/.exec(page)!;
+    const csv = decodeURIComponent(csvHref[1]!).split("\r\n");
+    expect(csv[0]).toBe("code,credits,expires_at,batch_id,batch_name");
+    expect(csv.slice(1, 4).map((l) => l.split(",")[0])).toEqual(codes);
+    expect(csv[1]).toContain(`,25,`);
+
+    const list = await (await handle("/admin/codes", { headers: { cookie: admin.cookie } })).text();
+    expect(codesIn(list)).toEqual([]);
+    expect(list).toContain("0 / 3");
+    expect(list).toContain("admin:boss@example.com");
+
+    expect((await user.post("/admin/codes", { name: "mine", credits: "1000", count: "1" })).status).toBe(403);
+    for (const bad of [{ credits: "0" }, { credits: "2.5" }, { count: "10001" }, { count: "" }, { name: "" }, { expires_days: "0" }, { expires_days: "soon" }]) {
+      const refused = await batch(admin, { name: "b", credits: "5", count: "2", expires_days: "", ...bad });
+      expect(refused.res.status).toBe(400);
+      expect(refused.codes).toEqual([]);
+      expect(refused.page).toContain('role="alert"');
+    }
+    expect(store!.redemptions.listBatches(10)).toHaveLength(1);
+    for (const c of codes) expect(logs.join("\n")).not.toContain(c);
+  }, TIMEOUT_MS);
+});
+
+describe("users: redeeming on the credits page", () => {
+  test("a code credits once, shows in the ledger, and a used, unknown or malformed code is refused with its reason", async () => {
+    const { handle, session, store, logs } = await makeApp();
+    const admin = await session("boss@example.com", "admin");
+    const user = await session("user@example.com");
+    const other = await session("other@example.com");
+    const { codes: [code] } = await batch(admin, { name: "promo", credits: "40", count: "1", expires_days: "" });
+
+    const ok = await user.post("/credits/redeem", { code: code!.toLowerCase().replace(/-/g, " ") });
+    expect(ok.status).toBe(303);
+    expect(ok.headers.get("location")).toBe("/credits?redeemed=40#redeem");
+    expect(store!.credits.balance(user.id)).toBe(40);
+    const credits = await (await handle("/credits?redeemed=40", { headers: { cookie: user.cookie } })).text();
+    expect(credits).toContain("Code redeemed: +40 credits.");
+    expect(credits).toMatch(/<td>redeem<\/td>\s*<td class="num plus">\+40<\/td>/);
+
+    const again = await other.post("/credits/redeem", { code: code! });
+    expect(again.status).toBe(409);
+    expect(await again.text()).toContain("This code was already redeemed.");
+    expect((await other.post("/credits/redeem", { code: "ABCDE-FGHJK-LMNPQ-RSTUV" })).status).toBe(400);
+    const malformed = await other.post("/credits/redeem", { code: "<script>x</script>" });
+    expect(malformed.status).toBe(400);
+    const text = await malformed.text();
+    expect(text).toContain("That is not a redemption code");
+    expect(text).toContain('value="&lt;script&gt;x&lt;/script&gt;"');
+    expect(store!.credits.balance(other.id)).toBe(0);
+    expect(store!.credits.ledgerMismatches()).toBe(0);
+    expect(logs.join("\n")).not.toContain(code!);
+    expect(logs.join("\n")).not.toContain(code!.replace(/-/g, ""));
+  }, TIMEOUT_MS);
+
+  test("without the CSRF token, or from another origin, nothing is redeemed", async () => {
+    const { session, form, store } = await makeApp();
+    const admin = await session("boss@example.com", "admin");
+    const user = await session("user@example.com");
+    const { codes: [code] } = await batch(admin, { name: "p", credits: "5", count: "1" });
+    expect((await form("/credits/redeem", { code: code! }, { cookie: user.cookie })).status).toBe(403);
+    expect((await form("/credits/redeem", { code: code!, _csrf: user.csrf }, { cookie: user.cookie, origin: "http://evil.test" })).status).toBe(403);
+    expect((await form("/credits/redeem", { code: code!, _csrf: "x".repeat(user.csrf.length) }, { cookie: user.cookie })).status).toBe(403);
+    expect(store!.credits.balance(user.id)).toBe(0);
+    expect((await user.post("/credits/redeem", { code: code! })).status).toBe(303);
+  }, TIMEOUT_MS);
+
+  test("ten users posting one code at the same time: one is credited", async () => {
+    const { session, store } = await makeApp();
+    const admin = await session("boss@example.com", "admin");
+    const users = await Promise.all(Array.from({ length: 10 }, (_, i) => session(`racer${i}@example.com`)));
+    const { codes: [code] } = await batch(admin, { name: "race", credits: "9", count: "1" });
+    const statuses = await Promise.all(users.map((u) => u.post("/credits/redeem", { code: code! }).then((r) => r.status)));
+    expect(statuses.filter((s) => s === 303)).toHaveLength(1);
+    expect(statuses.filter((s) => s === 409)).toHaveLength(9);
+    expect(users.map((u) => store!.credits.balance(u.id)!).reduce((a, b) => a + b, 0)).toBe(9);
+    expect(store!.credits.ledgerMismatches()).toBe(0);
+  }, TIMEOUT_MS);
+
+  test("after 10 failed attempts the user is throttled (429, retry-after), even with a good code", async () => {
+    const { session, store } = await makeApp();
+    const admin = await session("boss@example.com", "admin");
+    const user = await session("user@example.com");
+    const { codes: [code] } = await batch(admin, { name: "p", credits: "5", count: "1" });
+    for (let i = 0; i < 10; i++) expect((await user.post("/credits/redeem", { code: "ABCDE-FGHJK-LMNPQ-RSTUV" })).status).toBe(400);
+    const throttled = await user.post("/credits/redeem", { code: code! });
+    expect(throttled.status).toBe(429);
+    expect(Number(throttled.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(await throttled.text()).toContain("Too many failed attempts");
+    expect(store!.credits.balance(user.id)).toBe(0);
+  }, TIMEOUT_MS);
+});
