@@ -77,7 +77,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
       guarded = guardBody(request, rules, services.budget);
       // An API request with a body proves who it is before we read (and buffer) any of it.
       if (isApi && meta.bodyUnread) authenticateApiRequest(guarded, services.auth);
-      admitDeclaredBody(guarded, services.budget, rules.maxBytes);
+      await admitDeclaredBody(guarded, services.budget, rules.maxBytes, request.signal);
       response = await app.handle(guarded);
     } catch (e) {
       const err = apiErrorOf(e) ?? serverError();

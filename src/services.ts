@@ -154,7 +154,7 @@ export function createServices(deps: AppDeps): Services {
     logger: deps.logger,
     clock,
     catalog: new ModelCatalog(deps.config),
-    budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes),
+    budget: new BodyBudget(deps.config.server.max_body_bytes, deps.config.server.max_inflight_body_bytes, deps.config.limits.queue_timeout_ms),
     auth: { keys: new KeyAuthenticator(deps.store, clock), sessionPrincipal: sessionPrincipalResolver(workbench, deps.config) },
     workbench,
     background: new BackgroundWork(),

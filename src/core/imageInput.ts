@@ -7,7 +7,7 @@
  */
 import type { CatalogModel } from "./models";
 import type { ImageInput, ImageMime, RequestedSize } from "./engine";
-import { verifyDecodesOffThread } from "./image/codec";
+import { verifyUploadOffThread } from "./image/codec";
 import { readDimensions } from "./image/dimensions";
 import { pngHasAlpha } from "./image/png";
 import { FREE_SIZE_MAX, FREE_SIZE_MIN, MAX_IMAGE_BYTES } from "./limits";
@@ -137,13 +137,13 @@ export function imageFromBytes(bytes: Uint8Array, param: string, declared?: Imag
 }
 
 /**
- * A header can be valid over truncated or corrupt pixel data; only a full decode tells. It runs
- * in the decode pool (off the event loop, bounded by what the header allows) and its pixels
- * are dropped there (engines decode again as they need).
+ * A header can be valid over truncated or damaged data. The structure is walked (every PNG
+ * CRC, JPEG markers to EOI, WebP RIFF sizes) and a PNG's image data inflated, bounded by its
+ * header, in the decode pool; no pixels are produced (the engine decodes once, as it needs).
  */
 export async function assertDecodable(image: ImageInput, param: string): Promise<void> {
   try {
-    await verifyDecodesOffThread(image.bytes, image.mime);
+    await verifyUploadOffThread(image.bytes, image.mime);
   } catch (e) {
     throw new ImageInputError(`'${param}' is not a decodable ${image.mime} image: ${(e as Error).message}`, param, "invalid_image");
   }

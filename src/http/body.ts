@@ -1,7 +1,8 @@
 /**
  * Request bodies: read with a per-request size limit and a global in-flight byte budget, so
- * many large uploads at once cannot exhaust memory (413 for one oversized body, 429 when the
- * budget is spent), then parsed by content type (malformed JSON → 400, anything else → 415).
+ * many large uploads at once cannot exhaust memory (413 for one oversized body; a body that
+ * does not fit waits its turn, 429 after the queue timeout), then parsed by content type
+ * (malformed JSON → 400, anything else → 415).
  */
 import { authenticateApiRequest, type ApiAuthDeps } from "./auth";
 import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
@@ -10,36 +11,103 @@ import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, type UploadParam } from "./jsonUploads";
 
+const serverBusy = () => tooManyRequests("The server is receiving too many large request bodies at once; retry shortly.", "server_busy", 1000);
+
+interface BudgetWaiter {
+  request: Request;
+  n: number;
+  admitted(): void;
+}
+
+/**
+ * The request-body bytes in memory at once, across all requests. A declared body waits for its
+ * reservation in one FIFO queue (admit: nothing overtakes a big body, and it waits at most the
+ * queue timeout, then 429) while Bun holds its unread bytes back on the socket, which costs
+ * almost nothing; a chunked body reserves as it arrives and is refused at once when it does not fit.
+ */
 export class BodyBudget {
   private inflight = 0;
+  private readonly waiting: BudgetWaiter[] = [];
   constructor(
     readonly maxBodyBytes: number,
     readonly maxInflightBytes: number,
+    /** How long a declared body may wait for its reservation (limits.queue_timeout_ms); 0: refused at once. */
+    readonly queueTimeoutMs = 0,
   ) {}
 
   get inflightBytes(): number {
     return this.inflight;
   }
 
+  /** Declared bodies waiting for their reservation. */
+  get queued(): number {
+    return this.waiting.length;
+  }
+
   /** Reserves n more bytes for a request whose body may be at most maxBytes, or throws the answer to send. */
   reserve(request: Request, n: number, maxBytes = this.maxBodyBytes): void {
     const meta = metaOf(request);
     if (meta.reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
-    if (this.inflight + n > this.maxInflightBytes) {
-      throw tooManyRequests(
-        "The server is receiving too many large request bodies at once; retry shortly.",
-        "server_busy",
-        1000,
-      );
-    }
-    this.inflight += n;
-    meta.reservedBodyBytes += n;
+    if (this.inflight + n > this.maxInflightBytes) throw serverBusy();
+    this.take(request, n);
+  }
+
+  /**
+   * Reserves n bytes for a declared body, waiting in order behind the bodies already waiting
+   * until they fit, at most queueTimeoutMs (then 429 server_busy; at once for a body larger than
+   * the whole budget). A client that goes away while waiting leaves the queue.
+   */
+  async admit(request: Request, n: number, maxBytes = this.maxBodyBytes, signal?: AbortSignal): Promise<void> {
+    if (metaOf(request).reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
+    if (this.waiting.length === 0 && this.inflight + n <= this.maxInflightBytes) return this.take(request, n);
+    if (n > this.maxInflightBytes || this.queueTimeoutMs === 0) throw serverBusy();
+    await new Promise<void>((resolve, reject) => {
+      const leave = (error: Error) => {
+        const at = this.waiting.indexOf(waiter);
+        if (at >= 0) this.waiting.splice(at, 1);
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", aborted);
+        reject(error);
+        // The head leaving may let the next one in.
+        this.dispatch();
+      };
+      const aborted = () => leave(serverBusy());
+      const timer = setTimeout(() => leave(serverBusy()), this.queueTimeoutMs);
+      const waiter: BudgetWaiter = {
+        request,
+        n,
+        admitted: () => {
+          clearTimeout(timer);
+          signal?.removeEventListener("abort", aborted);
+          resolve();
+        },
+      };
+      this.waiting.push(waiter);
+      signal?.addEventListener("abort", aborted, { once: true });
+    });
   }
 
   release(request: Request): void {
     const meta = metaOf(request);
     this.inflight -= meta.reservedBodyBytes;
     meta.reservedBodyBytes = 0;
+    this.dispatch();
+  }
+
+  private take(request: Request, n: number): void {
+    this.inflight += n;
+    metaOf(request).reservedBodyBytes += n;
+  }
+
+  /** Admits waiting bodies from the head while they fit. */
+  private dispatch(): void {
+    for (;;) {
+      const head = this.waiting[0];
+      if (!head || this.inflight + head.n > this.maxInflightBytes) return;
+      this.waiting.shift();
+      this.take(head.request, head.n);
+      head.admitted();
+    }
   }
 }
 
@@ -54,15 +122,16 @@ export interface BodyRules {
 
 /**
  * Checked before the body is read: a declared Content-Length over the limit is refused at once
- * (and reserved whole otherwise), so Bun never has to answer with its own empty 413.
+ * (and reserved whole otherwise, waiting for room in the budget), so Bun never has to answer
+ * with its own empty 413.
  */
-export function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number): void {
+export async function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number, signal?: AbortSignal): Promise<void> {
   const declared = request.headers.get("content-length");
   if (declared === null) return;
   const n = Number(declared);
   if (!/^\d+$/.test(declared) || !Number.isSafeInteger(n)) throw badRequest("Invalid Content-Length header.", null, "invalid_content_length");
   if (n > maxBytes) throw payloadTooLarge(maxBytes);
-  if (n > 0) budget.reserve(request, n, maxBytes);
+  if (n > 0) await budget.admit(request, n, maxBytes, signal);
 }
 
 /**
@@ -82,10 +151,12 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
   meta.bodyUnread = true;
   const declared = request.headers.has("content-length");
   const source = request.body.getReader();
-  const startedAt = performance.now();
+  // From the first read, not from arrival: a body may wait for the budget first (admitDeclaredBody).
+  let startedAt: number | undefined;
   let received = 0;
   const stream = new ReadableStream<Uint8Array>({
     async pull(controller) {
+      startedAt ??= performance.now();
       const deadline = startedAt + rules.graceMs + ((received + 1) / rules.minBytesPerSecond) * 1000;
       let timer: ReturnType<typeof setTimeout> | undefined;
       const tooSlow = new Promise<"too slow">((resolve) => {

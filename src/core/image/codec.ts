@@ -12,7 +12,8 @@ import { decodableDimensions, formatLabel, type Dimensions } from "./dimensions"
 import { sharedDecodePool } from "./decodePool";
 import { decodeJpeg } from "./jpeg";
 import { decodePng } from "./png";
-import { ImageDecodeError, type Rgba } from "./rgba";
+import { ImageDecodeError, MAX_DECODED_PIXELS, type Rgba } from "./rgba";
+import { checkImageStructure } from "./structure";
 import { decodeWebp } from "./webp";
 
 export { encodePng, pngHasAlpha } from "./png";
@@ -32,9 +33,39 @@ export function decodeImage(bytes: Uint8Array, mime: ImageMime): Rgba {
   return img;
 }
 
+/**
+ * An image scaled down to width x height (aspect not kept: the caller picks the sides) and
+ * decoded to RGBA. Decoding and scaling run in Bun's native image pipeline (libspng,
+ * libjpeg-turbo, libwebp; off the JS thread), so a 10 MB upload costs a few tens of
+ * milliseconds and never its full-size RGBA on the JS heap; the small result comes back as a
+ * stored PNG, decoded in the pool. Null when that fails in any way (the caller then decodes
+ * the bytes itself, with the bounded decoders and their error messages). For inputs already
+ * checked (verifyUploadOffThread); the pixel limit holds here too.
+ */
+export async function decodeScaledDown(bytes: Uint8Array, width: number, height: number): Promise<Rgba | null> {
+  try {
+    const small = await new Bun.Image(bytes, { maxPixels: MAX_DECODED_PIXELS, autoOrient: false }).resize(width, height).png({ compressionLevel: 0 }).bytes();
+    const img = await decodeImageOffThread(small, "image/png");
+    return img.width === width && img.height === height ? img : null;
+  } catch {
+    return null;
+  }
+}
+
 /** decodeImage in the shared worker pool: the event loop stays free meanwhile. */
 export function decodeImageOffThread(bytes: Uint8Array, mime: ImageMime): Promise<Rgba> {
   return sharedDecodePool().decode(bytes, mime);
+}
+
+/**
+ * An upload proved decodable with as little decoding as its format allows: the structure on the
+ * calling thread (image/structure: chunks and CRCs, markers, RIFF sizes), then the image data
+ * in the shared worker pool where only decoding tells (a PNG's bounded inflate; JPEG and WebP
+ * entropy-coded data is left to the decoder that needs the pixels).
+ */
+export async function verifyUploadOffThread(bytes: Uint8Array, mime: ImageMime): Promise<void> {
+  checkImageStructure(bytes, mime);
+  if (mime === "image/png") await sharedDecodePool().verifyData(bytes, mime);
 }
 
 /**

@@ -29,6 +29,8 @@ export interface DecodeOrder {
   bytes: Uint8Array;
   mime: ImageMime;
   keepPixels: boolean;
+  /** Prove the image data decodes without producing pixels where the format allows (PNG: verifyPngData). */
+  dataOnly?: boolean;
   cost: number;
 }
 
@@ -128,6 +130,14 @@ export class DecodePool {
     return { width: answer.width, height: answer.height };
   }
 
+  /**
+   * Proves in a worker that the image data decodes, producing pixels only where the check needs
+   * them (PNG: verifyPngData; JPEG and WebP: a full decode whose pixels are dropped there).
+   */
+  async verifyData(bytes: Uint8Array, mime: ImageMime): Promise<void> {
+    await this.submit(bytes, mime, false, true);
+  }
+
   /** Stops every worker; queued and running decodes are refused. */
   close(): void {
     const closed = () => new ImageDecodeError("the decode pool was closed");
@@ -138,14 +148,14 @@ export class DecodePool {
     }
   }
 
-  private submit(bytes: Uint8Array, mime: ImageMime, keepPixels: boolean): Promise<Extract<DecodeAnswer, { ok: true }>> {
+  private submit(bytes: Uint8Array, mime: ImageMime, keepPixels: boolean, dataOnly = false): Promise<Extract<DecodeAnswer, { ok: true }>> {
     const dims = decodableDimensions(bytes, mime);
     const cost = decodeCost(bytes, mime, dims);
     return new Promise((resolve, reject) => {
       // A copy with a buffer of its own, transferred to the worker: the caller keeps its bytes,
       // which may be a view into a larger buffer (a request body, Buffer's shared slab; note
       // that Buffer#slice would be such a view too).
-      this.queue.push({ order: { bytes: new Uint8Array(bytes), mime, keepPixels, cost }, resolve, reject });
+      this.queue.push({ order: { bytes: new Uint8Array(bytes), mime, keepPixels, ...(dataOnly ? { dataOnly } : {}), cost }, resolve, reject });
       this.dispatch();
     });
   }

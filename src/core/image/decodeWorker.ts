@@ -4,6 +4,8 @@
  * dimensions. A separate entrypoint of the compiled binary (see package.json "build").
  */
 import { decodeImage, ImageDecodeError } from "./codec";
+import { verifyPngData } from "./png";
+import { decodableDimensions } from "./dimensions";
 import type { DecodeAnswer, DecodeOrder } from "./decodePool";
 
 declare const self: Worker;
@@ -17,10 +19,18 @@ declare const self: Worker;
 const COLLECT_AFTER_BYTES = 64 * 1024 * 1024;
 
 self.onmessage = (event: MessageEvent<DecodeOrder>) => {
-  const { id, bytes, mime, keepPixels, cost } = event.data;
+  const { id, bytes, mime, keepPixels, dataOnly, cost } = event.data;
   let answer: DecodeAnswer;
   let transfer: ArrayBuffer[] = [];
   try {
+    if (dataOnly && mime === "image/png") {
+      verifyPngData(bytes);
+      const { width, height } = decodableDimensions(bytes, mime);
+      answer = { id, ok: true, width, height };
+      self.postMessage(answer);
+      if (cost >= COLLECT_AFTER_BYTES) Bun.gc(true);
+      return;
+    }
     const img = decodeImage(bytes, mime);
     if (keepPixels) {
       // Transfer needs a buffer of its own: a view into a shared slab would detach the slab.

@@ -96,19 +96,46 @@ export function inflateExactly(compressed: Uint8Array, size: number): Buffer {
 
 export function decodePng(bytes: Uint8Array): Rgba {
   const png = readPngChunks(bytes);
-  const data = inflateExactly(png.compressed, pngInflatedSize(png.layout));
+  const data = inflateExactly(joined(png.idat), pngInflatedSize(png.layout));
   unfilterInPlace(data, png.layout);
   return { width: png.layout.width, height: png.layout.height, data: toRgba(data, png) };
 }
 
-interface PngChunks {
+/**
+ * Proves a PNG decodes without producing its pixels: the chunk walk (every CRC), the image data
+ * inflating to exactly the size its header fixes, and a known filter on every row. Only a
+ * palette image whose palette is shorter than its indices can reach needs the pixels (an index
+ * past the palette is refused), and only it is decoded in full.
+ */
+export function verifyPngData(bytes: Uint8Array): void {
+  const png = readPngChunks(bytes);
+  if (png.palette && png.palette.length / 4 < 1 << png.layout.bitDepth) {
+    decodePng(bytes);
+    return;
+  }
+  const data = inflateExactly(joined(png.idat), pngInflatedSize(png.layout));
+  const bitsPerPixel = COLOR_TYPES[png.layout.colorType]!.channels * png.layout.bitDepth;
+  let pos = 0;
+  for (const [, , , , columns, rows] of subimages(png.layout)) {
+    const rowBytes = Math.ceil((columns * bitsPerPixel) / 8);
+    for (let y = 0; y < rows; y++, pos += 1 + rowBytes) {
+      if (data[pos]! > 4) throw new ImageDecodeError(`not a decodable PNG: unknown row filter ${data[pos]}`);
+    }
+  }
+}
+
+function joined(parts: Uint8Array[]): Uint8Array {
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+}
+
+export interface PngChunks {
   layout: PngLayout;
   /** PLTE as RGBA entries (alpha from tRNS, 255 without). */
   palette?: Uint8Array;
   /** tRNS of a grey or RGB image: the sample values (at the image's depth) that are transparent. */
   transparent?: number[];
-  /** Every IDAT's data, joined. */
-  compressed: Uint8Array;
+  /** Every IDAT's data, in order (views into the input). */
+  idat: Uint8Array[];
 }
 
 /**
@@ -116,7 +143,7 @@ interface PngChunks {
  * unknown critical chunk refused (its meaning could change the pixels), ancillary chunks
  * skipped, nothing after IEND. Gamma and colour profiles are ignored, as by most decoders.
  */
-function readPngChunks(bytes: Uint8Array): PngChunks {
+export function readPngChunks(bytes: Uint8Array): PngChunks {
   const fail = (why: string) => new ImageDecodeError(`not a decodable PNG: ${why}`);
   if (bytes.length < 8 || SIGNATURE.some((b, i) => bytes[i] !== b)) throw fail("no PNG signature");
   const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -173,7 +200,7 @@ function readPngChunks(bytes: Uint8Array): PngChunks {
       case "IEND":
         if (at !== bytes.length) throw fail("data after IEND");
         if (idat.length === 0) throw fail("no IDAT chunk");
-        return { layout: layout!, palette, transparent, compressed: idat.length === 1 ? idat[0]! : Buffer.concat(idat) };
+        return { layout: layout!, palette, transparent, idat };
       default:
         if (!ancillary) throw fail(`unknown critical chunk ${type}`);
     }

@@ -9,7 +9,7 @@
  * reference blend, repaint or restyle as the final image, then encoded as a PNG. The final image
  * does not depend on how many partials were shown.
  */
-import { decodeImageOffThread, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
+import { decodeImageOffThread, decodeScaledDown, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
 import {
   EngineOutputInvalid,
   EngineTimeout,
@@ -100,7 +100,7 @@ export class BuiltinImageEngine implements ImageEngine {
 async function referenceMean(images: ImageInput[], width: number, height: number, label: string, offset: number, checkpoint: () => void): Promise<Rgba | undefined> {
   let mean: Rgba | undefined;
   for (const [i, image] of images.entries()) {
-    const decoded = await decodeInput(image, `${label} ${i + 1 + offset}`);
+    const decoded = await decodeReference(image, width, height, `${label} ${i + 1 + offset}`);
     await yieldToEventLoop();
     checkpoint();
     const fitted = resampleCover(decoded, width, height);
@@ -171,6 +171,22 @@ async function decodeInput(input: ImageInput, label: string): Promise<Rgba> {
     if (e instanceof ImageDecodeError) throw new UpstreamRejected(`${label} could not be decoded: ${e.message}`);
     throw e;
   }
+}
+
+/**
+ * A reference larger than the canvas is decoded once, already scaled down to just cover it
+ * (native, off the JS thread: core/image/codec decodeScaledDown), so a 10 MB upload never
+ * becomes its full-size RGBA here; a smaller one is decoded as it is. References only blend in
+ * at half strength, so the scaler's own filter is invisible; an edit's base image, whose pixels
+ * must stay exact, always goes through decodeInput.
+ */
+async function decodeReference(input: ImageInput, width: number, height: number, label: string): Promise<Rgba> {
+  const scale = Math.max(width / input.width, height / input.height);
+  if (scale < 1) {
+    const scaled = await decodeScaledDown(input.bytes, Math.max(1, Math.ceil(input.width * scale)), Math.max(1, Math.ceil(input.height * scale)));
+    if (scaled) return scaled;
+  }
+  return decodeInput(input, label);
 }
 
 /** Stops between bands of rows once the job's deadline (or the server's shutdown) aborts it. */
