@@ -22,6 +22,7 @@ import { imageTasksRoutes } from "./http/v1/images/tasks";
 import { imageFilesRoutes } from "./http/files";
 import { workbenchRoutes } from "./http/workbench";
 import type { Services } from "./services";
+import { DEFAULT_TOP_UP_MESSAGE } from "./config";
 import { VERSION } from "./version";
 
 /** The OpenAPI document's info.version: the package version, the same as `atelier --version` and /healthz. */
@@ -50,6 +51,7 @@ function generateOpenApiNow(app: Elysia): void {
 
 export function createApp(services: Services) {
   const { logger } = services;
+  const wording = { topUpMessage: services.config.workbench.top_up_message || DEFAULT_TOP_UP_MESSAGE };
   let matchers: ReturnType<typeof routeMatchers> | undefined;
 
   // standardHostname: false — Elysia otherwise finds the path at index 11 of the URL, which
@@ -65,14 +67,14 @@ export function createApp(services: Services) {
         matchers ??= routeMatchers(app as unknown as Elysia);
         return [...new Set(matchers.filter((m) => m.test(path)).map((m) => m.method))];
       };
-      const apiError = toApiError(error, request, logger, allowed);
+      const apiError = toApiError(error, request, logger, allowed, wording);
       // The headers the cors plugin set for this request would otherwise be lost.
       return errorResponse(apiError, corsHeadersForError(request, pathOf(request)));
     })
     .use(apiCors())
     // Registered before the openapi plugin so that it covers the plugin's /openapi.json route.
     .onAfterHandle({ as: "global" }, ({ request, responseValue }) => {
-      if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue);
+      if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue, { ...wording, maxBodyBytes: services.config.server.max_body_bytes });
     })
     .use(
       openapi({

@@ -101,6 +101,9 @@ const Model = T.Object(
   { additionalProperties: false },
 );
 
+/** Where credits come from, said in every 402 while `[workbench] top_up_message` is empty (its default). */
+export const DEFAULT_TOP_UP_MESSAGE = "Ask the administrator of this service for more credits.";
+
 const Workbench = T.Object(
   {
     enabled: T.Boolean({ default: true }),
@@ -109,6 +112,11 @@ const Workbench = T.Object(
     min_password_length: T.Integer({ minimum: 8, default: 10 }),
     session_ttl_hours: T.Integer({ minimum: 1, default: 24 * 14 }),
     secure_cookies: T.Union([T.Literal("auto"), T.Literal("always"), T.Literal("never")], { default: "auto" }),
+    top_up_message: T.String({
+      maxLength: 500,
+      default: "",
+      description: "The sentence every 402 insufficient_credits answer ends with: where credits come from (e.g. a top-up page URL); empty: ask the administrator.",
+    }),
   },
   { additionalProperties: false, default: {} },
 );

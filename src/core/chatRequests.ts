@@ -72,6 +72,8 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     const failure = deps.describeFailure(gone);
     const trace = e instanceof EngineError ? e.trace : undefined;
     record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, ...trace });
+    // The engine's own words (upstream, account, transport error) are for admins: the log keeps them.
+    if (failure.detail) deps.logger.warn("chat request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, detail: failure.detail });
     throw gone;
   }
 }

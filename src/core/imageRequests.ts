@@ -177,7 +177,7 @@ export class TaskCanceled extends Error {
  */
 async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: ImageOutcome): Promise<void> {
   const t = outcome.image.trace;
-  const task = req.task ? { result: resultForStorage(outcome, req.job, deps.clock()), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
+  const task = req.task ? { result: resultForStorage(req.requestId, outcome, req.job, deps.clock()), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
   const details = { queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs, task };
   const recorded = deps.background.track(deps.store.whenWritable(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
   const ok = await landsWithin(recorded, deps.busyWaitMs);
@@ -211,7 +211,9 @@ async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown,
     );
   };
   const recorded: Promise<boolean> = deps.background.track(deps.store.whenWritable(refund, { maxWaitMs: Infinity }));
-  const logOutcome = (refunded: boolean) => logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded });
+  // The engine's own words (upstream, account, transport error) are for admins: the log keeps them.
+  const logOutcome = (refunded: boolean) =>
+    logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded, ...(failure.detail ? { detail: failure.detail } : {}) });
   // The row stays pending when this fails for good; recoverInterrupted refunds it at the next start.
   const logError = (recordError: unknown) => logger.error("could not record an image failure", { request_id: req.requestId, error: String(recordError) });
   try {

@@ -16,6 +16,8 @@ export function mimeOfOutputFormat(format: ImageResultBody["output_format"]): Im
 }
 
 export interface ImageResultBody {
+  /** The request's id (x-request-id, the history row, the ledger's request_id, the log lines, a task's id): a field OpenAI's clients ignore. */
+  id: string;
   created: number;
   generation_time_ms: number;
   data: ({ b64_json: string; revised_prompt: string } | { url: string; revised_prompt: string })[];
@@ -31,11 +33,18 @@ export interface ImageResultBody {
  * an image that is kept (it is named by image_id): how a task stores its result, and the start
  * of a `url` answer, so neither encodes megabytes of base64 only to drop them.
  */
-export function imageResultBody(outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number, image: "inline" | "by_id" = "inline"): ImageResultBody {
+export function imageResultBody(
+  requestId: string,
+  outcome: ImageOutcome,
+  job: Pick<ImageJob, "prompt" | "quality">,
+  now: number,
+  image: "inline" | "by_id" = "inline",
+): ImageResultBody {
   const { image: generated } = outcome;
   const revised_prompt = generated.revisedPrompt ?? job.prompt;
   const byId = image === "by_id" && outcome.stored !== undefined;
   return {
+    id: requestId,
     created: Math.floor(now / 1000),
     generation_time_ms: outcome.generationMs,
     // A by_id body never leaves as it is: it is stored (and made inline again on reading) or given its url.
@@ -58,13 +67,17 @@ export function withImageUrl(body: ImageResultBody, url: string): ImageResultBod
  * the task row holds a few hundred bytes instead of the base64. A result whose image could not
  * be kept carries it inline.
  */
-export function resultForStorage(outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number): string {
-  return JSON.stringify(imageResultBody(outcome, job, now, "by_id"));
+export function resultForStorage(requestId: string, outcome: ImageOutcome, job: Pick<ImageJob, "prompt" | "quality">, now: number): string {
+  return JSON.stringify(imageResultBody(requestId, outcome, job, now, "by_id"));
 }
 
-/** A kept result with its image inline again; null when the image is no longer kept. */
-export async function resultFromStorage(text: string, images: Pick<ImageKeeper, "open"> | undefined): Promise<ImageResultBody | null> {
-  const body = JSON.parse(text) as ImageResultBody;
+/**
+ * A kept result with its image inline again; null when the image is no longer kept. `requestId`
+ * (the task's) fills in the id of a result stored before answers carried it.
+ */
+export async function resultFromStorage(text: string, images: Pick<ImageKeeper, "open"> | undefined, requestId: string): Promise<ImageResultBody | null> {
+  const body = { ...(JSON.parse(text) as ImageResultBody) };
+  body.id ??= requestId;
   if (body.data.every((d) => "b64_json" in d || "url" in d)) return body;
   const kept = body.image_id && images ? await images.open(body.image_id) : null;
   if (!kept) return null;

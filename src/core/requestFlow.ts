@@ -16,6 +16,8 @@ export interface FailureDescription {
   /** The rest of the OpenAI error object, for a task's `error` (defaults: server_error, null). */
   type?: string;
   param?: string | null;
+  /** The engine's own words when they differ from `message` (upstream, account, transport error): for admins and the log only. */
+  detail?: string;
 }
 
 export interface FlowDeps {

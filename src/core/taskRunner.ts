@@ -173,7 +173,7 @@ export class TaskRunner {
     // The image comes back from the image store; gone (deleted, or over the storage budget), the
     // task has no result to show.
     if (task.result) {
-      const result = opts.withImage === false ? (JSON.parse(task.result) as ImageResultBody) : await resultFromStorage(task.result, this.deps.images);
+      const result = opts.withImage === false ? { ...(JSON.parse(task.result) as ImageResultBody), id: task.id } : await resultFromStorage(task.result, this.deps.images, task.id);
       if (result) object.result = result;
     }
     if (task.error) object.error = JSON.parse(task.error) as ImageTaskObject["error"];

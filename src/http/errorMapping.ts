@@ -21,6 +21,8 @@ import {
   UpstreamRejected,
   UpstreamUnavailable,
 } from "../core/engine";
+import { DEFAULT_TOP_UP_MESSAGE } from "../config";
+import { UsageQueryError } from "../core/usage";
 import type { Logger } from "../logger";
 import { isDatabaseBusy } from "../store/busy";
 import { DatabaseBusyError, KeyCreditCapReached } from "../core/store";
@@ -41,12 +43,20 @@ import {
 import { formatValidationError } from "./validation";
 import { metaOf, pathOf } from "./requestMeta";
 
+/** What the answers say that the operator words (config), with the defaults of an unconfigured server. */
+export interface ErrorWording {
+  /** Ends every 402: where credits come from (`[workbench] top_up_message`). */
+  topUpMessage: string;
+}
+export const DEFAULT_ERROR_WORDING: ErrorWording = { topUpMessage: DEFAULT_TOP_UP_MESSAGE };
+
 /** A known failure as the API error it is answered with; null for anything unexpected (a bug). */
-export function apiErrorOf(e: unknown): ApiError | null {
+export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WORDING): ApiError | null {
   if (e instanceof ApiError) return e;
   if (e instanceof ImageInputError) return badRequest(e.message, e.param, e.reason);
   if (e instanceof ChatRequestRefused) return badRequest(e.problem.message, e.problem.param, e.problem.code);
-  if (e instanceof InsufficientCreditsError) return insufficientCredits(e.cost);
+  if (e instanceof UsageQueryError) return badRequest(e.message, e.param, "invalid_value");
+  if (e instanceof InsufficientCreditsError) return insufficientCredits(wording.topUpMessage, e.cost);
   if (e instanceof KeyCreditCapReached) return keyCreditCapReached(e.cap);
   if (e instanceof GateRejected) {
     if (e.reason === "aborted") return clientClosedRequest();
@@ -71,34 +81,48 @@ export function apiErrorOf(e: unknown): ApiError | null {
   return null;
 }
 
-/** Engines never choose HTTP statuses: their typed failures map here. */
+/**
+ * Engines never choose HTTP statuses: their typed failures map here. The answer says what
+ * happened in plain words and never the transport details (which upstream or account, the
+ * socket error, the upstream's status): those are for admins, in the log line and the request
+ * history (describeFailure's `detail`). Only a rejection keeps the upstream's reason, which
+ * tells the user what to change in the request.
+ */
 function apiErrorOfEngine(e: EngineError): ApiError {
   if (e instanceof UpstreamRateLimited) {
-    return tooManyRequests(`The upstream is rate limiting every account: ${e.message}`, "upstream_rate_limited", e.retryAfterMs);
+    const seconds = Math.max(1, Math.ceil(e.retryAfterMs / 1000));
+    return tooManyRequests(`The image service behind this model is rate limiting requests; retry after ${seconds} s.`, "upstream_rate_limited", e.retryAfterMs);
   }
   if (e instanceof UpstreamRejected) return badRequest(`The upstream rejected the request: ${e.message}`, null, "upstream_rejected");
   if (e instanceof UpstreamUnavailable || e instanceof NoEngineError) {
-    return new ApiError(503, "upstream_error", `No upstream account is available: ${e.message}`, null, "upstream_unavailable");
+    return new ApiError(503, "upstream_error", "No upstream is available for this model right now; retry later, or tell the administrator if it persists.", null, "upstream_unavailable");
   }
-  if (e instanceof UpstreamFailed) return new ApiError(502, "upstream_error", `The upstream failed: ${e.message}`, null, "upstream_error");
-  if (e instanceof EngineTimeout) return new ApiError(504, "upstream_error", `The engine did not finish in time: ${e.message}`, null, "timeout");
-  if (e instanceof EngineOutputInvalid) return new ApiError(502, "upstream_error", `The engine returned an unusable result: ${e.message}`, null, "invalid_engine_output");
-  return new ApiError(502, "upstream_error", e.message, null, "engine_error");
+  if (e instanceof UpstreamFailed) {
+    return new ApiError(502, "upstream_error", "The upstream service failed to answer after every attempt; retry later. The x-request-id identifies the request for the administrator.", null, "upstream_error");
+  }
+  if (e instanceof EngineTimeout) return new ApiError(504, "upstream_error", "The engine did not finish in time; retry later, or ask for a smaller size or lower quality.", null, "timeout");
+  if (e instanceof EngineOutputInvalid) return new ApiError(502, "upstream_error", "The engine returned a result that is not a usable image; retry later.", null, "invalid_engine_output");
+  return new ApiError(502, "upstream_error", "The engine failed; retry later. The x-request-id identifies the request for the administrator.", null, "engine_error");
 }
 
-/** The request history's code and message for a failure; nothing internal for the unexpected. */
+/**
+ * The request history's code and message for a failure; nothing internal for the unexpected.
+ * `message` is what the client was told; `detail` keeps an engine's own words (upstream, account,
+ * transport error) for admins and the log.
+ */
 export function describeFailure(e: unknown): FailureDescription {
   const api = apiErrorOf(e);
-  if (api) return { code: api.errorCode ?? "internal_error", message: api.message, type: api.type, param: api.param };
-  return { code: "internal_error", message: "internal error", type: "server_error", param: null };
+  if (!api) return { code: "internal_error", message: "internal error", type: "server_error", param: null };
+  const detail = e instanceof EngineError && e.message !== api.message ? e.message : undefined;
+  return { code: api.errorCode ?? "internal_error", message: api.message, type: api.type, param: api.param, ...(detail ? { detail } : {}) };
 }
 
 /**
  * Any value thrown while Elysia handled a request → the answer. Unexpected values are logged
  * with the request id and answered 500 without details.
  */
-export function toApiError(error: unknown, request: Request, logger: Logger, allowedMethods: () => string[]): ApiError {
-  const known = apiErrorOf(error);
+export function toApiError(error: unknown, request: Request, logger: Logger, allowedMethods: () => string[], wording: ErrorWording = DEFAULT_ERROR_WORDING): ApiError {
+  const known = apiErrorOf(error, wording);
   if (known) return known;
   // Elysia wraps whatever a parse hook throws (our 413/415/400 from acceptBody) in a ParseError.
   if (error instanceof ParseError) {

@@ -82,14 +82,19 @@ export const bodyTooSlow = (rules: { graceMs: number; minBytesPerSecond: number 
 
 const credits = (n: number) => `${n} credit${n === 1 ? "" : "s"}`;
 
-/** 402; with the cost known, the message names the model's price and the balance it met. */
-export const insufficientCredits = (cost?: { price: number; balance: number }) =>
+/**
+ * 402; with the cost known, the message names the model's price and the balance it met. It ends
+ * with `topUpMessage`: where credits come from (`[workbench] top_up_message`).
+ */
+export const insufficientCredits = (topUpMessage: string, cost?: { price: number; balance: number }) =>
   new ApiError(
     402,
     "insufficient_credits",
-    cost
-      ? `Insufficient credits to generate an image: this model costs ${credits(cost.price)} per image and your balance is ${cost.balance}.`
-      : "Insufficient credits to generate an image: your balance is below the model's price.",
+    `${
+      cost
+        ? `Insufficient credits to generate an image: this model costs ${credits(cost.price)} per image and your balance is ${cost.balance}.`
+        : "Insufficient credits to generate an image: your balance is below the model's price."
+    } ${topUpMessage}`.trim(),
     null,
     "insufficient_credits",
     { "x-should-retry": "false" },
@@ -147,7 +152,7 @@ export const ErrorResponseSchema = t.Object(
   {
     // Explicit: Elysia sets it in place on response schemas it compiles, and this constant is
     // shared by every app in the process, so the OpenAPI document would depend on what ran first.
+    // No example here: each status of each operation shows its own (openapiDocument, errorExamples).
     additionalProperties: false,
-    examples: [{ error: { message: "prompt: Expected string length greater or equal to 1", type: "invalid_request_error", param: "prompt", code: "invalid_value" } }],
   },
 );

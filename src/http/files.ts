@@ -27,6 +27,15 @@ function matchesETag(header: string | null, etag: string): boolean {
   });
 }
 
+/** 403 for a link that has expired or was altered (also the document's examples). */
+export const imageLinkRefused = (reason: "malformed" | "expired" | "bad_signature") =>
+  reason === "expired"
+    ? forbidden("This image link has expired; request the image again for a fresh link.", "link_expired")
+    : forbidden("This image link is not valid: its signature does not match its path and expiry.", "invalid_signature");
+
+/** 404 for a valid link to an image that is gone. */
+export const imageNotKept = () => notFound("This image is no longer kept (the retention period or the storage limit removed it).", null, "image_not_found");
+
 export function imageFilesRoutes(deps: ImageFilesDeps) {
   return new Elysia({ name: "files.images", prefix: IMAGE_FILES_PATH })
     .use(sharedModels)
@@ -35,12 +44,10 @@ export function imageFilesRoutes(deps: ImageFilesDeps) {
       async ({ params, query, request }) => {
         const link = deps.imageLinks.check(params.file, query.expires ?? null, query.signature ?? null);
         if (!link.ok) {
-          throw link.reason === "expired"
-            ? forbidden("This image link has expired; request the image again for a fresh link.", "link_expired")
-            : forbidden("This image link is not valid: its signature does not match its path and expiry.", "invalid_signature");
+          throw imageLinkRefused(link.reason);
         }
         const found = await deps.images.open(link.id);
-        if (!found) throw notFound("This image is no longer kept (the retention period or the storage limit removed it).", null, "image_not_found");
+        if (!found) throw imageNotKept();
         const etag = `"${found.image.sha256}"`;
         const maxAge = Math.max(0, Math.floor((Number(query.expires) * 1000 - deps.clock()) / 1000));
         const headers: Record<string, string> = {

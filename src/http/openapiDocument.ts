@@ -11,7 +11,10 @@
  *    generator keeps only the error responses of a route whose 200 is not a schema.
  *  - the image operations' 200 also lists `text/event-stream` (the answer to `stream: true`),
  *    with OpenAI's events as schemas, and their 202 says what it is.
+ *  - every error response shows the answers that status really has for that operation
+ *    (errorExamples), instead of one shared example.
  */
+import { errorExamples, type ErrorExample, type ErrorExampleSettings } from "./errorExamples";
 import { ERROR_DESCRIPTIONS } from "./shared";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -35,7 +38,7 @@ function fixRefs(node: Json, schemaNames: Set<string>): Json {
 
 const HTTP_METHODS = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"]);
 
-export function polishOpenApiDocument(input: unknown): JsonObject {
+export function polishOpenApiDocument(input: unknown, settings: ErrorExampleSettings): JsonObject {
   // A JSON round trip gives an independent plain copy (the plugin caches and reuses its object).
   const doc = JSON.parse(JSON.stringify(input)) as JsonObject;
   const components = isObject(doc.components) ? doc.components : undefined;
@@ -62,7 +65,27 @@ export function polishOpenApiDocument(input: unknown): JsonObject {
   }
   describeImageStreams(paths);
   describeImageDownload(paths);
+  addErrorExamples(paths, errorExamples(settings));
   return fixed;
+}
+
+/** Each JSON error response gets the examples of its status that belong to its path (else the general ones). */
+function addErrorExamples(paths: JsonObject, examples: ErrorExample[]): void {
+  for (const [path, item] of Object.entries(paths)) {
+    if (!isObject(item)) continue;
+    for (const [method, operation] of Object.entries(item)) {
+      if (!HTTP_METHODS.has(method) || !isObject(operation) || !isObject(operation.responses)) continue;
+      for (const [status, response] of Object.entries(operation.responses)) {
+        const json = isObject(response) && isObject(response.content) ? response.content["application/json"] : undefined;
+        if (!isObject(json) || Number(status) < 400) continue;
+        const ofStatus = examples.filter((e) => e.status === Number(status));
+        const forPath = ofStatus.filter((e) => e.paths?.test(path));
+        const chosen = forPath.length > 0 ? forPath : ofStatus.filter((e) => !e.paths);
+        if (chosen.length === 0) continue;
+        json.examples = Object.fromEntries(chosen.map((e) => [e.name, { summary: e.summary, value: e.value as unknown as Json }]));
+      }
+    }
+  }
 }
 
 /** Image streaming events (OpenAI's convention); `X` is `image_generation` or `image_edit`. */
@@ -81,7 +104,18 @@ function streamEventSchemas(prefix: "image_generation" | "image_edit"): JsonObje
       "(or `error`, after which the credit is refunded). A comment line at least every 15 s keeps proxies from closing the stream. Each event's `data` is one of these objects.",
     oneOf: [
       { type: "object", title: `${prefix}.partial_image`, required: ["type", "b64_json", "partial_image_index"], properties: { type: { const: `${prefix}.partial_image` }, partial_image_index: { type: "integer", minimum: 0, maximum: 2 }, ...common } },
-      { type: "object", title: `${prefix}.completed`, required: ["type", "b64_json"], properties: { type: { const: `${prefix}.completed` }, generation_time_ms: { type: "integer" }, ...common } },
+      {
+        type: "object",
+        title: `${prefix}.completed`,
+        required: ["type", "b64_json", "id"],
+        properties: {
+          type: { const: `${prefix}.completed` },
+          generation_time_ms: { type: "integer" },
+          id: { type: "string", description: "This request's id, as in the JSON answer (the x-request-id header, the history, the ledger)." },
+          image_id: { type: "string", description: "The kept image's id, as in the JSON answer." },
+          ...common,
+        },
+      },
       { type: "object", title: "error", required: ["type", "error"], properties: { type: { const: "error" }, error: { $ref: "#/components/schemas/ErrorResponse/properties/error" } } },
     ],
   };

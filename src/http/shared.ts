@@ -9,7 +9,7 @@ export const sharedModels = new Elysia({ name: "models.shared" }).model({ ErrorR
 export const ERROR_DESCRIPTIONS: Record<number, string> = {
   400: "Invalid request: the message names the field and the rule; `param` is the field's path.",
   401: "Missing, unknown or revoked API key (`invalid_api_key`), or an expired one (`api_key_expired`).",
-  402: "Not enough credits (`insufficient_credits`), or the API key has spent its credit cap (`key_credit_cap_reached`). Not retried by the openai clients (`x-should-retry: false`).",
+  402: "Not enough credits (`insufficient_credits`; the message ends with where credits come from, `[workbench] top_up_message`), or the API key has spent its credit cap (`key_credit_cap_reached`). Not retried by the openai clients (`x-should-retry: false`).",
   403: "The account is disabled (`account_disabled`), or the API key may not use the model (`model_not_allowed`, param `model`).",
   404: "Unknown model (`model_not_found`) or resource (`task_not_found`, `task_expired`).",
   409: "The request conflicts with the resource's state: a task that has ended (`task_not_cancelable`), or an Idempotency-Key whose first request is still running (`idempotency_request_in_progress`, retried by the openai clients).",

@@ -227,7 +227,9 @@ describe("failures", () => {
     expect(seen).toEqual(["image_generation.partial_image"]);
     expect(err).toBeInstanceOf(OpenAI.APIError);
     const apiError = err as InstanceType<typeof OpenAI.APIError>;
-    expect(apiError.message).toContain("the scripted engine broke down");
+    // The engine's own words are for admins (the log); the client gets the plain message.
+    expect(apiError.message).toContain("The upstream service failed");
+    expect(apiError.message).not.toContain("the scripted engine broke down");
     expect(apiError.code).toBe("upstream_error");
     expect(apiError.type).toBe("upstream_error");
     expect(server.balance(u.userId)).toBe(1);
@@ -248,7 +250,8 @@ describe("failures", () => {
     expect(blocks.map((b) => b.split("\n")[0])).toEqual(["event: image_generation.partial_image", "event: error"]);
     const error = JSON.parse(blocks[1]!.split("\n")[1]!.slice("data: ".length)) as { type: string; error: Record<string, unknown> };
     expect(error).toMatchObject({ type: "error", error: { type: "upstream_error", code: "upstream_error", param: null } });
-    expect(String(error.error.message)).toContain("overloaded");
+    expect(String(error.error.message)).toContain("The upstream service failed");
+    expect(String(error.error.message)).not.toContain("overloaded");
     expect(text).not.toContain(UPSTREAM_KEY);
     expect(server.balance(u.userId)).toBe(1);
   });

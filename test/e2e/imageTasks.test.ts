@@ -190,7 +190,8 @@ describe("async tasks", () => {
     expect(server.balance(userId)).toBe(2);
     const done = await waitForTask(key, task.id);
     expect(done.status).toBe("succeeded");
-    expect(Object.keys(done.result).sort()).toEqual(["created", "data", "generation_time_ms", "image_id", "output_format", "quality", "size"]);
+    expect(Object.keys(done.result).sort()).toEqual(["created", "data", "generation_time_ms", "id", "image_id", "output_format", "quality", "size"]);
+    expect(done.result.id).toBe(task.id);
     expect(done.result.size).toBe("64x64");
     expect(done.started_at).toBeGreaterThanOrEqual(done.created_at);
     expect(server.services.store.requests.get(task.id)).toMatchObject({ status: "succeeded", credits_charged: 1 });

@@ -85,6 +85,8 @@ describe("credits", () => {
     expect(body.error.type).toBe("insufficient_credits");
     expect(body.error.code).toBe("insufficient_credits");
     expect(body.error.message).toMatch(/insufficient credits to generate an image/i);
+    // It ends with where credits come from ([workbench] top_up_message, empty by default).
+    expect(body.error.message).toEndWith(" Ask the administrator of this service for more credits.");
     expect(engine.calls.length).toBe(calls);
     expect(requestsOf(u.userId)).toHaveLength(0);
     expect(server.balance(u.userId)).toBe(0);

@@ -20,10 +20,11 @@ interface Operation {
   security?: Record<string, string[]>[];
   operationId?: string;
   requestBody?: { content: Record<string, { schema: Json }> };
-  responses: Record<string, { description?: string; content?: Record<string, { schema: Json }> }>;
+  responses: Record<string, { description?: string; content?: Record<string, { schema: Json; examples?: Record<string, { summary?: string; value: { error: Json } }> }> }>;
 }
 interface Document {
   openapi: string;
+  info: { version: string };
   paths: Record<string, Record<string, Operation>>;
   components: { schemas: Record<string, Json>; securitySchemes: Record<string, Json> };
 }
@@ -51,6 +52,9 @@ function firstDifference(a: string, b: string): string {
   }
   return "no difference";
 }
+
+const allOperations = () =>
+  Object.entries(served.paths).flatMap(([path, item]) => Object.entries(item).map(([method, op]) => ({ path, name: `${method.toUpperCase()} ${path}`, op })));
 
 const v1Operations = () =>
   Object.entries(served.paths)
@@ -143,6 +147,88 @@ describe("OpenAPI document", () => {
         expect({ where: `${name} ${contentType}`, hasExamples }).toEqual({ where: `${name} ${contentType}`, hasExamples: true });
       }
     }
+  });
+});
+
+
+describe("the contract the document states", () => {
+  test("info.version is the package version", async () => {
+    const pkg = (await Bun.file(join(import.meta.dir, "../../package.json")).json()) as { version: string };
+    expect(served.info.version).toBe(pkg.version);
+  });
+
+  test("Model.created is an integer, image n is the constant 1, response_format lists what works", () => {
+    const model = served.components.schemas.Model as { properties: Record<string, Json> };
+    expect(model.properties.created).toMatchObject({ type: "integer" });
+    expect(model.properties.created!.anyOf).toBeUndefined();
+    for (const name of ["ImageGenerationRequest", "ImageEditJsonRequest", "ImageEditMultipartRequest"]) {
+      const props = (served.components.schemas[name] as { properties: Record<string, Json> }).properties;
+      expect({ name, n: props.n!.const }).toEqual({ name, n: 1 });
+      const formats = JSON.stringify(props.response_format);
+      expect({ name, b64: formats.includes('"b64_json"'), url: formats.includes('"url"') }).toEqual({ name, b64: true, url: true });
+    }
+  });
+
+  test("the multipart edit describes files as files (contentMediaType and format: binary) with an encoding", () => {
+    const media = served.paths["/v1/images/edits"]!.post!.requestBody!.content["multipart/form-data"] as { schema: Json; encoding?: Record<string, { contentType: string }> };
+    const props = (resolve(media.schema).properties ?? {}) as Record<string, Json & { items?: Json }>;
+    for (const file of [props.image!, props["image[]"]!.items!, props.mask!]) {
+      expect(file).toMatchObject({ type: "string", format: "binary", contentMediaType: "application/octet-stream" });
+    }
+    expect(props["image[]"]).toMatchObject({ type: "array" });
+    expect(media.encoding?.image?.contentType).toContain("image/png");
+    expect(media.encoding?.mask?.contentType).toBe("image/png");
+  });
+
+  test("every error response has its own examples, of its own status and in the error shape", () => {
+    const byStatus = new Map<string, Set<string>>();
+    for (const { name, op } of allOperations()) {
+      for (const [status, response] of Object.entries(op.responses)) {
+        const json = response.content?.["application/json"];
+        if (Number(status) < 400 || !json) continue;
+        const examples = Object.entries(json.examples ?? {});
+        expect({ where: `${name} ${status}`, count: examples.length > 0 }).toEqual({ where: `${name} ${status}`, count: true });
+        for (const [key, { value }] of examples) {
+          const error = value.error as { message: string; type: string; param: string | null; code: string | null };
+          expect(Object.keys(error).sort()).toEqual(["code", "message", "param", "type"]);
+          expect(error.code).toBe(key);
+          expect(error.message.length).toBeGreaterThan(10);
+          const seen = byStatus.get(status) ?? new Set();
+          seen.add(error.message);
+          byStatus.set(status, seen);
+        }
+      }
+    }
+    // No message stands for two statuses: each status shows its own answers.
+    const owners = new Map<string, string>();
+    for (const [status, messages] of byStatus) {
+      for (const m of messages) {
+        expect({ message: m, status: owners.get(m) ?? status }).toEqual({ message: m, status });
+        owners.set(m, status);
+      }
+    }
+    expect([...byStatus.keys()].sort()).toEqual(expect.arrayContaining(["400", "401", "402", "403", "404", "409", "413", "415", "429", "500", "502", "503", "504"]));
+  });
+
+  test("the error examples are what the server answers: a 402 and a 401 come back word for word", async () => {
+    const examplesOf = (path: string, status: string) =>
+      Object.values(served.paths[path]!.post!.responses[status]!.content!["application/json"]!.examples ?? {}).map((e) => e.value);
+    const noKey = await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: "x" }) });
+    expect(examplesOf("/v1/images/generations", "401")).toContainEqual(await noKey.json());
+    const broke = await server.userWithKey({ credits: 0 });
+    const poor = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${broke.key}` },
+      body: JSON.stringify({ prompt: "x", size: "64x64" }),
+    });
+    expect(poor.status).toBe(402);
+    expect(examplesOf("/v1/images/generations", "402")).toContainEqual(await poor.json());
+    const empty = await fetch(`${server.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${broke.key}` },
+      body: JSON.stringify({ prompt: "" }),
+    });
+    expect(examplesOf("/v1/images/generations", "400")).toContainEqual(await empty.json());
   });
 });
 

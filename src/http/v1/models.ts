@@ -3,13 +3,13 @@ import { Elysia, t } from "elysia";
 import type { CatalogModel, ModelCatalog } from "../../core/models";
 import { apiAuth, authenticateApiRequest, mayUseModel, type ApiAuthDeps } from "../auth";
 import { badRequest, modelNotFound } from "../errors";
-import { bearerSecurity, errorResponses, sharedModels } from "../shared";
+import { bearerSecurity, errorResponses, Integer, sharedModels } from "../shared";
 
 const ModelObject = t.Object(
   {
     id: t.String({ description: "The model id to send as `model`.", examples: ["builtin-image"] }),
     object: t.Literal("model"),
-    created: t.Integer({ description: "Unix seconds when the model was added." }),
+    created: Integer({ description: "Unix seconds when the model was added.", examples: [1767225600] }),
     owned_by: t.String({ description: "Who provides the model.", examples: ["atelier"] }),
     x_atelier_price: t.Integer({
       minimum: 0,
@@ -23,6 +23,10 @@ const ModelObject = t.Object(
 );
 
 const ModelList = t.Object({ object: t.Literal("list"), data: t.Array(t.Ref("Model")) }, { additionalProperties: false });
+
+/** 400 for a path whose model id is not valid percent-encoding (also the document's example). */
+export const modelPathNotDecodable = () =>
+  badRequest("The model id in the path is not valid percent-encoding; encode it with encodeURIComponent (a slash is %2F).", "model", "invalid_value");
 
 function toModelObject(m: CatalogModel) {
   return { id: m.id, object: "model" as const, created: m.created, owned_by: m.ownedBy, x_atelier_price: m.price };
@@ -59,7 +63,7 @@ export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps })
         transform({ request, params }) {
           authenticateApiRequest(request, deps.auth);
           if (typeof (params as { model?: unknown }).model !== "string") {
-            throw badRequest("The model id in the path is not valid percent-encoding; encode it with encodeURIComponent (a slash is %2F).", "model", "invalid_value");
+            throw modelPathNotDecodable();
           }
         },
         params: t.Object({ model: t.String({ description: "The model id (percent-encoded in the path).", examples: ["builtin-image"] }) }),

@@ -23,7 +23,7 @@ import { acceptApiUploads } from "../../body";
 import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
-import { ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
+import { IMAGE_EDIT_MULTIPART_ENCODING, ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
 import { asList, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
@@ -159,7 +159,7 @@ export function imagesRoutes(services: Services) {
     const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
     // A url answer never needs the base64: its body starts without it.
     const wantsUrl = isPlainObject(body) && body.response_format === "url";
-    return { status: 200, body: delivered(imageResultBody(outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };
+    return { status: 200, body: delivered(imageResultBody(req.requestId, outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };
   }
 
   /**
@@ -177,7 +177,7 @@ export function imagesRoutes(services: Services) {
     }
     if (!current || current.status !== "succeeded") return null;
     // The image comes back from the image store; a url request gets a fresh link to it.
-    const result = current.result ? await resultFromStorage(current.result, services.images) : null;
+    const result = current.result ? await resultFromStorage(current.result, services.images, current.id) : null;
     if (!result) throw new TaskNotFound(task.id, true);
     return { status: 200, body: delivered(result, body, request), replayed: true };
   }
@@ -300,7 +300,7 @@ export function imagesRoutes(services: Services) {
           requestBody: {
             required: true,
             content: {
-              "multipart/form-data": { schema: { $ref: "#/components/schemas/ImageEditMultipartRequest" } },
+              "multipart/form-data": { schema: { $ref: "#/components/schemas/ImageEditMultipartRequest" }, encoding: IMAGE_EDIT_MULTIPART_ENCODING },
               "application/json": { schema: { $ref: "#/components/schemas/ImageEditJsonRequest" } },
             },
           },

@@ -35,7 +35,13 @@ const commonFields = {
       examples: ["b64_json"],
     }),
   ),
-  n: t.Optional(t.Union([Integer(), t.Null()], { description: "Number of images; must be 1 (one image per request) when present.", examples: [1] })),
+  n: t.Optional(
+    t.Union([t.Literal(1), t.Null()], {
+      description: "Number of images: always 1 (this service makes one image per request); may be omitted.",
+      examples: [1],
+      error: "this service returns exactly one image per request; send n = 1 or omit it",
+    }),
+  ),
   stream: t.Optional(
     t.Boolean({
       description:
@@ -108,26 +114,52 @@ export const ImageEditJsonRequest = t.Object(
   { description: "Edit an image (JSON form). Unknown fields are ignored; a field set to null counts as absent.", examples: [{ prompt: "Add a red balloon", images: [{ image_url: TINY_PNG }] }] },
 );
 
-const Binary = (description: string) => t.String({ format: "binary", description });
+/**
+ * A file part. `contentMediaType` is what OAS 3.1 tools (Swagger UI's file picker) read;
+ * `format: binary` is what generators (openapi-typescript with a Blob transform) and OAS 3.0
+ * tools read. The bytes are sniffed whatever type the part declares.
+ */
+const File = (description: string) => t.String({ format: "binary", contentMediaType: "application/octet-stream", description });
+
+/** A text part with a fixed set of values: an `enum` that keeps its description (the generator drops a literal union's). */
+const formEnum = <const V extends string[]>(values: V, description: string | undefined, example: V[number]) =>
+  t.Unsafe<V[number]>({ type: "string", enum: values, description, examples: [example] });
+
+const IMAGE_PART_TYPES = "image/png, image/jpeg, image/webp";
 
 /** For the OpenAPI document only: multipart parts are checked by hand (their types are sniffed). */
 export const ImageEditMultipartRequest = t.Object(
   {
-    image: t.Optional(t.Union([Binary("One image file (PNG, JPEG or WebP, at most 10 MiB)."), t.Array(Binary("An image file."))], { description: "The image to edit, or several." })),
-    "image[]": t.Optional(t.Array(Binary("An image file."), { maxItems: MAX_EDIT_IMAGES, description: `Several images (what the openai clients send for an array); indexed parts \`image[0]\`, \`image[1]\`… are accepted too. At most ${MAX_EDIT_IMAGES} in all.` })),
-    mask: t.Optional(Binary("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
+    image: t.Optional(File("The image to edit (PNG, JPEG or WebP, at most 10 MiB). For several, send `image[]` instead.")),
+    "image[]": t.Optional(
+      t.Array(File("An image file."), {
+        maxItems: MAX_EDIT_IMAGES,
+        description: `Several images, the first edited and the others guiding it (what the openai clients send for an array; indexed parts \`image[0]\`, \`image[1]\`… are accepted too). At most ${MAX_EDIT_IMAGES} in all; \`image\` or \`image[]\` is required.`,
+      }),
+    ),
+    mask: t.Optional(File("PNG with an alpha channel, same size as the first image; transparent pixels mark where to repaint.")),
     prompt: commonFields.prompt,
     model: commonFields.model,
     size: t.Optional(t.String({ description: commonFields.size.description, examples: ["1024x1024"] })),
-    quality: t.Optional(t.String({ description: commonFields.quality.description, examples: ["auto"] })),
-    response_format: t.Optional(t.String({ description: commonFields.response_format.description, examples: ["b64_json"] })),
-    n: t.Optional(t.String({ description: "Must be 1 when present.", examples: ["1"] })),
-    stream: t.Optional(t.String({ description: "`true` for the streamed answer (see the JSON form's `stream`).", examples: ["false"] })),
-    partial_images: t.Optional(t.String({ description: `With \`stream=true\`: 0-${MAX_PARTIAL_IMAGES} partial images before the final one.`, examples: ["2"] })),
+    quality: t.Optional(formEnum([...QUALITIES], commonFields.quality.description, "auto")),
+    response_format: t.Optional(formEnum(["b64_json", "url"], commonFields.response_format.description, "b64_json")),
+    n: t.Optional(t.Literal(1, { description: "Always 1 when present (one image per request).", examples: [1] })),
+    stream: t.Optional(t.Boolean({ description: "`true` for the streamed answer (see the JSON form's `stream`).", examples: [false] })),
+    partial_images: t.Optional(Integer({ minimum: 0, maximum: MAX_PARTIAL_IMAGES, description: `With \`stream=true\`: 0-${MAX_PARTIAL_IMAGES} partial images before the final one.`, examples: [2] })),
     webhook_url: t.Optional(t.String({ description: "Async tasks only: also POST the task events here (see the JSON form).", examples: ["https://example.com/hooks/atelier"] })),
   },
-  { description: "Edit an image (multipart form, as the openai clients send it). Part Content-Types are ignored: the bytes are sniffed." },
+  {
+    description:
+      "Edit an image (multipart form, as the openai clients send it). Numbers and booleans travel as their text (`n=1`, `stream=true`). Part Content-Types are ignored: the bytes are sniffed.",
+  },
 );
+
+/** The multipart encoding of the edit's file parts (OpenAPI `encoding`): what each part may hold. */
+export const IMAGE_EDIT_MULTIPART_ENCODING = {
+  image: { contentType: IMAGE_PART_TYPES },
+  "image[]": { contentType: IMAGE_PART_TYPES },
+  mask: { contentType: "image/png" },
+};
 
 /** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
 export const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(Integer({ minimum: 0, maximum: 100 })) });
@@ -139,6 +171,11 @@ export const MultipartTextFields = t.Object({ ...commonFields, output_compressio
  */
 export const imageResponseSchema = () => t.Object(
   {
+    id: t.String({
+      description:
+        "This request's id (an extension of OpenAI's shape that its clients ignore): the same as the `x-request-id` header, the id in the request history and the ledger, and a task's id. A replayed answer (Idempotency-Key) carries the first request's id.",
+      examples: ["req_4fQ8sJ2kLm9XbT1vYc0pRz7a"],
+    }),
     created: Integer({ description: "Unix seconds when the image was produced.", examples: [1767225600] }),
     generation_time_ms: Integer({ description: "The engine's time in milliseconds (queue wait excluded; see the x-queue-time-ms header).", examples: [840] }),
     data: t.Array(
@@ -177,7 +214,7 @@ export const imageResponseSchema = () => t.Object(
 export const imageTaskSchema = () =>
   t.Object(
     {
-      id: t.String({ description: "The task id; also the request id (x-request-id), in the history and the ledger.", examples: ["img_4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
+      id: t.String({ description: "The task id; also the request id (x-request-id), in the history and the ledger.", examples: ["req_4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
       object: t.Literal("image.task"),
       status: t.Union([t.Literal("queued"), t.Literal("running"), t.Literal("succeeded"), t.Literal("failed"), t.Literal("canceled")], {
         description: "`queued` → `running` → `succeeded` | `failed`; `canceled` when its owner canceled it. Failed and canceled tasks are refunded.",

@@ -105,7 +105,8 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
           output_format: OUTPUT_FORMAT[image.mime],
           created_at: createdAt(),
           generation_time_ms: done.generationMs,
-          // Ours, beside OpenAI's fields (clients ignore it): the kept image, as in the JSON answer.
+          // Ours, beside OpenAI's fields (clients ignore them), as in the JSON answer: the request id and the kept image.
+          id: req.requestId,
           ...(done.stored ? { image_id: done.stored.id } : {}),
         });
       },

@@ -9,6 +9,15 @@ import { TaskNotFound } from "../../../core/taskRunner";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { imageResponseSchema, imageTaskListSchema, imageTaskSchema } from "./model";
 
+/** The list's query (made per app: Elysia compiles schemas in place). Exported for the document's error examples. */
+export const imageTaskListQuery = () =>
+  t.Object({
+    status: t.Optional(t.Union([t.Literal("queued"), t.Literal("running"), t.Literal("succeeded"), t.Literal("failed"), t.Literal("canceled")], { description: "Only tasks in this state." })),
+    // Elysia's t.Integer: a query value arrives as text.
+    limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, description: "1 to 100 (default 20)." })),
+    after: t.Optional(t.String({ description: "A task id: list the tasks older than it (the previous page's last id)." })),
+  });
+
 export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "store">) {
   const { tasks } = services;
   return new Elysia({ name: "v1.images.tasks", prefix: "/v1/images/tasks" })
@@ -24,12 +33,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
         return { object: "list" as const, data: await Promise.all(rows.slice(0, limit).map((r) => tasks.describe(r))), has_more: rows.length > limit };
       },
       {
-        query: t.Object({
-          status: t.Optional(t.Union([t.Literal("queued"), t.Literal("running"), t.Literal("succeeded"), t.Literal("failed"), t.Literal("canceled")], { description: "Only tasks in this state." })),
-          // Elysia's t.Integer: a query value arrives as text.
-          limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, description: "1 to 100 (default 20)." })),
-          after: t.Optional(t.String({ description: "A task id: list the tasks older than it (the previous page's last id)." })),
-        }),
+        query: imageTaskListQuery(),
         response: { 200: "ImageTaskList", ...errorResponses(400, 401, 403) },
         detail: {
           tags: ["Images"],
