@@ -348,8 +348,8 @@ describe("guards", () => {
     const csrf = await csrfOf(await handle("/admin", { headers: { cookie } }));
     const posts = app.routes.filter((r) => r.method === "POST" && !r.path.startsWith("/v1/") && !r.path.startsWith("/admin/api/")).map((r) => r.path.replace(/:[^/]+/g, "1"));
     expect(posts.length).toBeGreaterThanOrEqual(9);
-    // Posted before there is a session: only the origin can be checked.
-    const anonymous = ["/signin", "/signup", "/setup"];
+    // Posted before there is a session (or, the language switch, with or without one): only the origin can be checked.
+    const anonymous = ["/signin", "/signup", "/setup", "/language"];
     for (const path of posts) {
       const cross = await form(path, { _csrf: csrf, email: "x@example.com", password: "long enough pw" }, { cookie, origin: "http://evil.test" });
       expect([path, cross.status]).toEqual([path, 403]);

@@ -7,6 +7,7 @@ import { enableUpstreamAccount } from "../../core/upstreamAccounts";
 import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import type { Viewer } from "../../workbench/layout";
+import type { MessageKey } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
@@ -19,13 +20,13 @@ const hide = { detail: { hide: true } };
 /** The users table shows this many; past it the page says so and search narrows it down. */
 export const USERS_SHOWN = 200;
 
-const NOTICES: Record<string, string> = {
-  granted: "Credits granted.",
-  deducted: "Credits deducted.",
-  disabled: "The account is disabled; its sessions ended and its keys stop working.",
-  enabled: "The account is enabled.",
-  admin: "The user is now an admin.",
-  demoted: "The user is no longer an admin.",
+const NOTICES: Record<string, Extract<MessageKey, `admin.notice.${string}`>> = {
+  granted: "admin.notice.granted",
+  deducted: "admin.notice.deducted",
+  disabled: "admin.notice.disabled",
+  enabled: "admin.notice.enabled",
+  admin: "admin.notice.admin",
+  demoted: "admin.notice.demoted",
 };
 
 export function adminRoutes(services: Services) {
@@ -48,16 +49,17 @@ export function adminRoutes(services: Services) {
     .use(workbenchGuards(services))
     .get("/admin", ({ viewer, query }) => {
       const search = (query.q ?? "").slice(0, MAX_EMAIL_CHARS);
-      return usersPage(viewer, search, { notice: NOTICES[query.done ?? ""] ?? null });
+      const notice = NOTICES[query.done ?? ""];
+      return usersPage(viewer, search, { notice: notice ? viewer.t(notice) : null });
     }, { admin: true, ...hide })
     .post("/admin/users/:id/credits", ({ viewer, body, params }) => {
       const f = formFields(body);
       const user = targetUser(params.id);
-      if (!user) return usersPage(viewer, "", { error: "No such user." }, 404);
+      if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const amount = Number(f.amount);
       if (!Number.isInteger(amount) || amount < 1 || amount > MAX_CREDIT_GRANT) {
         // Shown filtered to that user, so the row the error is about is on screen among many.
-        return usersPage(viewer, user.email, { error: `Enter a whole number of credits from 1 to ${MAX_CREDIT_GRANT} for ${user.email}.` }, 400);
+        return usersPage(viewer, user.email, { error: viewer.t("admin.error.amount", { max: MAX_CREDIT_GRANT, email: user.email }) }, 400);
       }
       const note = (f.note ?? "").trim().slice(0, 200) || undefined;
       const actor = `admin:${viewer.user.email}`;
@@ -66,20 +68,20 @@ export function adminRoutes(services: Services) {
           store.credits.deduct(user.id, amount, clock(), note, actor);
         } catch (e) {
           if (e instanceof InsufficientCreditsError) {
-            return usersPage(viewer, user.email, { error: `Cannot deduct ${amount}: ${user.email} has only ${user.credits} credits.` }, 400);
+            return usersPage(viewer, user.email, { error: viewer.t("admin.error.insufficient", { amount, email: user.email, credits: user.credits }) }, 400);
           }
           throw e;
         }
         return redirect("/admin?done=deducted");
       }
-      if (f.op !== "grant") return usersPage(viewer, "", { error: "Choose Grant or Deduct." }, 400);
+      if (f.op !== "grant") return usersPage(viewer, "", { error: viewer.t("admin.error.op") }, 400);
       store.credits.grant(user.id, amount, clock(), note, actor);
       return redirect("/admin?done=granted");
     }, { admin: true, ...hide })
     .post("/admin/users/:id/:action", ({ viewer, params }) => {
       const user = targetUser(params.id);
-      if (!user) return usersPage(viewer, "", { error: "No such user." }, 404);
-      if (user.id === viewer.user.id) return usersPage(viewer, "", { error: "You cannot change your own account here." }, 400);
+      if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
+      if (user.id === viewer.user.id) return usersPage(viewer, "", { error: viewer.t("admin.error.self") }, 400);
       switch (params.action) {
         case "disable":
           store.users.setDisabled(user.id, true);
@@ -96,7 +98,7 @@ export function adminRoutes(services: Services) {
           store.users.setRole(user.id, "user");
           return redirect("/admin?done=demoted");
         default:
-          return usersPage(viewer, "", { error: "Unknown action." }, 404);
+          return usersPage(viewer, "", { error: viewer.t("admin.error.action") }, 404);
       }
     }, { admin: true, ...hide })
     .get("/admin/requests", ({ viewer, query }) => {
@@ -115,7 +117,7 @@ export function adminRoutes(services: Services) {
       );
     }, { admin: true, ...hide })
     .get("/admin/upstreams", ({ viewer, query }) =>
-      htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services), query.enabled ? "The account is enabled again." : null)), { admin: true, ...hide })
+      htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services), query.enabled ? viewer.t("admin.upstreams.enabled") : null)), { admin: true, ...hide })
     .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ viewer, params }) => {
       const enabled = enableUpstreamAccount({ upstreams: services.config.upstreams, flags: store.upstreams, pools: services.upstreams }, params.upstream, params.account);
       if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);

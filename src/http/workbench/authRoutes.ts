@@ -5,6 +5,8 @@ import type { SetupResult } from "../../core/signIn";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
 import { checkViewer, viewerOf, workbenchGuards } from "./guards";
 import { clientAddress, formFields, htmlResponse, redirect, safeNext } from "./respond";
+import { translatorFor } from "./locale";
+import type { Translator } from "../../workbench/i18n";
 import { MAX_EMAIL_CHARS } from "../../core/limits";
 
 const hide = { detail: { hide: true } };
@@ -15,7 +17,7 @@ export function authRoutes(services: Services) {
   const { config, workbench } = services;
   const wb = config.workbench;
   const setupOpen = () => workbench.signIn.setupOpen;
-  const signIn = (s: { email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
+  const signIn = (s: { t: Translator; email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
     htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
 
   return new Elysia({ name: "workbench.auth" })
@@ -24,37 +26,40 @@ export function authRoutes(services: Services) {
     .get("/signin", ({ request, query }) => {
       if (viewerOf(services, request)) return redirect(safeNext(query.next));
       const next = query.next ? safeNext(query.next) : undefined;
-      return signIn({ notice: query.signed_out === "1" ? "You are signed out." : null, next });
+      const t = translatorFor(request);
+      return signIn({ t, notice: query.signed_out === "1" ? t("auth.signIn.signedOut") : null, next });
     }, hide)
     .post("/signin", async ({ request, body, query }) => {
+      const t = translatorFor(request);
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const result = await workbench.signIn.withPassword(email, f.password ?? "", clientAddress(request));
       if (!result.ok) {
         if (result.reason === "throttled") {
           const minutes = Math.ceil(result.retryAfterMs / 60_000);
-          return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error: `Too many sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.` }, 429);
+          return signIn({ t, email, next: query.next ? safeNext(query.next) : undefined, error: t.plural("auth.signIn.throttled", minutes) }, 429);
         }
-        const error = result.reason === "disabled" ? "This account is disabled. Ask an administrator to enable it." : "Incorrect email or password.";
-        return signIn({ email, next: query.next ? safeNext(query.next) : undefined, error }, 401);
+        const error = result.reason === "disabled" ? t("auth.signIn.disabled") : t("auth.signIn.wrong");
+        return signIn({ t, email, next: query.next ? safeNext(query.next) : undefined, error }, 401);
       }
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect(safeNext(query.next), { "set-cookie": cookie });
     }, { sameOrigin: true, ...hide })
     .get("/signup", ({ request }) => {
-      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
+      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(translatorFor(request)), 403);
       if (viewerOf(services, request)) return redirect("/playground");
-      return htmlResponse(signUpPage({ minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }));
+      return htmlResponse(signUpPage({ t: translatorFor(request), minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }));
     }, hide)
     .post("/signup", async ({ request, body }) => {
-      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(), 403);
+      const t = translatorFor(request);
+      if (wb.registration !== "open") return htmlResponse(registrationClosedPage(t), 403);
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const form = (error: string, status: number) =>
-        htmlResponse(signUpPage({ email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
+        htmlResponse(signUpPage({ t, email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
       const result = await workbench.signIn.signUp(email, f.password ?? "", clientAddress(request));
       if (!result.ok && result.reason === "throttled") {
-        return form(`Too many sign-ups from your address. Try again in ${Math.ceil(result.retryAfterMs / 60_000)} minutes.`, 429);
+        return form(t.plural("auth.signUp.throttled", Math.ceil(result.retryAfterMs / 60_000)), 429);
       }
       if (!result.ok) return form(result.message, 400);
       const { cookie } = workbench.sessions.start(result.user.id, request);
@@ -67,13 +72,14 @@ export function authRoutes(services: Services) {
       if (guarded.response) return guarded.response;
       return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
     }, hide)
-    .get("/setup", () =>
-      htmlResponse(setupPage({ pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
+    .get("/setup", ({ request }) =>
+      htmlResponse(setupPage({ t: translatorFor(request), pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
     .post("/setup", async ({ request, body }) => {
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
+      const t = translatorFor(request);
       const form = (error: string, status: number) =>
-        htmlResponse(setupPage({ pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
+        htmlResponse(setupPage({ t, pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
       const result = await workbench.signIn.setUpFirstAdmin(f.token ?? "", email, f.password ?? "", clientAddress(request));
       if (!result.ok) return form(result.message, SETUP_STATUS[result.reason]);
       services.logger.info("first admin created through /setup", { user_id: result.user.id });

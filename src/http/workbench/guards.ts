@@ -17,13 +17,14 @@ import { metaOf } from "../requestMeta";
 import { isSameOrigin } from "./origin";
 import { tokensEqual } from "../../core/digest";
 import { csrfRejected, formFields, problemPage, redirect } from "./respond";
+import { translatorFor } from "./locale";
 
 /** The signed-in viewer, or null. */
 export function viewerOf(services: Services, request: Request): Viewer | null {
   const s = services.workbench.sessions.current(request);
   if (!s) return null;
   metaOf(request).userId = s.user.id;
-  return { user: s.user, csrf: s.csrf_token };
+  return { user: s.user, csrf: s.csrf_token, t: translatorFor(request) };
 }
 
 export type Guarded = { viewer: Viewer; response?: undefined } | { viewer?: undefined; response: Response };
@@ -35,9 +36,11 @@ function signedIn(services: Services, request: Request, admin: boolean): Guarded
   const viewer = viewerOf(services, request);
   if (!viewer) {
     if (request.method === "GET") return { response: redirect(`/signin?next=${encodeURIComponent(new URL(request.url).pathname)}`) };
-    return { response: problemPage(null, 403, "Signed out", "Your session has ended. Sign in again.") };
+    const t = translatorFor(request);
+    return { response: problemPage(t, 403, t("common.signedOut.title"), t("common.signedOut.text")) };
   }
-  if (admin && viewer.user.role !== "admin") return { response: problemPage(viewer, 403, "Admins only", "This page is for administrators.") };
+  const t = viewer.t;
+  if (admin && viewer.user.role !== "admin") return { response: problemPage(viewer, 403, t("common.adminsOnly.title"), t("common.adminsOnly.text")) };
   return { viewer };
 }
 
@@ -47,10 +50,10 @@ function signedIn(services: Services, request: Request, admin: boolean): Guarded
  */
 export function checkViewer(services: Services, request: Request, body: unknown, opts: { admin?: boolean } = {}): Guarded {
   if (isSafeMethod(request)) return signedIn(services, request, opts.admin ?? false);
-  if (!isSameOrigin(request, services.config)) return { response: csrfRejected() };
+  if (!isSameOrigin(request, services.config)) return { response: csrfRejected(translatorFor(request)) };
   const guarded = signedIn(services, request, opts.admin ?? false);
   if (guarded.response) return guarded;
-  if (!tokensEqual(formFields(body)._csrf, guarded.viewer.csrf)) return { response: csrfRejected() };
+  if (!tokensEqual(formFields(body)._csrf, guarded.viewer.csrf)) return { response: csrfRejected(guarded.viewer.t) };
   return guarded;
 }
 
@@ -67,7 +70,7 @@ export function workbenchGuards(services: Services) {
     admin: { resolve: ({ request, body }) => resolveViewer(request, body, true) },
     sameOrigin: {
       beforeHandle: ({ request }) => {
-        if (!isSameOrigin(request, services.config)) return csrfRejected();
+        if (!isSameOrigin(request, services.config)) return csrfRejected(translatorFor(request));
       },
     },
   });

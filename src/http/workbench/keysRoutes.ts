@@ -14,14 +14,14 @@ export function keysRoutes(services: Services) {
   return new Elysia({ name: "workbench.keys" })
     .use(workbenchGuards(services))
     .get("/keys", ({ viewer, query }) => {
-      const notice = query.revoked === "1" ? "The key was revoked." : null;
+      const notice = query.revoked === "1" ? viewer.t("keys.notice.revoked") : null;
       return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(viewer.user.id), notice }));
     }, { viewer: true, ...hide })
     .post("/keys", ({ viewer, body }) => {
       const name = (formFields(body).name ?? "").trim();
       const userId = viewer.user.id;
       if (name.length === 0 || name.length > MAX_KEY_NAME_CHARS) {
-        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: `Give the key a name of 1 to ${MAX_KEY_NAME_CHARS} characters.` }), 400);
+        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: viewer.t("keys.error.name", { max: MAX_KEY_NAME_CHARS }) }), 400);
       }
       const { key } = createKey(store, clock, userId, name);
       // Rendered directly (not redirected): the full key exists only in this response.
@@ -31,7 +31,7 @@ export function keysRoutes(services: Services) {
       const id = Number(params.id);
       const userId = viewer.user.id;
       if (!Number.isInteger(id) || !store.keys.revoke(id, clock(), userId)) {
-        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: "That key does not exist or is already revoked." }), 404);
+        return htmlResponse(keysPage(viewer, { keys: store.keys.listForUser(userId), error: viewer.t("keys.error.revoke") }), 404);
       }
       return redirect("/keys?revoked=1");
     }, { viewer: true, ...hide });

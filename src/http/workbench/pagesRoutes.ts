@@ -38,7 +38,7 @@ export function pagesRoutes(services: Services) {
     .use(workbenchGuards(services))
     .get("/credits", ({ viewer, query }) => {
       const redeemed = Number(query.redeemed);
-      const redeem = Number.isInteger(redeemed) && redeemed > 0 ? { notice: `Code redeemed: +${redeemed} credits.` } : undefined;
+      const redeem = Number.isInteger(redeemed) && redeemed > 0 ? { notice: viewer.t("codes.redeem.done", { count: redeemed }) } : undefined;
       return creditsPageResponse(services, viewer, query, redeem);
     }, { viewer: true, ...hide })
     .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel)), { viewer: true, ...hide })

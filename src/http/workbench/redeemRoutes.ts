@@ -2,6 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import type { RedeemResult } from "../../core/redemptionCodes";
+import type { Translator } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
 import { creditsPageResponse } from "./pagesRoutes";
 import { clientAddress, formFields, redirect } from "./respond";
@@ -11,20 +12,18 @@ const hide = { detail: { hide: true } };
 type Failure = Exclude<RedeemResult, { ok: true }>;
 
 /** What the user is told, and the status, for each way a redemption fails. */
-function failureOf(f: Failure): { error: string; status: number } {
+function failureOf(t: Translator, f: Failure): { error: string; status: number } {
   switch (f.reason) {
     case "malformed":
-      return { error: "That is not a redemption code: a code has 20 letters and digits, like ABCDE-FGHJK-LMNPQ-RSTUV.", status: 400 };
+      return { error: t("codes.redeem.malformed"), status: 400 };
     case "unknown":
-      return { error: "No such code. Check it and try again.", status: 400 };
+      return { error: t("codes.redeem.unknown"), status: 400 };
     case "used":
-      return { error: "This code was already redeemed.", status: 409 };
+      return { error: t("codes.redeem.used"), status: 409 };
     case "expired":
-      return { error: "This code has expired.", status: 410 };
-    case "throttled": {
-      const minutes = Math.ceil(f.retryAfterMs / 60_000);
-      return { error: `Too many failed attempts. Try again in ${minutes} minute${minutes === 1 ? "" : "s"}.`, status: 429 };
-    }
+      return { error: t("codes.redeem.expired"), status: 410 };
+    case "throttled":
+      return { error: t.plural("codes.redeem.throttled", Math.ceil(f.retryAfterMs / 60_000)), status: 429 };
   }
 }
 
@@ -39,7 +38,7 @@ export function redeemRoutes(services: Services) {
         logger.info("redemption code redeemed", { user_id: viewer.user.id, credits: result.credits });
         return redirect(`/credits?redeemed=${result.credits}#redeem`);
       }
-      const { error, status } = failureOf(result);
+      const { error, status } = failureOf(viewer.t, result);
       // The code is never logged: a wrong one may be a typo of a real one.
       logger.warn("redemption code refused", { user_id: viewer.user.id, reason: result.reason });
       const response = creditsPageResponse(services, viewer, {}, { error, code }, status);

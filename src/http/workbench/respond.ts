@@ -1,6 +1,7 @@
 /** Small helpers the workbench routes share: HTML answers, redirects, form fields, problem pages. */
 import { html, type Html } from "../../workbench/html";
 import { page, type Viewer } from "../../workbench/layout";
+import type { Translator } from "../../workbench/i18n";
 import { metaOf } from "../requestMeta";
 
 const SECURITY_HEADERS: Record<string, string> = {
@@ -36,15 +37,18 @@ export function clientAddress(request: Request): string {
   return metaOf(request).clientAddress ?? "unknown";
 }
 
-export function problemPage(viewer: Viewer | null, status: number, title: string, text: string): Response {
+/** A page that only says what went wrong; `who` is the viewer, or (signed out) the request's language. */
+export function problemPage(who: Viewer | Translator, status: number, title: string, text: string): Response {
+  const shell = typeof who === "function" ? { viewer: null, t: who } : { viewer: who };
+  const t = typeof who === "function" ? who : who.t;
   return htmlResponse(
-    page({ title, section: "auth", viewer, body: html`<section class="card narrow"><h1>${title}</h1><p role="alert">${text}</p><p><a href="/">Back to the workbench</a></p></section>` }),
+    page({ title, section: "auth", ...shell, body: html`<section class="card narrow"><h1>${title}</h1><p role="alert">${text}</p><p><a href="/">${t("common.back")}</a></p></section>` }),
     status,
   );
 }
 
-export function csrfRejected(): Response {
-  return problemPage(null, 403, "Request rejected", "This form did not come from this workbench (missing or wrong CSRF token, or another origin). Reload the page and try again.");
+export function csrfRejected(t: Translator): Response {
+  return problemPage(t, 403, t("common.csrf.title"), t("common.csrf.text"));
 }
 
 /** Only local paths as the post-sign-in destination (no open redirect). */

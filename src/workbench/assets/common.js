@@ -4,8 +4,26 @@
   const replaceWith = document.querySelector("[data-replace-url]");
   if (replaceWith) history.replaceState(null, "", replaceWith.getAttribute("data-replace-url"));
   const csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  // The page's language: the server puts this page's script messages in #atelier-messages.
+  let messages = {};
+  try {
+    messages = JSON.parse(document.getElementById("atelier-messages")?.textContent || "{}");
+  } catch {
+    messages = {};
+  }
+  /** A message by key (`<script>.<name>`, e.g. "playground.generating") with `{param}`s filled in. */
+  function t(key, params) {
+    const text = Object.prototype.hasOwnProperty.call(messages, key) ? messages[key] : key;
+    return params ? text.replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole)) : text;
+  }
+  /** `<key>.one` for 1, else `<key>.other`, with `{count}` (both languages here pluralize no further). */
+  function plural(key, count, params) {
+    return t(`${key}.${count === 1 ? "one" : "other"}`, { ...params, count });
+  }
   window.atelier = {
     csrf: csrfMeta ? csrfMeta.getAttribute("content") : "",
+    t,
+    plural,
     /** Re-reads the balance into the account bar; returns it (or null). */
     async refreshBalance() {
       try {
@@ -18,7 +36,7 @@
           el.setAttribute("data-balance", String(s.credits));
         }
         const unit = document.getElementById("balance-unit");
-        if (unit) unit.textContent = s.credits === 1 ? "credit" : "credits";
+        if (unit) unit.textContent = plural("common.credits", s.credits);
         return s.credits;
       } catch {
         return null;
@@ -65,7 +83,7 @@
       copied = document.execCommand("copy");
     }
     const label = button.textContent;
-    button.textContent = copied ? "Copied ✓" : "Select and copy manually";
+    button.textContent = copied ? t("common.copied") : t("common.copyManually");
     setTimeout(() => (button.textContent = label), 2000);
   });
 

@@ -11,12 +11,12 @@
       copied = true;
     } catch {
       // No clipboard permission (plain http, an old browser): let the user copy it by hand.
-      window.prompt("Copy this link:", url);
+      window.prompt(window.atelier.t("gallery.copyLinkPrompt"), url);
     }
     button.setAttribute("data-copied", url);
     if (!copied) return;
     const label = button.textContent;
-    button.textContent = "Copied ✓";
+    button.textContent = window.atelier.t("common.copied");
     setTimeout(() => (button.textContent = label), 2000);
   });
 })();

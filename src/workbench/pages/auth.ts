@@ -1,81 +1,90 @@
 /** Sign in, sign up and first-admin setup forms. */
 import { html, type Html } from "../html";
+import type { Translator } from "../i18n";
 import { message, page } from "../layout";
 
 export interface AuthFormState {
+  /** The request's language (these pages are signed out). */
+  t: Translator;
   email?: string;
   error?: string | null;
   notice?: string | null;
 }
 
 export function signInPage(s: AuthFormState & { registrationOpen: boolean; setupPending: boolean; next?: string }): Html {
+  const t = s.t;
   const action = s.next ? `/signin?next=${encodeURIComponent(s.next)}` : "/signin";
   return page({
-    title: "Sign in",
+    title: t("auth.signIn.title"),
     section: "auth",
     viewer: null,
+    t,
     body: html`<section class="card narrow">
-  <h1>Sign in</h1>
+  <h1>${t("auth.signIn.title")}</h1>
   ${message("error", s.error)}${message("notice", s.notice)}
   <form method="post" action="${action}" class="stack">
-    <label for="email">Email</label>
+    <label for="email">${t("auth.email")}</label>
     <input id="email" name="email" type="email" autocomplete="username" required value="${s.email ?? ""}" autofocus>
-    <label for="password">Password</label>
+    <label for="password">${t("auth.password")}</label>
     <input id="password" name="password" type="password" autocomplete="current-password" required>
-    <button type="submit" class="primary">Sign in</button>
+    <button type="submit" class="primary">${t("auth.signIn.submit")}</button>
   </form>
-  ${s.registrationOpen ? html`<p>No account yet? <a href="/signup">Create one</a>.</p>` : html`<p class="muted">Registration is closed; ask an administrator for an account.</p>`}
-  ${s.setupPending ? html`<p class="muted">First start? <a href="/setup">Set up the admin account</a> with the token from the server log.</p>` : ""}
+  ${s.registrationOpen ? html`<p>${t.html("auth.signIn.noAccount")}</p>` : html`<p class="muted">${t("auth.signIn.closed")}</p>`}
+  ${s.setupPending ? html`<p class="muted">${t.html("auth.signIn.firstStart")}</p>` : ""}
 </section>`,
   });
 }
 
 export function signUpPage(s: AuthFormState & { minPasswordLength: number; initialCredits: number }): Html {
+  const t = s.t;
   return page({
-    title: "Create account",
+    title: t("auth.signUp.title"),
     section: "auth",
     viewer: null,
+    t,
     body: html`<section class="card narrow">
-  <h1>Create an account</h1>
-  <p class="muted">New accounts start with ${s.initialCredits} credits. Each image costs 1 credit; chat is free.</p>
+  <h1>${t("auth.signUp.heading")}</h1>
+  <p class="muted">${t.plural("auth.signUp.intro", s.initialCredits)}</p>
   ${message("error", s.error)}
   <form method="post" action="/signup" class="stack">
-    <label for="email">Email</label>
+    <label for="email">${t("auth.email")}</label>
     <input id="email" name="email" type="email" autocomplete="username" required value="${s.email ?? ""}" autofocus>
-    <label for="password">Password <span class="muted">(at least ${s.minPasswordLength} characters)</span></label>
+    <label for="password">${t("auth.password")} <span class="muted">${t("auth.passwordRule", { count: s.minPasswordLength })}</span></label>
     <input id="password" name="password" type="password" autocomplete="new-password" required minlength="${s.minPasswordLength}">
-    <button type="submit" class="primary">Create account</button>
+    <button type="submit" class="primary">${t("auth.signUp.submit")}</button>
   </form>
-  <p>Already registered? <a href="/signin">Sign in</a>.</p>
+  <p>${t.html("auth.signUp.haveAccount")}</p>
 </section>`,
   });
 }
 
-export function registrationClosedPage(): Html {
+export function registrationClosedPage(t: Translator): Html {
   return page({
-    title: "Registration closed",
+    title: t("auth.closed.title"),
     section: "auth",
     viewer: null,
-    body: html`<section class="card narrow"><h1>Registration is closed</h1><p>Ask an administrator for an account, then <a href="/signin">sign in</a>.</p></section>`,
+    t,
+    body: html`<section class="card narrow"><h1>${t("auth.closed.heading")}</h1><p>${t.html("auth.closed.text")}</p></section>`,
   });
 }
 
 export function setupPage(s: AuthFormState & { pending: boolean; minPasswordLength: number }): Html {
+  const t = s.t;
   const body = s.pending
     ? html`<section class="card narrow">
-  <h1>Set up the admin account</h1>
-  <p class="muted">Enter the one-time setup token that the server printed in its log, and the admin's email and password.</p>
+  <h1>${t("auth.setup.heading")}</h1>
+  <p class="muted">${t("auth.setup.intro")}</p>
   ${message("error", s.error)}
   <form method="post" action="/setup" class="stack">
-    <label for="token">Setup token</label>
+    <label for="token">${t("auth.setup.token")}</label>
     <input id="token" name="token" type="password" autocomplete="off" required autofocus>
-    <label for="email">Admin email</label>
+    <label for="email">${t("auth.setup.email")}</label>
     <input id="email" name="email" type="email" autocomplete="username" required value="${s.email ?? ""}">
-    <label for="password">Password <span class="muted">(at least ${s.minPasswordLength} characters)</span></label>
+    <label for="password">${t("auth.password")} <span class="muted">${t("auth.passwordRule", { count: s.minPasswordLength })}</span></label>
     <input id="password" name="password" type="password" autocomplete="new-password" required minlength="${s.minPasswordLength}">
-    <button type="submit" class="primary">Create admin</button>
+    <button type="submit" class="primary">${t("auth.setup.submit")}</button>
   </form>
 </section>`
-    : html`<section class="card narrow"><h1>Setup is complete</h1><p>An admin account exists. <a href="/signin">Sign in</a>.</p></section>`;
-  return page({ title: "Setup", section: "auth", viewer: null, body });
+    : html`<section class="card narrow"><h1>${t("auth.setup.doneHeading")}</h1><p>${t.html("auth.setup.doneText")}</p></section>`;
+  return page({ title: t("auth.setup.title"), section: "auth", viewer: null, t, body });
 }

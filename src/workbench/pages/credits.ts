@@ -2,6 +2,7 @@
 import type { LedgerRow } from "../../store/credits";
 import type { RequestRow } from "../../store/requests";
 import { formatTime, html, type Html } from "../html";
+import type { Translator } from "../i18n";
 import { page, type Viewer } from "../layout";
 import { historyFilter, pagination, requestsTable, type HistoryQuery } from "./requests";
 import { redeemCard, type RedeemState } from "./redeem";
@@ -18,14 +19,14 @@ export interface CreditsPageState {
   redeem?: RedeemState;
 }
 
-export function ledgerTable(rows: LedgerRow[]): Html {
-  if (rows.length === 0) return html`<p class="muted">No ledger entries yet.</p>`;
+export function ledgerTable(t: Translator, rows: LedgerRow[]): Html {
+  if (rows.length === 0) return html`<p class="muted">${t("history.ledger.empty")}</p>`;
   return html`<div class="table-wrap"><table class="ledger">
-  <thead><tr><th scope="col">Time</th><th scope="col">Kind</th><th scope="col" class="num">Amount</th><th scope="col">Request</th><th scope="col">Note</th><th scope="col">By</th></tr></thead>
+  <thead><tr><th scope="col">${t("history.ledger.col.time")}</th><th scope="col">${t("history.ledger.col.kind")}</th><th scope="col" class="num">${t("history.ledger.col.amount")}</th><th scope="col">${t("history.ledger.col.request")}</th><th scope="col">${t("history.ledger.col.note")}</th><th scope="col">${t("history.ledger.col.by")}</th></tr></thead>
   <tbody>${rows.map(
     (l) => html`<tr>
     <td class="nowrap">${formatTime(l.created_at)}</td>
-    <td>${l.kind}</td>
+    <td>${t(`history.ledgerKind.${l.kind}`)}</td>
     <td class="num ${l.amount > 0 ? "plus" : "minus"}">${l.amount > 0 ? `+${l.amount}` : `−${-l.amount}`}</td>
     <td class="mono">${l.request_id ?? ""}</td>
     <td>${l.note ?? ""}</td>
@@ -36,25 +37,26 @@ export function ledgerTable(rows: LedgerRow[]): Html {
 }
 
 export function creditsPage(v: Viewer, s: CreditsPageState): Html {
+  const t = v.t;
   return page({
-    title: "Credits & history",
+    title: t("history.credits.title"),
     section: "credits",
     viewer: v,
-    body: html`<h1>Credits &amp; history</h1>
+    body: html`<h1>${t("history.credits.title")}</h1>
 <section class="card balance-card">
-  <p class="big"><span data-testid="balance-big">${v.user.credits}</span> ${v.user.credits === 1 ? "credit" : "credits"}</p>
-  <p class="muted">Each accepted image request costs its model's price (1 credit unless the models list says otherwise) and is refunded automatically if it fails. Chat is free.</p>
+  <p class="big"><span data-testid="balance-big">${v.user.credits}</span> ${t.plural("common.credits", v.user.credits)}</p>
+  <p class="muted">${t("history.credits.explain")}</p>
 </section>
 ${redeemCard(v, s.redeem)}
 <section class="card">
-  <h2>Requests</h2>
-  ${historyFilter("/credits", s.query, s.models)}
-  ${requestsTable(s.requests, { images: s.images })}
-  ${pagination("/credits", s.query, s.total)}
+  <h2>${t("history.requests.heading")}</h2>
+  ${historyFilter(t, "/credits", s.query, s.models)}
+  ${requestsTable(t, s.requests, { images: s.images })}
+  ${pagination(t, "/credits", s.query, s.total)}
 </section>
 <section class="card">
-  <h2>Ledger <span class="muted">(latest 100)</span></h2>
-  ${ledgerTable(s.ledger)}
+  <h2>${t("history.ledger.heading")} <span class="muted">${t("history.ledger.latest", { count: 100 })}</span></h2>
+  ${ledgerTable(t, s.ledger)}
 </section>`,
   });
 }

@@ -10,14 +10,15 @@ export interface RedeemState {
 }
 
 export function redeemCard(v: Viewer, s: RedeemState = {}): Html {
+  const t = v.t;
   return html`<section class="card" id="redeem" aria-labelledby="redeem-title">
-  <h2 id="redeem-title">Redeem a code</h2>
+  <h2 id="redeem-title">${t("codes.redeem.heading")}</h2>
   ${message("error", s.error)}${message("notice", s.notice)}
   <form method="post" action="/credits/redeem" class="row">
     ${csrfField(v)}
-    <label for="redeem-code">Code</label>
+    <label for="redeem-code">${t("codes.redeem.code")}</label>
     <input id="redeem-code" name="code" type="text" required maxlength="100" autocomplete="off" autocapitalize="characters" spellcheck="false" class="mono" placeholder="XXXXX-XXXXX-XXXXX-XXXXX" value="${s.code ?? ""}">
-    <button type="submit" class="primary">Redeem</button>
+    <button type="submit" class="primary">${t("codes.redeem.submit")}</button>
   </form>
 </section>`;
 }

@@ -1,6 +1,7 @@
 /** The request history table with its filter form and pagination (used by Credits and Admin). */
 import type { RequestFilter, RequestRow } from "../../store/requests";
 import { formatTime, html, type Html } from "../html";
+import type { Translator } from "../i18n";
 
 export const PAGE_SIZE = 25;
 export const KINDS = ["image", "chat"] as const;
@@ -40,21 +41,21 @@ function option(value: string, selected: string | undefined, label = value): Htm
   return html`<option value="${value}"${value === (selected ?? "") ? html` selected` : ""}>${label}</option>`;
 }
 
-export function historyFilter(action: string, q: HistoryQuery, models: string[]): Html {
-  return html`<form method="get" action="${action}" class="row filters" aria-label="Filter requests">
-  <label for="f-kind">Kind</label>
-  <select id="f-kind" name="kind">${option("", q.kind, "any")}${KINDS.map((k) => option(k, q.kind))}</select>
-  <label for="f-status">Status</label>
-  <select id="f-status" name="status">${option("", q.status, "any")}${STATUSES.map((s) => option(s, q.status))}</select>
-  <label for="f-model">Model</label>
-  <select id="f-model" name="model">${option("", q.model, "any")}${models.map((m) => option(m, q.model))}</select>
-  <button type="submit">Filter</button>
+export function historyFilter(t: Translator, action: string, q: HistoryQuery, models: string[]): Html {
+  return html`<form method="get" action="${action}" class="row filters" aria-label="${t("history.filter.label")}">
+  <label for="f-kind">${t("history.filter.kind")}</label>
+  <select id="f-kind" name="kind">${option("", q.kind, t("common.any"))}${KINDS.map((k) => option(k, q.kind, t(`history.kind.${k}`)))}</select>
+  <label for="f-status">${t("history.filter.status")}</label>
+  <select id="f-status" name="status">${option("", q.status, t("common.any"))}${STATUSES.map((s) => option(s, q.status, t(`history.status.${s}`)))}</select>
+  <label for="f-model">${t("history.filter.model")}</label>
+  <select id="f-model" name="model">${option("", q.model, t("common.any"))}${models.map((m) => option(m, q.model))}</select>
+  <button type="submit">${t("history.filter.submit")}</button>
 </form>`;
 }
 
-function credit(r: RequestRow): Html {
-  if (r.credits_charged === 0) return html`<span class="muted">free</span>`;
-  if (r.credits_refunded > 0) return html`−${r.credits_charged} <span class="status ok">refunded +${r.credits_refunded}</span>`;
+function credit(t: Translator, r: RequestRow): Html {
+  if (r.credits_charged === 0) return html`<span class="muted">${t("history.free")}</span>`;
+  if (r.credits_refunded > 0) return html`−${r.credits_charged} <span class="status ok">${t("history.refunded", { count: r.credits_refunded })}</span>`;
   return html`−${r.credits_charged}`;
 }
 
@@ -64,29 +65,29 @@ const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", su
  * opts.emails adds a User column (admin); opts.images (request id → image id, the viewer's own
  * kept images) adds an Image column linking to each image's gallery page.
  */
-export function requestsTable(rows: RequestRow[], opts: { emails?: Map<number, string>; images?: Map<string, string> } = {}): Html {
-  if (rows.length === 0) return html`<p class="muted">No requests match.</p>`;
+export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; images?: Map<string, string> } = {}): Html {
+  if (rows.length === 0) return html`<p class="muted">${t("history.empty")}</p>`;
   return html`<div class="table-wrap"><table class="requests">
-  <thead><tr><th scope="col">Time</th>${opts.emails ? html`<th scope="col">User</th>` : ""}<th scope="col">Kind</th><th scope="col">Model</th><th scope="col">Status</th><th scope="col">Credits</th><th scope="col">Generation</th><th scope="col">Prompt</th>${opts.images ? html`<th scope="col">Image</th>` : ""}<th scope="col">Error</th></tr></thead>
+  <thead><tr><th scope="col">${t("history.col.time")}</th>${opts.emails ? html`<th scope="col">${t("history.col.user")}</th>` : ""}<th scope="col">${t("history.col.kind")}</th><th scope="col">${t("history.col.model")}</th><th scope="col">${t("history.col.status")}</th><th scope="col">${t("history.col.credits")}</th><th scope="col">${t("history.col.generation")}</th><th scope="col">${t("history.col.prompt")}</th>${opts.images ? html`<th scope="col">${t("history.col.image")}</th>` : ""}<th scope="col">${t("history.col.error")}</th></tr></thead>
   <tbody>${rows.map(
     (r) => html`<tr>
     <td class="nowrap">${formatTime(r.created_at)}</td>
     ${opts.emails ? html`<td>${opts.emails.get(r.user_id) ?? `#${r.user_id}`}</td>` : ""}
-    <td>${r.kind}</td>
+    <td>${t(`history.kind.${r.kind}`)}</td>
     <td class="mono nowrap">${r.model}</td>
-    <td><span class="status ${STATUS_CLASS[r.status]}">${r.status}</span></td>
-    <td class="nowrap">${credit(r)}</td>
+    <td><span class="status ${STATUS_CLASS[r.status]}" data-status="${r.status}">${t(`history.status.${r.status}`)}</span></td>
+    <td class="nowrap">${credit(t, r)}</td>
     <td class="nowrap">${r.generation_ms === null ? "—" : `${(r.generation_ms / 1000).toFixed(2)} s`}</td>
     <td class="prompt" title="${r.prompt ?? ""}">${truncate(r.prompt)}</td>
-    ${opts.images ? html`<td class="nowrap">${imageLink(opts.images.get(r.id))}</td>` : ""}
+    ${opts.images ? html`<td class="nowrap">${imageLink(t, opts.images.get(r.id))}</td>` : ""}
     <td class="error-cell">${r.error_message ?? ""}</td>
   </tr>`,
   )}</tbody>
 </table></div>`;
 }
 
-function imageLink(imageId: string | undefined): Html {
-  return imageId ? html`<a href="/gallery/${imageId}" data-testid="history-image">View</a>` : html``;
+function imageLink(t: Translator, imageId: string | undefined): Html {
+  return imageId ? html`<a href="/gallery/${imageId}" data-testid="history-image">${t("history.viewImage")}</a>` : html``;
 }
 
 function truncate(text: string | null): string {
@@ -94,11 +95,11 @@ function truncate(text: string | null): string {
   return text.length > 80 ? `${text.slice(0, 79)}…` : text;
 }
 
-export function pagination(action: string, q: HistoryQuery, total: number): Html {
+export function pagination(t: Translator, action: string, q: HistoryQuery, total: number): Html {
   const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
-  return html`<nav class="pager" aria-label="Pages">
-  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages))}" rel="prev">← Newer</a>` : html`<span class="muted">← Newer</span>`}
-  <span>Page ${q.page} of ${pages} · ${total} request${total === 1 ? "" : "s"}</span>
-  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1)}" rel="next">Older →</a>` : html`<span class="muted">Older →</span>`}
+  return html`<nav class="pager" aria-label="${t("common.pager.label")}">
+  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages))}" rel="prev">${t("common.pager.newer")}</a>` : html`<span class="muted">${t("common.pager.newer")}</span>`}
+  <span>${t.plural("history.pager.summary", total, { page: q.page, pages })}</span>
+  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1)}" rel="next">${t("common.pager.older")}</a>` : html`<span class="muted">${t("common.pager.older")}</span>`}
 </nav>`;
 }

@@ -1,0 +1,21 @@
+/**
+ * Every workbench message, merged from one file per area under messages/ (each defines English
+ * and Chinese side by side). A new page adds its own area file here; keys start with the area's
+ * name, and client scripts' messages with `client.<script>.`.
+ */
+import { admin } from "./messages/admin";
+import { auth } from "./messages/auth";
+import { codes } from "./messages/codes";
+import { common } from "./messages/common";
+import { gallery } from "./messages/gallery";
+import { history } from "./messages/history";
+import { keys } from "./messages/keys";
+
+const AREAS = [common, auth, keys, gallery, history, admin, codes] as const;
+
+export const EN = { ...common.en, ...auth.en, ...keys.en, ...gallery.en, ...history.en, ...admin.en, ...codes.en };
+export type MessageKey = keyof typeof EN;
+export const ZH: Record<MessageKey, string> = { ...common.zh, ...auth.zh, ...keys.zh, ...gallery.zh, ...history.zh, ...admin.zh, ...codes.zh };
+
+/** Each area's keys, for the test that no two areas define the same key. */
+export const AREA_KEYS: string[][] = AREAS.map((a) => Object.keys(a.en));
