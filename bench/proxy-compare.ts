@@ -51,6 +51,8 @@ if (mode === "mock") {
 }
 
 interface WrkResult {
+  /** CPU time (user + system) the process under test spent per answered request, in µs. */
+  cpuUs: number;
   rps: number;
   p50: number;
   p99: number;
@@ -108,21 +110,23 @@ async function compare(seconds: number, rounds: number): Promise<void> {
     const results: Record<string, WrkResult[]> = {};
     const add = (name: string, r: WrkResult) => (results[name] ??= []).push(r);
     for (let round = 0; round < rounds; round++) {
-      add("mock c=1", await wrk(targets.mock, script, 1, seconds));
+      add("mock c=1", await wrk(targets.mock, script, 1, seconds, mock.proc.pid));
       for (const c of [1, 64]) {
-        add(`bare c=${c}`, await wrk(targets.bare, script, c, seconds));
-        add(`atelier c=${c}`, await wrk(targets.atelier, script, c, seconds));
+        add(`bare c=${c}`, await wrk(targets.bare, script, c, seconds, proxy.proc.pid));
+        add(`atelier c=${c}`, await wrk(targets.atelier, script, c, seconds, atelier.proc.pid));
       }
     }
 
     console.log(`\n${rounds} round(s) of ${seconds} s each; gateway/proxy on core 0, mock and wrk on core 1 (medians over rounds)`);
-    console.log(`${"target".padEnd(14)} ${"req/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"requests".padStart(9)}  non-2xx/errors`);
+    console.log(`${"target".padEnd(14)} ${"req/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"CPU µs/req".padStart(11)} ${"requests".padStart(9)}  non-2xx/errors`);
     const med: Record<string, WrkResult> = {};
     for (const [name, rs] of Object.entries(results)) {
       const m = (f: (r: WrkResult) => number) => median(rs.map(f));
-      med[name] = { rps: m((r) => r.rps), p50: m((r) => r.p50), p99: m((r) => r.p99), requests: m((r) => r.requests), non2xx: m((r) => r.non2xx), errors: m((r) => r.errors) };
+      med[name] = { cpuUs: m((r) => r.cpuUs), rps: m((r) => r.rps), p50: m((r) => r.p50), p99: m((r) => r.p99), requests: m((r) => r.requests), non2xx: m((r) => r.non2xx), errors: m((r) => r.errors) };
       const r = med[name]!;
-      console.log(`${name.padEnd(14)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(8)} ${r.p99.toFixed(3).padStart(8)} ${String(r.requests).padStart(9)}  ${r.non2xx}/${r.errors}`);
+      console.log(
+        `${name.padEnd(14)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(8)} ${r.p99.toFixed(3).padStart(8)} ${r.cpuUs.toFixed(0).padStart(11)} ${String(r.requests).padStart(9)}  ${r.non2xx}/${r.errors}`,
+      );
     }
     const mockP50 = med["mock c=1"]!.p50;
     const throughput = med["atelier c=64"]!.rps / med["bare c=64"]!.rps;
@@ -130,6 +134,7 @@ async function compare(seconds: number, rounds: number): Promise<void> {
     const added = (med["atelier c=1"]!.p50 - mockP50) / Math.max(0.001, med["bare c=1"]!.p50 - mockP50);
     console.log(`\nc=64 throughput: ${throughput.toFixed(2)}× the bare proxy (goal ≥ 0.6)   ${throughput >= 0.6 ? "met" : "NOT met"}`);
     console.log(`c=64 p99:        ${p99.toFixed(2)}× the bare proxy's (goal ≤ 3)   ${p99 <= 3 ? "met" : "NOT met"}`);
+    console.log(`CPU per request at c=64: ${med["atelier c=64"]!.cpuUs.toFixed(0)} µs vs ${med["bare c=64"]!.cpuUs.toFixed(0)} µs (${(med["atelier c=64"]!.cpuUs / med["bare c=64"]!.cpuUs).toFixed(1)}×; load from other processes does not inflate this figure)`);
     console.log(`c=1 added p50:   ${added.toFixed(2)}× the bare proxy's (goal ≤ 1.5; p50 minus the mock's direct ${mockP50.toFixed(3)} ms)   ${added <= 1.5 ? "met" : "NOT met"}`);
 
     // What the gateway promises while it is fast: a history row and an access log line per answer.
@@ -172,7 +177,14 @@ async function stopProcess(proc: ReturnType<typeof Bun.spawn>): Promise<void> {
   await Promise.race([proc.exited, Bun.sleep(15_000)]);
 }
 
-async function wrk(url: string, script: string, connections: number, seconds: number): Promise<WrkResult> {
+/** User + system CPU time of a process so far, in µs (from /proc; clock ticks of 10 ms). */
+function cpuTimeUs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100;
+}
+
+async function wrk(url: string, script: string, connections: number, seconds: number, pid?: number): Promise<WrkResult> {
+  const cpuBefore = pid ? cpuTimeUs(pid) : 0;
   const r = Bun.spawnSync(["taskset", "-c", "1", "wrk", "-t", "1", "-c", String(connections), "-d", `${seconds}s`, "--latency", "-s", script, url]);
   const out = r.stdout.toString();
   const ms = (label: string) => {
@@ -181,11 +193,13 @@ async function wrk(url: string, script: string, connections: number, seconds: nu
     return Number(m[1]) * (m[2] === "us" ? 0.001 : m[2] === "s" ? 1000 : 1);
   };
   const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  const requests = Number(/(\d+) requests in/.exec(out)?.[1] ?? 0);
   return {
+    cpuUs: pid && requests > 0 ? (cpuTimeUs(pid) - cpuBefore) / requests : 0,
     rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? 0),
     p50: ms("50%"),
     p99: ms("99%"),
-    requests: Number(/(\d+) requests in/.exec(out)?.[1] ?? 0),
+    requests,
     non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
     errors: errors ? errors.slice(1).reduce((s, n) => s + Number(n), 0) : 0,
   };

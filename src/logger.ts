@@ -3,6 +3,8 @@
  * log pipeline; "pretty" is one readable line per event for a human at a terminal. Callers never
  * pass secrets.
  */
+import { writeSync } from "node:fs";
+
 export type LogLevel = "debug" | "info" | "warn" | "error";
 export type LogFormat = "json" | "pretty";
 
@@ -13,7 +15,51 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
 }
 
-export function createLogger(write: (line: string) => void = (line) => process.stdout.write(line + "\n"), format: LogFormat = "json"): Logger {
+/**
+ * Lines to standard output, gathered and written together: one write every `intervalMs` (or
+ * once `maxBytes` are waiting) instead of one per line, so the access log costs the request
+ * path a string append. Written synchronously (`writeSync`), so `flush()` and the flush at
+ * process exit leave nothing behind; a crash loses at most the last interval's lines.
+ */
+export function batchedStdout(intervalMs = 20, maxBytes = 64 * 1024, fd = 1): { write(line: string): void; flush(): void } {
+  let pending: string[] = [];
+  let bytes = 0;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const flush = () => {
+    if (timer) clearTimeout(timer);
+    timer = null;
+    if (pending.length === 0) return;
+    const chunk = pending.join("");
+    pending = [];
+    bytes = 0;
+    try {
+      writeSync(fd, chunk);
+    } catch {
+      // A closed standard output must not take the server down; the lines are lost either way.
+    }
+  };
+  process.on("exit", flush);
+  return {
+    write(line: string) {
+      pending.push(line + "\n");
+      bytes += line.length + 1;
+      if (bytes >= maxBytes) return flush();
+      if (!timer) {
+        timer = setTimeout(flush, intervalMs);
+        (timer as { unref?: () => void }).unref?.();
+      }
+    },
+    flush,
+  };
+}
+
+let stdoutLines: ReturnType<typeof batchedStdout> | undefined;
+/** The process's one batched standard output (created on first use). */
+export function stdoutSink(): ReturnType<typeof batchedStdout> {
+  return (stdoutLines ??= batchedStdout());
+}
+
+export function createLogger(write: (line: string) => void = (line) => stdoutSink().write(line), format: LogFormat = "json"): Logger {
   const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) => {
     const ts = new Date().toISOString();
     write(format === "pretty" ? prettyLine(ts, level, msg, fields) : JSON.stringify({ ts, level, msg, ...fields }));

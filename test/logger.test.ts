@@ -46,3 +46,28 @@ describe("log formats", () => {
     );
   });
 });
+
+describe("batched standard output", () => {
+  test("lines wait for one write; flush writes them in order; a full buffer is written at once", async () => {
+    const { openSync, closeSync, readFileSync, mkdtempSync, rmSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const { batchedStdout } = await import("../src/logger");
+    const dir = mkdtempSync(join(tmpdir(), "atelier-log-"));
+    const file = join(dir, "out.log");
+    const fd = openSync(file, "w");
+    try {
+      const out = batchedStdout(60_000, 100, fd);
+      out.write('{"n":1}');
+      out.write('{"n":2}');
+      expect(readFileSync(file, "utf8")).toBe("");
+      out.flush();
+      expect(readFileSync(file, "utf8")).toBe('{"n":1}\n{"n":2}\n');
+      out.write("x".repeat(120));
+      expect(readFileSync(file, "utf8")).toBe(`{"n":1}\n{"n":2}\n${"x".repeat(120)}\n`);
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

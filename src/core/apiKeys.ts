@@ -13,12 +13,18 @@ export interface NewApiKey {
   hash: string;
 }
 
-/** Uniform base62 by rejection sampling (bytes >= 248 would bias the modulo). */
+/**
+ * Uniform base62 by rejection sampling (bytes >= 248 would bias the modulo). An indexed loop
+ * over one buffer: it runs for every request id, and a typed array's iterator costs several
+ * times more.
+ */
 export function randomBase62(length: number): string {
   let out = "";
   while (out.length < length) {
-    for (const byte of crypto.getRandomValues(new Uint8Array(length * 2))) {
-      if (byte < 248 && out.length < length) out += ALPHABET[byte % 62];
+    const bytes = crypto.getRandomValues(new Uint8Array(length * 2));
+    for (let i = 0; i < bytes.length && out.length < length; i++) {
+      const byte = bytes[i]!;
+      if (byte < 248) out += ALPHABET[byte % 62];
     }
   }
   return out;

@@ -230,10 +230,19 @@ export class AccountPool {
       this.changed();
       const attemptStart = this.clock();
       const attemptDeadline = Math.min(deadline, attemptStart + this.settings.attemptTimeoutMs);
-      const timeout = AbortSignal.timeout(Math.max(1, attemptDeadline - attemptStart));
-      const attemptSignal = signal ? AbortSignal.any([signal, timeout]) : timeout;
+      // One controller and one timer per attempt; the request's signal is linked by a listener
+      // (AbortSignal.timeout + AbortSignal.any cost about twice as much on every request).
+      const attemptAbort = new AbortController();
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        attemptAbort.abort(new DOMException("The attempt timed out.", "TimeoutError"));
+      }, Math.max(1, attemptDeadline - attemptStart));
+      const onRequestAbort = () => attemptAbort.abort(signal?.reason);
+      if (signal?.aborted) onRequestAbort();
+      else signal?.addEventListener("abort", onRequestAbort, { once: true });
       try {
-        const value = await attempt({ account: account.cfg, signal: attemptSignal, deadline: attemptDeadline });
+        const value = await attempt({ account: account.cfg, signal: attemptAbort.signal, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
         this.recordSuccess(account);
         return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
@@ -243,7 +252,7 @@ export class AccountPool {
         const failure = this.redacted(
           e instanceof AttemptFailure
             ? e
-            : timeout.aborted
+            : timedOut
               ? new AttemptFailure("timeout", `no answer within ${attemptDeadline - attemptStart} ms`)
               : new AttemptFailure("failed", e instanceof Error ? e.message : String(e)),
         );
@@ -253,6 +262,8 @@ export class AccountPool {
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
       } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onRequestAbort);
         account.inFlight--;
         this.changed();
       }

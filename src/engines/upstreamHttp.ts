@@ -117,8 +117,31 @@ export async function callUpstream(call: UpstreamCall): Promise<Response> {
 
 /** Reads a body up to `limit` bytes; a reset mid-body is a failure, an abort is rethrown. */
 async function readText(res: Response, limit: number, call: Pick<UpstreamCall, "signal" | "redactor">): Promise<string> {
+  if (declaredWithin(res, limit)) return readWhole(res, call, () => res.text());
   const bytes = await readBounded(res, limit, call);
   return new TextDecoder().decode(bytes);
+}
+
+/**
+ * The body's size is known and within `limit`: its Content-Length frames what fetch reads, and
+ * no Content-Encoding means fetch will not inflate it into more. Only then is it read in one
+ * call (no chunk iteration and concatenation); otherwise it is counted as it streams in.
+ */
+function declaredWithin(res: Response, limit: number): boolean {
+  const length = res.headers.get("content-length");
+  if (length === null || res.headers.get("content-encoding") !== null) return false;
+  const declared = Number(length);
+  return Number.isSafeInteger(declared) && declared >= 0 && declared <= limit;
+}
+
+/** Reads a whole body of a known size: a connection that breaks is a failed attempt, an abort is rethrown. */
+async function readWhole<T>(res: Response, call: { signal: AbortSignal; redactor: SecretRedactor }, read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (e) {
+    if (call.signal.aborted) throw e;
+    throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
+  }
 }
 
 /** A body read up to `limit` bytes: a larger one, or a connection that breaks, is a failed attempt; an abort is rethrown. */
@@ -128,6 +151,7 @@ export async function readBounded(res: Response, limit: number, call: { signal: 
     await res.body?.cancel().catch(() => {});
     throw new AttemptFailure("failed", `upstream answer of ${declared} bytes exceeds the limit of ${limit}`);
   }
+  if (declaredWithin(res, limit)) return new Uint8Array(await readWhole(res, call, () => res.arrayBuffer()));
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {

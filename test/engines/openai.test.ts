@@ -294,8 +294,10 @@ describe("faults", () => {
       expect(text).not.toContain(KEY_B);
     }
     expect(logs.some((l) => l.includes("disabled") && l.includes('"account":"a"'))).toBe(true);
-    // Re-enable B (as `atelier upstreams enable oa b` would): it serves again, A stays out.
+    // Re-enable B (as core/upstreamAccounts' enable does in this process: the flag, then the pool's
+    // refresh; another process's enable is seen through the store's data_version): it serves again, A stays out.
     store.upstreams.enableAccount("oa", "b");
+    pool.refresh();
     const img = await engine.generate(job());
     expect(img.trace!.accountId).toBe("b");
   });
