@@ -24,7 +24,7 @@ const Server = T.Object(
     body_grace_ms: T.Integer({ minimum: 100, default: 10_000, description: "Time a request body may take before the minimum rate applies." }),
     min_body_bytes_per_s: T.Integer({ minimum: 1, default: 64 * 1024, description: "After the grace period, a body must keep arriving at this average rate or the request ends with 408." }),
     idle_timeout_s: T.Integer({ minimum: 1, maximum: 255, default: 255 }),
-    stream_heartbeat_ms: T.Integer({ minimum: 10, default: 15_000, description: "Longest silence on a streamed image answer before a comment line keeps proxies from closing it." }),
+    stream_heartbeat_ms: T.Integer({ minimum: 10, default: 15_000, description: "Longest silence on a streamed image or chat answer before a comment line keeps proxies from closing it." }),
     shutdown_grace_ms: T.Integer({ minimum: 0, default: 30_000 }),
     builtin_image: T.Boolean({ default: true, description: "Offer the built-in offline renderer as model builtin-image." }),
     builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),
@@ -51,6 +51,16 @@ const Limits = T.Object(
     async_per_user_concurrency: T.Integer({ minimum: 1, default: 1, description: "Async image tasks running at once for one user." }),
     async_queue_size: T.Integer({ minimum: 1, default: 200, description: "Async image tasks queued or running, server-wide; beyond it 429 task_queue_full." }),
     async_per_user_queue_size: T.Integer({ minimum: 1, default: 20, description: "Async image tasks queued or running for one user." }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
+const Chat = T.Object(
+  {
+    allow_streaming: T.Boolean({
+      default: false,
+      description: "Answer chat requests sent with stream: true as server-sent chat.completion.chunk events (for chat UIs); off, they get 400 stream_unsupported.",
+    }),
   },
   { additionalProperties: false, default: {} },
 );
@@ -215,6 +225,7 @@ export const ConfigSchema = T.Object(
   {
     server: Server,
     limits: Limits,
+    chat: Chat,
     database: Database,
     tasks: Tasks,
     storage: Storage,

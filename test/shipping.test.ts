@@ -40,6 +40,7 @@ const SECTIONS: [string, TObject][] = [
   ["`[[upstreams.accounts]]`", objectOf(objectOf(ConfigSchema.properties.upstreams).properties.accounts!)],
   ["`[[models]]`", objectOf(ConfigSchema.properties.models)],
   ["`[workbench]`", objectOf(ConfigSchema.properties.workbench)],
+  ["`[chat]`", objectOf(ConfigSchema.properties.chat)],
   ["`[database]`", objectOf(ConfigSchema.properties.database)],
   ["`[tasks]`", objectOf(ConfigSchema.properties.tasks)],
   ["`[storage]`", objectOf(ConfigSchema.properties.storage)],
@@ -50,7 +51,7 @@ const SECTIONS: [string, TObject][] = [
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["database", "fetch", "limits", "metrics", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["chat", "database", "fetch", "limits", "metrics", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {

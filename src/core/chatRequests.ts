@@ -6,7 +6,7 @@
  * describes it for the history row through `describeFailure`, the same table).
  */
 import type { FlowStore, TraceFields } from "./store";
-import { EngineError, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
+import { EngineError, EngineTimeout, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
 import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
@@ -68,7 +68,8 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     record(deps, req, { status: "succeeded", promptTokens: result.usage?.promptTokens, completionTokens: result.usage?.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, ...result.trace });
     return outcome;
   } catch (e) {
-    const gone = clientSignal?.aborted && !(e instanceof EngineError) ? new ClientDisconnected("the client closed the connection") : e;
+    // A client that left aborts the engine, which may say so as a timeout (the pool does): still a disconnect.
+    const gone = clientSignal?.aborted && (!(e instanceof EngineError) || e instanceof EngineTimeout) ? new ClientDisconnected("the client closed the connection") : e;
     const failure = deps.describeFailure(gone);
     const trace = e instanceof EngineError ? e.trace : undefined;
     record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, ...trace });

@@ -73,6 +73,8 @@ export class AttemptFailure extends Error {
     message: string,
     readonly retryAfterMs?: number,
     readonly status?: number,
+    /** No other attempt may follow (a streamed answer already passed part of its reply on). */
+    readonly final = false,
   ) {
     super(message);
   }
@@ -260,6 +262,7 @@ export class AccountPool {
         account.failures.set(failure.kind, (account.failures.get(failure.kind) ?? 0) + 1);
         this.recordFailure(account, failure);
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
+        if (failure.final) fail(this.finalError(failure), account.cfg.id);
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
       } finally {
         clearTimeout(timer);
@@ -274,7 +277,7 @@ export class AccountPool {
   /** The failure with its message redacted (the same object when there was nothing to remove). */
   private redacted(f: AttemptFailure): AttemptFailure {
     const message = this.redactor.message(f.message);
-    return message === f.message ? f : new AttemptFailure(f.kind, message, f.retryAfterMs, f.status);
+    return message === f.message ? f : new AttemptFailure(f.kind, message, f.retryAfterMs, f.status, f.final);
   }
 
   /** The typed error a request ends with when its last attempt failed this way. */

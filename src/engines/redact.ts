@@ -38,6 +38,14 @@ const CREDENTIAL_PATTERNS: [RegExp, string][] = [
   [/sk-[A-Za-z0-9_-]{8,}/g, `sk-${REDACTED}`],
 ];
 
+/** See SecretRedactor.answerStream. */
+export interface AnswerStream {
+  /** The next piece of the answer; returns the part of the text so far that is final, redacted. */
+  push(piece: string): string;
+  /** The rest, redacted. */
+  end(): string;
+}
+
 export class SecretRedactor {
   /** Every FRAGMENT_CHARS-long window of every long enough secret spelling. */
   private readonly windows = new Set<string>();
@@ -95,6 +103,54 @@ export class SecretRedactor {
     let out = this.strip(text);
     for (const [pattern, replacement] of CREDENTIAL_PATTERNS) out = out.replace(pattern, replacement);
     return this.cut(this.settle(out), maxChars);
+  }
+
+  /**
+   * The redaction of an answer that arrives in pieces (a streamed chat reply or a tool call's
+   * arguments): `push` each piece and pass on what it returns, then pass on `end()`. A
+   * character is passed on only once the FRAGMENT_CHARS - 1 characters after it are known (no
+   * window can mark it after that), and is marked with the characters before it in view, so a
+   * secret split across pieces is removed like a whole one: one marker per run, as in `answer`.
+   */
+  answerStream(): AnswerStream {
+    const hold = FRAGMENT_CHARS - 1;
+    // The last `hold` characters already passed on (their windows reach into new text), and the rest not yet passed on.
+    let seen = "";
+    let pending = "";
+    let inMarkedRun = false;
+    const release = (all: boolean): string => {
+      const text = seen + pending;
+      let cut = all ? text.length : text.length - hold;
+      // Never half a surrogate pair in a piece.
+      const code = text.charCodeAt(cut - 1);
+      if (!all && code >= 0xd800 && code <= 0xdbff) cut--;
+      if (cut <= seen.length) return "";
+      const marked = this.marks(text);
+      let out = "";
+      for (let i = seen.length; i < cut; ) {
+        if (marked?.[i]) {
+          if (!inMarkedRun) out += REDACTED;
+          inMarkedRun = true;
+          while (i < cut && marked[i]) i++;
+        } else {
+          const start = i;
+          while (i < cut && !marked?.[i]) i++;
+          out += text.slice(start, i);
+          inMarkedRun = false;
+        }
+      }
+      seen = text.slice(Math.max(0, cut - hold), cut);
+      pending = text.slice(cut);
+      // As in `settle`: a marker beside kept text that forms a fragment is never passed on.
+      return this.leaks(out) ? "" : out;
+    };
+    return {
+      push: (piece) => {
+        pending += piece;
+        return release(false);
+      },
+      end: () => release(true),
+    };
   }
 
   /** True when `text` holds a fragment the rule forbids. */

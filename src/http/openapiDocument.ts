@@ -10,7 +10,8 @@
  *  - the signed image download answers bytes (200, 304) and its own 403/404 reasons: the
  *    generator keeps only the error responses of a route whose 200 is not a schema.
  *  - the image operations' 200 also lists `text/event-stream` (the answer to `stream: true`),
- *    with OpenAI's events as schemas, and their 202 says what it is.
+ *    with OpenAI's events as schemas, and their 202 says what it is; so does the chat
+ *    operation's 200 (its `chat.completion.chunk`s, when [chat] allow_streaming is on).
  *  - every error response shows the answers that status really has for that operation
  *    (errorExamples), instead of one shared example.
  */
@@ -64,6 +65,7 @@ export function polishOpenApiDocument(input: unknown, settings: ErrorExampleSett
     }
   }
   describeImageStreams(paths);
+  describeChatStream(paths);
   describeImageDownload(paths);
   addErrorExamples(paths, errorExamples(settings));
   return fixed;
@@ -141,6 +143,56 @@ function describeImageStreams(paths: JsonObject): void {
       accepted.headers = { Location: { description: "/v1/images/tasks/{id}", schema: { type: "string" } } };
     }
   }
+}
+
+/** The chat operation's streamed 200: OpenAI's chat.completion.chunk events. */
+function describeChatStream(paths: JsonObject): void {
+  const item = paths["/v1/chat/completions"];
+  const post = isObject(item) ? item.post : undefined;
+  const ok = isObject(post) && isObject(post.responses) ? post.responses["200"] : undefined;
+  if (!isObject(ok) || !isObject(ok.content)) return;
+  const toolCallPiece: JsonObject = {
+    type: "object",
+    required: ["index"],
+    properties: { index: { type: "integer" }, id: { type: "string" }, type: { const: "function" }, function: { type: "object", properties: { name: { type: "string" }, arguments: { type: "string" } } } },
+  };
+  ok.description = "The chat completion (JSON), or with `stream: true` (when [chat] allow_streaming is on) the server-sent chunks.";
+  ok.content["text/event-stream"] = {
+    schema: {
+      description:
+        "Server-sent events of one `data:` line each: `chat.completion.chunk` objects (the first with `delta.role`, then pieces of `delta.content` " +
+        "or `delta.tool_calls`, then one with `finish_reason`, then with `stream_options.include_usage` one with `usage` and empty `choices`), " +
+        "then the line `data: [DONE]`. A failure after the first chunk is `data: {\"error\": {…}}` and the stream ends without `[DONE]`. " +
+        "A comment line at least every 15 s keeps proxies from closing the stream.",
+      oneOf: [
+        {
+          type: "object",
+          title: "chat.completion.chunk",
+          required: ["id", "object", "created", "model", "choices"],
+          properties: {
+            id: { type: "string" },
+            object: { const: "chat.completion.chunk" },
+            created: { type: "integer" },
+            model: { type: "string" },
+            choices: {
+              type: "array",
+              items: {
+                type: "object",
+                properties: {
+                  index: { type: "integer" },
+                  delta: { type: "object", properties: { role: { const: "assistant" }, content: { type: "string" }, tool_calls: { type: "array", items: toolCallPiece } } },
+                  logprobs: { type: "null" },
+                  finish_reason: { anyOf: [{ enum: ["stop", "length", "content_filter", "tool_calls"] }, { type: "null" }] },
+                },
+              },
+            },
+            usage: { type: "object", properties: { prompt_tokens: { type: "integer" }, completion_tokens: { type: "integer" }, total_tokens: { type: "integer" } } },
+          },
+        },
+        { type: "object", title: "error", required: ["error"], properties: { error: { $ref: "#/components/schemas/ErrorResponse/properties/error" } } },
+      ],
+    },
+  };
 }
 
 function describeImageDownload(paths: JsonObject): void {

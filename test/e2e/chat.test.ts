@@ -581,3 +581,207 @@ test("the OpenAPI document describes the route with request, response and error 
   const reply = doc.components.schemas.ChatCompletion as { properties: { choices: { items: { properties: { message: { properties: Record<string, unknown> } } } } } };
   expect(reply.properties.choices.items.properties.message.properties).toHaveProperty("tool_calls");
 });
+
+describe("streaming ([chat] allow_streaming = true)", () => {
+  const STREAM_KEY = "sk-upstream-chat-stream-0123456789abcdef";
+  const HEARTBEAT_MS = 40;
+  const streamFake = startFakeOpenAI();
+  let streaming: TestServer;
+  let streamer: { userId: number; key: string };
+  let openai: OpenAI;
+
+  beforeAll(async () => {
+    streaming = await startTestServer({
+      toml: `
+[server]
+stream_heartbeat_ms = ${HEARTBEAT_MS}
+
+[limits]
+generation_timeout_ms = 1500
+
+[chat]
+allow_streaming = true
+
+[[upstreams]]
+id = "oa"
+kind = "openai"
+base_url = "${streamFake.url}/v1"
+max_attempts = 3
+accounts = [{ id = "main", api_key = "${STREAM_KEY}" }]
+
+[[models]]
+id = "up-chat"
+kind = "chat"
+upstream = "oa"
+upstream_model = "gpt-up"
+`,
+    });
+    streamer = await streaming.userWithKey({ credits: 0 });
+    openai = new OpenAI({ apiKey: streamer.key, baseURL: `${streaming.url}/v1`, maxRetries: 0 });
+  });
+
+  afterAll(async () => {
+    await streaming?.close();
+    await streamFake.stop();
+  });
+
+  const rowOf = async (id: string) => {
+    for (let i = 0; i < 200; i++) {
+      const row = streaming.services.store.requests.list({ userId: streamer.userId }).find((r) => r.id === id);
+      if (row) return row;
+      await Bun.sleep(10);
+    }
+    throw new Error(`no history row ${id}`);
+  };
+
+  test("builtin-chat streams its reply in chunks that the openai client iterates to the end; the history row is written", async () => {
+    const stream = await openai.chat.completions.create({ model: "builtin-chat", messages: [{ role: "user", content: "stream me a fairly long reply" }], stream: true, stream_options: { include_usage: true } });
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? "").join("");
+    expect(text).toBe("You said: stream me a fairly long reply");
+    expect(chunks.filter((c) => c.choices[0]?.delta.content).length).toBeGreaterThan(3);
+    expect(chunks[0]!.choices[0]!.delta.role).toBe("assistant");
+    expect(new Set(chunks.map((c) => c.id)).size).toBe(1);
+    expect(chunks.every((c) => c.object === "chat.completion.chunk" && c.model === "builtin-chat")).toBe(true);
+    const finish = chunks.find((c) => c.choices[0]?.finish_reason);
+    expect(finish!.choices[0]!.finish_reason).toBe("stop");
+    const usage = chunks.at(-1)!.usage!;
+    expect(chunks.at(-1)!.choices).toEqual([]);
+    expect(usage.completion_tokens).toBeGreaterThan(0);
+    expect(await rowOf(chunks[0]!.id)).toMatchObject({ status: "succeeded", kind: "chat", prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens });
+  });
+
+  test("an upstream's stream passes through: stream and include_usage sent, text chunks relayed, usage recorded", async () => {
+    streamFake.reset();
+    const stream = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "developer", content: "brief" }, { role: "user", content: "tell me about kettles" }], stream: true });
+    let text = "";
+    let id = "";
+    let pieces = 0;
+    for await (const chunk of stream) {
+      id = chunk.id;
+      if (chunk.choices[0]?.delta.content) pieces++;
+      text += chunk.choices[0]?.delta.content ?? "";
+      // Without include_usage from the client, no usage chunk reaches it.
+      expect(chunk.usage ?? null).toBeNull();
+    }
+    expect(text).toBe("echo: tell me about kettles");
+    expect(pieces).toBeGreaterThan(2);
+    expect(streamFake.received[0]!.json).toMatchObject({ model: "gpt-up", stream: true, stream_options: { include_usage: true }, messages: [{ role: "system", content: "brief" }, { role: "user", content: "tell me about kettles" }] });
+    expect(await rowOf(id)).toMatchObject({ status: "succeeded", prompt_tokens: 7, completion_tokens: 3, upstream_id: "oa", account_id: "main" });
+  });
+
+  test("an upstream that sends no usage: the history row's token counts are null, not 0", async () => {
+    streamFake.reset();
+    streamFake.queueFaults(STREAM_KEY, { kind: "variant", name: "no-usage" });
+    const stream = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "hi" }], stream: true, stream_options: { include_usage: true } });
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.some((c) => c.usage)).toBe(false);
+    expect(await rowOf(chunks[0]!.id)).toMatchObject({ status: "succeeded", prompt_tokens: null, completion_tokens: null });
+  });
+
+  test("streamed tool calls: the openai client's stream helper assembles them, finish_reason tool_calls", async () => {
+    streamFake.reset();
+    const tools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { query: { type: "string" } } } } }];
+    const final = await openai.chat.completions.stream({ model: "up-chat", messages: [{ role: "user", content: "find red kettles" }], tools }).finalChatCompletion();
+    expect(streamFake.received[0]!.json).toMatchObject({ tools, stream: true });
+    const choice = final.choices[0]!;
+    expect(choice.finish_reason).toBe("tool_calls");
+    const call = choice.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call).toMatchObject({ id: expect.stringMatching(/^call_fake_/), type: "function", function: { name: "lookup", arguments: JSON.stringify({ query: "find red kettles" }) } });
+  });
+
+  test("a key the upstream echoes is redacted even when it arrives split across chunks", async () => {
+    streamFake.reset();
+    const stream = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: `my key is ${STREAM_KEY} ok` }], stream: true });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    expect(text).toBe("echo: my key is [redacted] ok");
+  });
+
+  test("an upstream failure mid-stream ends it with an error event the client raises; not retried; recorded as failed", async () => {
+    streamFake.reset();
+    streamFake.queueFaults(STREAM_KEY, { kind: "stream-error", message: "the model crashed" });
+    const stream = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "a reply that breaks" }], stream: true });
+    let text = "";
+    let id = "";
+    const error = await (async () => {
+      for await (const chunk of stream) {
+        id = chunk.id;
+        text += chunk.choices[0]?.delta.content ?? "";
+      }
+    })().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as InstanceType<typeof OpenAI.APIError>).message).toContain("the model crashed");
+    expect(text.length).toBeGreaterThan(0);
+    // Part of the reply was already passed on: another attempt would send it twice.
+    expect(streamFake.received).toHaveLength(1);
+    expect(await rowOf(id)).toMatchObject({ status: "failed", error_code: "upstream_error" });
+  });
+
+  test("on the wire: data lines, a heartbeat comment while the upstream is quiet, [DONE] last", async () => {
+    streamFake.reset();
+    streamFake.setEventGapMs(HEARTBEAT_MS * 3);
+    const res = await fetch(`${streaming.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${streamer.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "up-chat", messages: [{ role: "user", content: "slow" }], stream: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toStartWith("text/event-stream");
+    const body = await res.text();
+    expect(body).toContain(": keep-alive\n\n");
+    expect(body).toEndWith("data: [DONE]\n\n");
+    const data = body.split("\n\n").filter((e) => e.startsWith("data: ") && e !== "data: [DONE]");
+    expect(data.map((e) => (JSON.parse(e.slice(6)) as OpenAI.ChatCompletionChunk).choices[0]?.delta.content ?? "").join("")).toBe("echo: slow");
+    streamFake.setEventGapMs(0);
+  });
+
+  test("past generation_timeout_ms the stream ends with a timeout error event and no [DONE]", async () => {
+    streamFake.reset();
+    streamFake.setEventGapMs(300);
+    const res = await fetch(`${streaming.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${streamer.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "up-chat", messages: [{ role: "user", content: "x".repeat(60) }], stream: true }),
+    });
+    const abandonedBefore = streamFake.chatStreamsAbandoned;
+    const body = await res.text();
+    expect(body).not.toContain("[DONE]");
+    const last = body.trim().split("\n\n").at(-1)!;
+    expect(JSON.parse(last.slice("data: ".length))).toMatchObject({ error: { code: "timeout", type: expect.any(String), message: expect.any(String) } });
+    // The deadline aborted the upstream request too.
+    for (let i = 0; i < 200 && streamFake.chatStreamsAbandoned === abandonedBefore; i++) await Bun.sleep(10);
+    expect(streamFake.chatStreamsAbandoned).toBe(abandonedBefore + 1);
+    streamFake.setEventGapMs(0);
+  });
+
+  test("a client that disconnects mid-stream aborts the upstream request; the row says client_disconnected", async () => {
+    streamFake.reset();
+    streamFake.setEventGapMs(50);
+    const abandonedBefore = streamFake.chatStreamsAbandoned;
+    const stream = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "y".repeat(80) }], stream: true });
+    let id = "";
+    let seen = 0;
+    for await (const chunk of stream) {
+      id = chunk.id;
+      if (++seen === 3) break; // leaving the loop aborts the client's request
+    }
+    for (let i = 0; i < 200 && streamFake.chatStreamsAbandoned === abandonedBefore; i++) await Bun.sleep(10);
+    expect(streamFake.chatStreamsAbandoned).toBe(abandonedBefore + 1);
+    expect(await rowOf(id)).toMatchObject({ status: "failed", error_code: "client_disconnected" });
+    streamFake.setEventGapMs(0);
+  });
+
+  test("refusals before the engine starts are the usual JSON errors with their status", async () => {
+    const res = await fetch(`${streaming.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${streamer.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }], stream: true, tools: [{ type: "function", function: { name: "f" } }] }),
+    });
+    expect(res.status).toBe(400);
+    expect(res.headers.get("content-type")).toStartWith("application/json");
+    expect(((await res.json()) as ErrorBody).error).toMatchObject({ param: "tools", code: "tools_unsupported" });
+  });
+});

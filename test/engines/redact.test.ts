@@ -208,3 +208,43 @@ describe("where the pool and the status views apply it", () => {
     expect(view[0]!.accounts[0]!.disabled_reason).toBe(`Incorrect API key provided: ${REDACTED}`);
   });
 });
+
+describe("answerStream: an answer redacted as it arrives in pieces", () => {
+  const secret = "sk-stream-secret-0123456789abcdef";
+  const redactor = new SecretRedactor([secret]);
+  const streamed = (pieces: string[]) => {
+    const s = redactor.answerStream();
+    return pieces.map((p) => s.push(p)).join("") + s.end();
+  };
+  const splitAt = (text: string, cuts: number[]) => {
+    const at = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+    return [0, ...at].map((from, i) => text.slice(from, at[i] ?? text.length));
+  };
+
+  test("a secret split across pieces (even one character each) is removed like a whole one", () => {
+    const text = `key: ${secret}, part ${secret.slice(4, 14)} end`;
+    expect(streamed([...text])).toBe(redactor.answer(text));
+    expect(streamed([...text])).toBe(`key: ${REDACTED}, part ${REDACTED} end`);
+  });
+
+  test("any split of any text gives what answer() gives for the whole, with no fragment left", () => {
+    const pieceOf = fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom(secret, secret.slice(0, 9), secret.slice(-11), "😀", "é"));
+    fc.assert(
+      fc.property(fc.array(pieceOf, { maxLength: 12 }), fc.array(fc.nat(), { maxLength: 8 }), (parts, cuts) => {
+        const text = parts.join("");
+        const out = streamed(splitAt(text, cuts));
+        expect(redactor.leaks(out)).toBe(false);
+        expect(out).toBe(redactor.answer(text));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test("a piece is held back only until FRAGMENT_CHARS - 1 characters follow it, and never splits a surrogate pair", () => {
+    const s = redactor.answerStream();
+    expect(s.push("hello")).toBe("");
+    expect(s.push(" world")).toBe("hell");
+    expect(s.push("😀abcdef")).toBe("o world");
+    expect(s.end()).toBe("😀abcdef");
+  });
+});

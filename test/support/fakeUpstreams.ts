@@ -264,7 +264,8 @@ export function startFakeOpenAI(): FakeOpenAI {
         const reply = fakeChatReply(req.json ?? {}, ++n);
         if (req.json?.stream === true) {
           const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
-          return streamedChat(reply, req.json, _request, { gapMs: eventGapMs, failure, abandoned: () => chatStreamsAbandoned++ });
+          const usage = !variant?.startsWith("no-usage");
+          return streamedChat(reply, req.json, _request, { gapMs: eventGapMs, failure, usage, abandoned: () => chatStreamsAbandoned++ });
         }
         return Response.json({
           id: "chatcmpl-fake",
@@ -347,13 +348,14 @@ function fakeChatReply(json: Record<string, unknown>, n: number): FakeChatReply 
  * A streamed chat answer as OpenAI sends it: `data: <chat.completion.chunk>` lines (the role
  * first, the content in pieces of 4 characters or the tool call as a name and then argument
  * fragments, the finish reason), a usage chunk when stream_options.include_usage, then
- * `data: [DONE]`. With `failure` it sends two pieces and then `data: {"error": …}` and ends.
+ * `data: [DONE]`. With `failure` it sends two pieces and then `data: {"error": …}` and ends;
+ * without `usage` (the fault variant "no-usage") it leaves the usage chunk out.
  */
 function streamedChat(
   reply: FakeChatReply,
   json: Record<string, unknown>,
   request: Request,
-  opts: { gapMs: number; failure: string | undefined; abandoned: () => void },
+  opts: { gapMs: number; failure: string | undefined; usage: boolean; abandoned: () => void },
 ): Response {
   const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) =>
     ({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1, model: String(json.model), choices: [{ index: 0, delta, finish_reason: finish }], ...extra });
@@ -369,7 +371,7 @@ function streamedChat(
   }
   chunks.push(chunk({}, reply.finishReason));
   const options = json.stream_options as { include_usage?: boolean } | undefined;
-  if (options?.include_usage) chunks.push({ ...chunk({}), choices: [], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } });
+  if (options?.include_usage && opts.usage) chunks.push({ ...chunk({}), choices: [], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } });
   const lines = opts.failure === undefined ? [...chunks.map((c) => JSON.stringify(c)), "[DONE]"] : [...chunks.slice(0, 3).map((c) => JSON.stringify(c)), JSON.stringify({ error: { message: opts.failure, type: "server_error", code: null } })];
   const encoder = new TextEncoder();
   let finished = false;

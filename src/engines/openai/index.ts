@@ -3,7 +3,9 @@
  * Ollama for chat). Each attempt is translate (translate.ts) → send (transport.ts) → read the
  * answer (parse.ts), run by the upstream's account pool:
  *
- * - chat → POST {base_url}/chat/completions, params passed through, model mapped;
+ * - chat → POST {base_url}/chat/completions, params (tools, tool_choice, …) passed through,
+ *   model mapped; a streamed job is sent with `stream: true` and its chunks passed on as they
+ *   come (chatStream.ts), an upstream that answers JSON instead passed on whole;
  * - generation without references → POST /images/generations (JSON);
  * - generation with references → POST /images/edits (multipart, one `image[]` part each),
  *   because the generations endpoint takes no images;
@@ -26,7 +28,8 @@ import { MAX_UPSTREAM_MESSAGE_CHARS, SecretRedactor } from "../redact";
 import { checkUpstreamImage, decodeBase64Image, upstreamPartial, type ServerSentEvent } from "../upstreamHttp";
 import { parseChatAnswer, parseImageAnswer, parseImageStreamEvent } from "./parse";
 import { chatBody, editForm, imageFields, imageRoute, streamedFields, type ImageRoute } from "./translate";
-import { CHAT_PATH, IMAGE_PATHS, OpenAITransport } from "./transport";
+import { CHAT_PATH, CHAT_STREAM_LIMITS, IMAGE_PATHS, OpenAITransport } from "./transport";
+import { passOnWhole, replyFromChunks } from "./chatStream";
 import { AttemptFailure } from "../pool";
 import { partialsWanted, reportProgress } from "../progress";
 import type { Clock } from "../../core/clock";
@@ -46,7 +49,16 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
 
   async chat(job: ChatJob): Promise<ChatResult> {
     const json = JSON.stringify(chatBody(job));
-    const { value, trace } = await this.pool.run(async (ctx) => this.redactedReply(parseChatAnswer(await this.transport.postJson(ctx, CHAT_PATH, json))), job.signal);
+    const onDelta = job.onDelta;
+    const { value, trace } = await this.pool.run(async (ctx) => {
+      if (!onDelta) return this.redactedReply(parseChatAnswer(await this.transport.postJson(ctx, CHAT_PATH, json)));
+      const answer = await this.transport.postStreamed(ctx, CHAT_PATH, json, CHAT_STREAM_LIMITS);
+      if ("events" in answer) return replyFromChunks(answer.events, onDelta, this.redactor);
+      // An upstream that does not stream answered the whole reply at once.
+      const reply = this.redactedReply(parseChatAnswer(answer.json));
+      passOnWhole(reply, onDelta);
+      return reply;
+    }, job.signal);
     return { ...value, trace };
   }
 

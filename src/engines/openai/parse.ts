@@ -105,3 +105,64 @@ function parseToolCalls(value: unknown): ChatToolCall[] | undefined {
   });
   return calls.length ? calls : undefined;
 }
+
+/**
+ * One event of a streamed chat answer (OpenAI's `chat.completion.chunk`s, then `[DONE]`): the
+ * pieces of choices[0].delta, its finish reason, the usage chunk, or an error the upstream
+ * sent instead of the next chunk.
+ */
+export type ChatStreamEvent =
+  | { kind: "done" }
+  | { kind: "error"; message: string }
+  | { kind: "chunk"; content?: string; toolCalls: ChatToolCallPiece[]; finishReason?: ChatResult["finishReason"]; usage?: ChatResult["usage"] };
+
+/** A fragment of a tool call as streamed: `index` says which; id and name come with its first fragment. */
+export interface ChatToolCallPiece {
+  index: number;
+  id?: string;
+  name?: string;
+  arguments?: string;
+}
+
+export function parseChatStreamEvent(sse: ServerSentEvent): ChatStreamEvent {
+  if (sse.data.trim() === "[DONE]") return { kind: "done" };
+  let data: unknown;
+  try {
+    data = JSON.parse(sse.data);
+  } catch {
+    throw new AttemptFailure("failed", "upstream streamed a chat chunk that is not JSON");
+  }
+  if (!isPlainObject(data)) throw new AttemptFailure("failed", "upstream streamed a chat chunk that is not an object");
+  if (sse.event === "error" || (data.error !== undefined && data.error !== null)) {
+    const err = isPlainObject(data.error) ? data.error : data;
+    return { kind: "error", message: typeof err.message === "string" ? err.message : "the upstream sent an error event" };
+  }
+  const usage = parseUsage(data.usage);
+  const choice = Array.isArray(data.choices) ? (data.choices.find((c) => isPlainObject(c) && (c.index ?? 0) === 0) as unknown) : undefined;
+  const delta = isPlainObject(choice) && isPlainObject(choice.delta) ? choice.delta : {};
+  if (delta.content !== undefined && delta.content !== null && typeof delta.content !== "string") throw new AttemptFailure("failed", "upstream streamed chat content that is not text");
+  const toolCalls = Array.isArray(delta.tool_calls) ? delta.tool_calls.map(parseToolCallPiece) : [];
+  return {
+    kind: "chunk",
+    ...(typeof delta.content === "string" && delta.content !== "" ? { content: delta.content } : {}),
+    toolCalls,
+    ...(isPlainObject(choice) && typeof choice.finish_reason === "string" ? { finishReason: finishReasonOf(choice.finish_reason) } : {}),
+    ...(usage ? { usage } : {}),
+  };
+}
+
+function parseToolCallPiece(value: unknown): ChatToolCallPiece {
+  if (!isPlainObject(value) || typeof value.index !== "number" || !Number.isInteger(value.index) || value.index < 0 || value.index > 1023) {
+    throw new AttemptFailure("failed", "upstream streamed a tool call fragment without a valid index");
+  }
+  const fn = isPlainObject(value.function) ? value.function : {};
+  const text = (v: unknown) => (typeof v === "string" ? v : undefined);
+  const piece: ChatToolCallPiece = { index: value.index };
+  const id = text(value.id);
+  const name = text(fn.name);
+  const args = text(fn.arguments);
+  if (id !== undefined) piece.id = id;
+  if (name !== undefined) piece.name = name;
+  if (args !== undefined) piece.arguments = args;
+  return piece;
+}

@@ -11,14 +11,16 @@ const OWN_CHAT_FIELDS = new Set(["model", "messages", "stream", "stream_options"
 
 /**
  * The JSON body of /chat/completions: the client's parameters (tools and tool_choice among
- * them), our model, the messages in OpenAI's shape, no stream.
+ * them), our model, the messages in OpenAI's shape. A streamed job asks for server-sent
+ * chunks and for the usage chunk at their end, so the history can record the token counts.
  */
 export function chatBody(job: ChatJob): Record<string, unknown> {
   const body: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(job.params)) if (!OWN_CHAT_FIELDS.has(k) && v !== undefined) body[k] = v;
   body.model = job.model.upstreamModel;
   body.messages = job.messages.map(wireMessage);
-  body.stream = false;
+  body.stream = job.onDelta !== undefined;
+  if (job.onDelta) body.stream_options = { include_usage: true };
   return body;
 }
 

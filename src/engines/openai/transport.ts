@@ -22,6 +22,12 @@ export const REJECT_STATUSES = [400, 413, 415, 422];
 /** A streamed request's whole answer (a few partials and the image, as base64) at most this big. */
 const MAX_STREAM_BYTES = 256 * 1024 * 1024;
 
+/**
+ * A streamed chat answer's bounds: one chunk (a piece of text or of a tool call's arguments)
+ * at most 1 MiB, the whole stream at most 32 MiB, far beyond any reply a token limit allows.
+ */
+export const CHAT_STREAM_LIMITS = { maxEventChars: 1024 * 1024, maxTotalBytes: 32 * 1024 * 1024 };
+
 /** What a request sent with `stream: true` got back: events, or one JSON answer from an upstream that does not stream. */
 export type StreamedAnswer = { events: AsyncGenerator<ServerSentEvent> } | { json: unknown };
 
@@ -52,16 +58,20 @@ export class OpenAITransport {
   }
 
   /**
-   * POSTs an image request sent with `stream: true` (a JSON body, or a FormData whose
-   * Content-Type fetch writes). One event may carry an image as large as a download may be.
+   * POSTs a request sent with `stream: true` (a JSON body, or a FormData whose Content-Type
+   * fetch writes); the events are read within `limits` (an image stream's by default).
    */
-  async postStreamed(ctx: AttemptContext, path: string, body: string | FormData): Promise<StreamedAnswer> {
+  async postStreamed(ctx: AttemptContext, path: string, body: string | FormData, limits = this.imageStreamLimits()): Promise<StreamedAnswer> {
     const contentType: Record<string, string> = typeof body === "string" ? { "content-type": "application/json" } : {};
     const call = this.call(ctx, path, body, { ...contentType, accept: "text/event-stream, application/json" });
     const res = await callUpstream(call);
     if (!(res.headers.get("content-type") ?? "").toLowerCase().startsWith("text/event-stream")) return { json: await readJson(res, call) };
-    const maxEventChars = Math.ceil((this.upstream.max_download_bytes * 4) / 3) + 64 * 1024;
-    return { events: readServerSentEvents(res, { maxEventChars, maxTotalBytes: MAX_STREAM_BYTES }, call) };
+    return { events: readServerSentEvents(res, limits, call) };
+  }
+
+  /** An image stream's bounds: one event may carry an image as large as a download may be. */
+  private imageStreamLimits() {
+    return { maxEventChars: Math.ceil((this.upstream.max_download_bytes * 4) / 3) + 64 * 1024, maxTotalBytes: MAX_STREAM_BYTES };
   }
 
   private post(ctx: AttemptContext, path: string, body: BodyInit, contentType: Record<string, string>): Promise<unknown> {

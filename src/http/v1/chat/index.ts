@@ -8,7 +8,7 @@
 import { Elysia } from "elysia";
 import { CHAT_LIMITS, chatMessagesFrom, chatParamsFrom, findChatRuleViolation } from "../../../core/chatRequest";
 import type { ChatMessage, ChatResult } from "../../../core/engine";
-import { runChatRequest, type ChatFlowDeps } from "../../../core/chatRequests";
+import { runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../../core/chatRequests";
 import { newTimeOrderedId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
 import type { Services } from "../../../services";
@@ -20,6 +20,7 @@ import { metaOf } from "../../requestMeta";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { ChatCompletion, ChatCompletionRequest } from "./model";
 import { normalizeBody } from "./parse";
+import { streamChatAnswer, type ChatStreamDeps } from "./stream";
 
 type ChatDeps = Pick<Services, "config" | "store" | "logger" | "clock" | "catalog" | "auth" | "background" | "engines" | "gates">;
 
@@ -55,6 +56,23 @@ export function chatRoutes(deps: ChatDeps) {
     generationTimeoutMs: deps.config.limits.generation_timeout_ms,
     describeFailure,
   };
+  const streaming: ChatStreamDeps = { flow, logger: deps.logger, heartbeatMs: deps.config.server.stream_heartbeat_ms };
+  const allowStreaming = deps.config.chat.allow_streaming;
+
+  /** The whole reply as one chat.completion. */
+  async function completion(chat: ChatRequest, created: number, signal: AbortSignal) {
+    const { result } = await runChatRequest(flow, chat, signal);
+    // An engine that reports no usage answers 0s: the interface's usage object is not optional.
+    const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
+    return {
+      id: chat.requestId,
+      object: "chat.completion" as const,
+      created,
+      model: chat.model.id,
+      choices: [{ index: 0, message: replyMessage(result), logprobs: null, finish_reason: result.finishReason }],
+      usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    };
+  }
 
   return new Elysia({ name: "v1.chat", prefix: "/v1" })
     .use(sharedModels)
@@ -62,8 +80,9 @@ export function chatRoutes(deps: ChatDeps) {
     .use(apiAuth(deps.auth))
     .post(
       "/chat/completions",
-      async ({ body, principal, request }) => {
-        const violation = findChatRuleViolation(body, { allowStreaming: false });
+      // Not async: a streamed answer (a Response) and a completion are two promise types, which Elysia accepts apart.
+      ({ body, principal, request }) => {
+        const violation = findChatRuleViolation(body, { allowStreaming });
         if (violation) throw badRequest(violation.message, violation.param, violation.code);
         const model = catalog.get(body.model);
         if (!model) throw modelNotFound(body.model);
@@ -75,29 +94,18 @@ export function chatRoutes(deps: ChatDeps) {
         metaOf(request).recordId = id;
         const created = Math.floor(clock() / 1000);
         const messages = chatMessagesFrom(body.messages);
-        const { result } = await runChatRequest(
-          flow,
-          {
-            requestId: id,
-            userId: principal.userId,
-            keyId: principal.keyId,
-            model,
-            messages,
-            params: chatParamsFrom(body),
-            historyPrompt: historyPromptOf(messages),
-          },
-          request.signal,
-        );
-        // An engine that reports no usage answers 0s: the interface's usage object is not optional.
-        const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
-        return {
-          id,
-          object: "chat.completion" as const,
-          created,
-          model: model.id,
-          choices: [{ index: 0, message: replyMessage(result), logprobs: null, finish_reason: result.finishReason }],
-          usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+        const chat: ChatRequest = {
+          requestId: id,
+          userId: principal.userId,
+          keyId: principal.keyId,
+          model,
+          messages,
+          params: chatParamsFrom(body),
+          historyPrompt: historyPromptOf(messages),
         };
+        // findChatRuleViolation let `stream: true` through only when [chat] allow_streaming is on.
+        if (body.stream === true) return streamChatAnswer(streaming, chat, { created, includeUsage: body.stream_options?.include_usage === true }, request.signal);
+        return completion(chat, created, request.signal);
       },
       {
         // acceptApiBody always answers (a body or an error), so the trailing "json" never runs: it is
@@ -115,7 +123,8 @@ export function chatRoutes(deps: ChatDeps) {
             `(joined with a line break; image, audio and file parts answer 400 \`unsupported_content_part\`), at most ${CHAT_LIMITS.maxTotalChars} characters ` +
             "in total, the last one from the user or a tool. `developer` messages are read as `system`. `tools` and `tool_choice` pass to " +
             "OpenAI-compatible upstreams, whose tool calls come back in `message.tool_calls` (builtin-chat answers 400 `tools_unsupported`). " +
-            "`stream: true` answers 400 `stream_unsupported` unless the server enables `[chat] allow_streaming`; " +
+            "`stream: true` answers 400 `stream_unsupported` unless the server enables `[chat] allow_streaming`, then server-sent " +
+            "`chat.completion.chunk` events ending in `data: [DONE]` (or `data: {\"error\": …}` if the engine fails mid-reply); " +
             "`n` must be 1. At most [limits] chat_concurrency chat requests run at once; more get 429 `concurrency_limit_exceeded` with retry-after.",
           security: bearerSecurity,
           operationId: "createChatCompletion",

@@ -31,6 +31,7 @@ import { apiErrorOf } from "../../errorMapping";
 import { serverError } from "../../errors";
 import { OUTPUT_FORMAT } from "../../../core/imageResult";
 import { toBase64 } from "../../../core/bytes";
+import { EventStream, eventStreamResponse } from "../../eventStream";
 
 export interface ImageStreamDeps {
   flow: ImageFlowDeps;
@@ -118,15 +119,7 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
     )
     .finally(() => stream.close());
 
-  return new Response(stream.readable, {
-    status: 200,
-    headers: {
-      "content-type": "text/event-stream; charset=utf-8",
-      "cache-control": "no-cache",
-      // nginx would otherwise hold the events back until its buffer fills.
-      "x-accel-buffering": "no",
-    },
-  });
+  return eventStreamResponse(stream);
 }
 
 /** The engine lookup, telling when a generation reaches its engine (which the flow calls only after the charge). */
@@ -169,73 +162,3 @@ function backgroundOf(value: unknown): "transparent" | "opaque" | "auto" {
 
 
 function noop(): void {}
-
-const encoder = new TextEncoder();
-
-/**
- * The body of a server-sent-event answer. Writes after the end (the client went away, or the
- * stream closed) are dropped; nothing here throws.
- */
-class EventStream {
-  readonly readable: ReadableStream<Uint8Array>;
-  private controller: ReadableStreamDefaultController<Uint8Array> | undefined;
-  private heartbeat: ReturnType<typeof setTimeout> | undefined;
-  private beating = false;
-  closed = false;
-
-  constructor(private readonly heartbeatMs: number) {
-    this.readable = new ReadableStream<Uint8Array>({
-      start: (controller) => {
-        this.controller = controller;
-      },
-      // The client went away: stop writing (the generation itself goes on).
-      cancel: () => this.stop(),
-    });
-  }
-
-  event(name: string, data: Record<string, unknown>): void {
-    // JSON never contains a raw line break, so one `data:` line carries it.
-    this.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
-  }
-
-  /**
-   * From now on a comment line goes out after every heartbeatMs of silence. One goes out at
-   * once: the runtime sends the status line and headers (x-request-id, the task's id) only
-   * with the first bytes, and a client should not wait for the first partial to get them.
-   */
-  startHeartbeat(): void {
-    this.beating = true;
-    this.write(": started\n\n");
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.stop();
-    try {
-      this.controller?.close();
-    } catch {
-      // already closed or errored by the runtime
-    }
-  }
-
-  private write(text: string): void {
-    if (this.closed || !this.controller) return;
-    try {
-      this.controller.enqueue(encoder.encode(text));
-    } catch {
-      this.stop();
-      return;
-    }
-    this.rearm();
-  }
-
-  private rearm(): void {
-    clearTimeout(this.heartbeat);
-    if (this.beating && !this.closed) this.heartbeat = setTimeout(() => this.write(": keep-alive\n\n"), this.heartbeatMs);
-  }
-
-  private stop(): void {
-    this.closed = true;
-    clearTimeout(this.heartbeat);
-  }
-}
