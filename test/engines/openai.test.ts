@@ -6,7 +6,7 @@ import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Config } from "../../src/config";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, type ChatDelta, type ChatJob, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
@@ -195,6 +195,65 @@ describe("chat tools", () => {
     const { registry, talk } = build();
     const out = await registry.chatEngine(talk)!.chat({ model: talk, messages: [{ role: "user", content: `use ${KEY_A}` }], params: { tools }, signal: new AbortController().signal });
     expect(out.toolCalls![0]!.function.arguments).toBe('{"query":"use [redacted]"}');
+  });
+});
+
+describe("streamed chat", () => {
+  const streamedJob = (talk: ReturnType<typeof build>["talk"], content: string, deltas: ChatDelta[]): ChatJob => ({
+    model: talk,
+    messages: [{ role: "user", content }],
+    params: { temperature: 0.5 },
+    signal: new AbortController().signal,
+    onDelta: (d) => deltas.push(d),
+  });
+
+  test("asks for a stream with usage; the pieces join to the result's content; usage read from the last chunk", async () => {
+    const { registry, talk } = build();
+    const deltas: ChatDelta[] = [];
+    const out = await registry.chatEngine(talk)!.chat(streamedJob(talk, "a streamed hello", deltas));
+    expect(fake.received[0]!.json).toEqual({ temperature: 0.5, model: "gpt-chat-up", messages: [{ role: "user", content: "a streamed hello" }], stream: true, stream_options: { include_usage: true } });
+    expect(deltas.length).toBeGreaterThan(2);
+    expect(deltas.map((d) => d.content ?? "").join("")).toBe("echo: a streamed hello");
+    expect(out).toMatchObject({ content: "echo: a streamed hello", finishReason: "stop", usage: { promptTokens: 7, completionTokens: 3 }, trace: { attempts: 1 } });
+  });
+
+  test("an upstream that answers JSON to a streamed request is passed on as one piece", async () => {
+    const { registry, talk } = build();
+    fake.setStreamMode("json");
+    const deltas: ChatDelta[] = [];
+    const out = await registry.chatEngine(talk)!.chat(streamedJob(talk, "no streams here", deltas));
+    expect(deltas).toEqual([{ content: "echo: no streams here" }]);
+    expect(out.content).toBe("echo: no streams here");
+  });
+
+  test("a failure before any piece is retried on another account; one after the first piece is final", async () => {
+    const { registry, talk } = build();
+    fake.queueFaults(KEY_A, { kind: "status", status: 500 });
+    const deltas: ChatDelta[] = [];
+    const ok = await registry.chatEngine(talk)!.chat(streamedJob(talk, "retry me", deltas));
+    expect(ok.trace).toMatchObject({ accountId: "b", attempts: 2 });
+    expect(deltas.map((d) => d.content ?? "").join("")).toBe("echo: retry me");
+
+    fake.reset();
+    fake.alwaysFault(KEY_A, { kind: "stream-error", message: "boom" });
+    fake.alwaysFault(KEY_B, { kind: "stream-error", message: "boom" });
+    const broken: ChatDelta[] = [];
+    const err = await registry.chatEngine(talk)!.chat(streamedJob(talk, "break me", broken)).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(String(err.message)).toContain("boom");
+    expect(broken.length).toBeGreaterThan(0);
+    expect(fake.received).toHaveLength(1);
+  });
+
+  test("streamed tool calls: the first fragment carries id, type and name; arguments arrive in pieces and are assembled", async () => {
+    const { registry, talk } = build();
+    const deltas: ChatDelta[] = [];
+    const job = streamedJob(talk, "kettles", deltas);
+    const out = await registry.chatEngine(talk)!.chat({ ...job, params: { tools: [{ type: "function", function: { name: "lookup" } }] } });
+    const pieces = deltas.flatMap((d) => d.toolCalls ?? []);
+    expect(pieces[0]).toMatchObject({ index: 0, id: expect.stringMatching(/^call_fake_/), type: "function", function: { name: "lookup" } });
+    expect(pieces.map((p) => p.function?.arguments ?? "").join("")).toBe('{"query":"kettles"}');
+    expect(out).toMatchObject({ content: null, finishReason: "tool_calls", toolCalls: [{ function: { name: "lookup", arguments: '{"query":"kettles"}' } }] });
   });
 });
 

@@ -262,7 +262,8 @@ export function startFakeOpenAI(): FakeOpenAI {
       if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "gpt-image-1", object: "model", created: 1, owned_by: "fake" }] });
       if (path === "/v1/chat/completions") {
         const reply = fakeChatReply(req.json ?? {}, ++n);
-        if (req.json?.stream === true) {
+        // streamMode "json": an upstream that ignores `stream` and answers one JSON document.
+        if (req.json?.stream === true && streamMode !== "json") {
           const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
           const usage = !variant?.startsWith("no-usage");
           return streamedChat(reply, req.json, _request, { gapMs: eventGapMs, failure, usage, abandoned: () => chatStreamsAbandoned++ });
