@@ -21,6 +21,7 @@ import { imagesRoutes } from "./http/v1/images";
 import { imageTasksRoutes } from "./http/v1/images/tasks";
 import { imageFilesRoutes } from "./http/files";
 import { workbenchRoutes } from "./http/workbench";
+import { browserNotFound } from "./http/workbench/notFoundPage";
 import type { Services } from "./services";
 import { DEFAULT_TOP_UP_MESSAGE } from "./config";
 import { VERSION } from "./version";
@@ -68,6 +69,10 @@ export function createApp(services: Services) {
         return [...new Set(matchers.filter((m) => m.test(path)).map((m) => m.method))];
       };
       const apiError = toApiError(error, request, logger, allowed, wording);
+      if (apiError.errorCode === "unknown_route") {
+        const page = browserNotFound(services, request);
+        if (page) return page;
+      }
       // The headers the cors plugin set for this request would otherwise be lost.
       return errorResponse(apiError, corsHeadersForError(request, pathOf(request)));
     })

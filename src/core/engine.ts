@@ -143,6 +143,8 @@ export interface ImageEngine {
    * the charge so such a request is a 400 that costs nothing.
    */
   inputProblem?(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null;
+  /** True when an edit's output always has the first image's size, whatever `size` asks (the playground then offers no Size for edits). */
+  readonly editKeepsImageSize?: boolean;
 }
 
 export interface ChatEngine {

@@ -294,7 +294,7 @@ describe("workbench in a real browser", () => {
     await row.getByLabel(`Note for ${userEmail}`).fill(`thanks ${XSS}`);
     await row.getByRole("button", { name: "Grant" }).click();
     await admin.waitForURL(/done=granted/);
-    await containsText(admin.getByRole("status"), "Credits granted");
+    await containsText(admin.getByRole("status"), `Granted 5 credits to ${userEmail}`);
     expect(Number(await admin.locator(`tr[data-user-email="${userEmail}"] [data-testid=credits]`).textContent())).toBe(before + 5);
     await shot(admin, "09-admin-users");
 

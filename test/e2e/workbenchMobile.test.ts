@@ -4,7 +4,9 @@
  * upstream accounts). On every page: every action in the main content is inside the viewport
  * after scrolling to it and is the element under its own centre (not covered), the page never
  * scrolls sideways, and table rows stay a sane height. The bar is one row on a phone and its
- * menu opens with the keyboard. Screenshots go to test-artifacts/mobile/ (look at them).
+ * menu opens with the keyboard. Then the small things: an HTML 404 for browsers, /setup while
+ * signed in, the credit notice naming whom and how much, the Edit tab's Size, the result
+ * scrolled into view, the chat kept across a reload. Screenshots go to test-artifacts/mobile/.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
@@ -228,6 +230,179 @@ describe("the workbench on a phone and a laptop", () => {
       expect(await page.locator(".who-line .badge").textContent()).toBe("admin");
       const bar = await page.locator("header.bar").boundingBox();
       expect(bar!.height).toBeLessThan(64);
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+});
+
+describe("the small things", () => {
+  test("a browser asking for a page that does not exist gets an HTML 404 in the workbench frame, at both sizes", async () => {
+    for (const size of ["phone", "laptop"] as const) {
+      for (const scheme of ["light", "dark"] as const) {
+        const { context, page } = await signedIn(user, size, scheme);
+        try {
+          const answer = await page.goto(`${server.url}/nope/<b>x</b>`);
+          expect(answer!.status()).toBe(404);
+          expect(answer!.headers()["content-type"]).toStartWith("text/html");
+          expect(await page.locator("h1").textContent()).toBe("Page not found");
+          // The path is shown as text, never markup; the signed-in bar is there to go on from.
+          expect(await page.locator("main [role=alert]").textContent()).toContain("/nope/%3Cb%3Ex%3C/b%3E");
+          expect(await page.locator("main b").count()).toBe(0);
+          expect(await page.locator("#balance").count()).toBe(1);
+          await shot(page, `${size}-${scheme}-404`);
+          await expectUsableLayout(page, size, "404");
+        } finally {
+          await context.close();
+        }
+      }
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("/setup while signed in says who is signed in, not 'Sign in'", async () => {
+    const { context, page } = await signedIn(admin, "phone", "light");
+    try {
+      const answer = await page.goto(`${server.url}/setup`);
+      expect(answer!.status()).toBe(410);
+      expect(await page.locator("main").textContent()).toContain(`you are signed in as ${admin.email}`);
+      expect(await page.locator("main").getByRole("link", { name: "Sign in" }).count()).toBe(0);
+      await page.locator("main").getByRole("link", { name: "Go to Admin" }).click();
+      await page.waitForURL(`${server.url}/admin`);
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("granting and deducting credits says to whom and how many; a hand-made notice link claims nothing", async () => {
+    const target = await server.userWithKey({ email: "grant-target@example.com", credits: 2, password: PASSWORD });
+    const { context, page } = await signedIn(admin, "phone", "light");
+    try {
+      await page.goto(`${server.url}/admin?q=grant-target`);
+      const row = page.locator('tr[data-user-email="grant-target@example.com"]');
+      await row.locator('input[name="amount"]').fill("5");
+      await row.getByRole("button", { name: "Grant credits to grant-target@example.com" }).click();
+      await page.waitForURL(/done=granted/);
+      expect(await page.locator("main [role=status]").first().textContent()).toBe("Granted 5 credits to grant-target@example.com; grant-target@example.com now has 7 credits.");
+      expect(server.balance(target.userId)).toBe(7);
+      await shot(page, "phone-light-admin-granted");
+
+      await page.locator('tr[data-user-email="grant-target@example.com"] input[name="amount"]').fill("1");
+      await page.getByRole("button", { name: "Deduct credits from grant-target@example.com" }).click();
+      await page.waitForURL(/done=deducted/);
+      expect(await page.locator("main [role=status]").first().textContent()).toBe("Deducted 1 credit from grant-target@example.com; grant-target@example.com now has 6 credits.");
+
+      // A link that names a ledger row of someone else, or none, gets only the plain notice.
+      const url = new URL(page.url());
+      url.searchParams.set("user", String(user.userId));
+      await page.goto(url.toString());
+      expect(await page.locator("main [role=status]").first().textContent()).toBe("Credits deducted.");
+      await page.goto(`${server.url}/admin?done=granted&user=${target.userId}&entry=999999`);
+      expect(await page.locator("main [role=status]").first().textContent()).toBe("Credits granted.");
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("the Edit tab offers no Size the model would ignore, and sends none; an upstream model gets its Size", async () => {
+    const { context, page } = await signedIn(user, "laptop", "light");
+    try {
+      await page.goto(`${server.url}/playground`);
+      await page.getByRole("tab", { name: "Edit" }).click();
+      await page.locator("#edit-model").selectOption("builtin-image");
+      expect(await page.locator("#edit-size").isVisible()).toBe(false);
+      expect(await page.locator("#edit-size-kept").textContent()).toContain("keep the image's size");
+      // The generate tab keeps its Size for the same model.
+      expect(await page.locator("#gen-size").count()).toBe(1);
+
+      // The multipart body's field names, as the page hands them to fetch (the wire body of a
+      // FormData with files is not visible to playwright's request events).
+      await page.evaluate(() => {
+        const w = window as unknown as { __fields?: string[]; fetch: (input: RequestInfo | URL, init?: RequestInit) => Promise<Response> };
+        const original = w.fetch.bind(window);
+        w.fetch = (input, init) => {
+          if (init?.body instanceof FormData) w.__fields = Array.from(init.body.keys());
+          return original(input, init);
+        };
+      });
+      const { makePng } = await import("../support/images");
+      await page.locator("#edit-image").setInputFiles({ name: "base.png", mimeType: "image/png", buffer: Buffer.from(makePng(96, 64)) });
+      await page.locator("#edit-prompt").fill("a starry sky");
+      await page.getByRole("button", { name: "Edit (1 credit)" }).click();
+      await page.locator("#edit-result img[data-image]").waitFor({ state: "visible", timeout: 30_000 });
+      const fields = await page.evaluate(() => (window as unknown as { __fields?: string[] }).__fields ?? []);
+      expect(fields).toContain("prompt");
+      expect(fields).toContain("model");
+      expect(fields).not.toContain("size");
+      expect(await page.locator("#edit-result [data-meta]").textContent()).toContain("96x64");
+
+      await page.locator("#edit-model").selectOption("acme-image");
+      expect(await page.locator("#edit-size").isVisible()).toBe(true);
+      expect(await page.locator("#edit-size-kept").isVisible()).toBe(false);
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("at 1280×800 a finished image is scrolled into view, Download included", async () => {
+    const { context, page } = await signedIn(user, "laptop", "light");
+    try {
+      await page.goto(`${server.url}/playground`);
+      await page.locator("#gen-prompt").fill("a lighthouse at dusk");
+      await page.locator("#gen-model").selectOption("builtin-image");
+      await page.locator("#gen-size").selectOption("1024x1024");
+      await page.getByRole("button", { name: "Generate (1 credit)" }).click();
+      const image = page.locator("#gen-result img[data-image]");
+      await image.waitFor({ state: "visible", timeout: 30_000 });
+      // Bounded wait for the scroll that follows the image's decode.
+      let inView = false;
+      for (let i = 0; i < 50 && !inView; i++) {
+        inView = await page.evaluate(() => {
+          const figure = document.querySelector("#gen-result [data-figure]")!.getBoundingClientRect();
+          const download = document.querySelector("#gen-result [data-download]")!.getBoundingClientRect();
+          return figure.top >= 0 && download.bottom <= innerHeight && (document.scrollingElement?.scrollTop ?? 0) > 0;
+        });
+        if (!inView) await Bun.sleep(100);
+      }
+      expect(inView).toBe(true);
+      await page.screenshot({ path: join(ARTIFACTS, "laptop-light-result-in-view.png") });
+    } finally {
+      await context.close();
+    }
+  }, TEST_TIMEOUT_MS);
+
+  test("the chat conversation survives a reload (sessionStorage, per user) and sign-out forgets it", async () => {
+    const { context, page } = await signedIn(user, "phone", "dark");
+    try {
+      await page.goto(`${server.url}/playground`);
+      await page.getByRole("tab", { name: "Chat" }).click();
+      await page.locator("#chat-input").fill("hello there");
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator("[data-chat-log] li.assistant").waitFor({ timeout: 30_000 });
+      const before = await page.locator("[data-chat-log] li").allTextContents();
+      expect(before.length).toBe(2);
+      expect(before[0]).toBe("hello there");
+
+      await page.reload();
+      await page.getByRole("tab", { name: "Chat" }).click();
+      expect(await page.locator("[data-chat-log] li").allTextContents()).toEqual(before);
+      await shot(page, "phone-dark-chat-after-reload");
+      expect(await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith("atelier.chat.")))).toEqual([`atelier.chat.${user.userId}`]);
+
+      // The conversation continues with its history: the next request carries all of it.
+      let sentMessages = 0;
+      page.on("request", (r) => {
+        if (r.url().endsWith("/v1/chat/completions")) sentMessages = (JSON.parse(r.postData() ?? "{}").messages ?? []).length;
+      });
+      await page.locator("#chat-input").fill("and again");
+      await page.getByRole("button", { name: "Send" }).click();
+      await page.locator("[data-chat-log] li.assistant").nth(1).waitFor({ timeout: 30_000 });
+      expect(sentMessages).toBe(3);
+
+      // Signing out (through the phone menu) forgets it.
+      await page.getByText("Menu", { exact: true }).click();
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.waitForURL(/\/signin/);
+      expect(await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith("atelier.chat.")))).toEqual([]);
     } finally {
       await context.close();
     }

@@ -302,7 +302,12 @@ describe("admin forms", () => {
     expect((await act(worker, `/admin/users/${w.id}/credits`, { _csrf: workerCsrf, amount: "50", op: "grant" })).status).toBe(403);
     expect(store.credits.balance(w.id)).toBe(2);
 
-    expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "5", op: "grant", note: "bonus" })).headers.get("location")).toBe("/admin?done=granted");
+    const granted = await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "5", op: "grant", note: "bonus" });
+    // The redirect names the ledger row it wrote, so the notice can say whom and how much.
+    const grantRow = store.credits.ledger(w.id, 1)[0]!;
+    expect(granted.headers.get("location")).toBe(`/admin?done=granted&user=${w.id}&entry=${grantRow.id}`);
+    const notice = await (await handle(granted.headers.get("location")!, { headers: { cookie: boss } })).text();
+    expect(notice).toContain(`Granted 5 credits to ${w.email}; ${w.email} now has 7 credits.`);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "3", op: "deduct" })).status).toBe(303);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "1.5", op: "grant" })).status).toBe(400);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "99", op: "deduct" })).status).toBe(400);

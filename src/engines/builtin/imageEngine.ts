@@ -30,6 +30,9 @@ export const BUILTIN_MAX_SIDE = 2048;
 export const BUILTIN_AUTO_SIZE = { width: 1024, height: 1024 } as const;
 
 export class BuiltinImageEngine implements ImageEngine {
+  /** See edit(): a masked edit keeps every unmasked pixel, so the output never changes size. */
+  readonly editKeepsImageSize = true;
+
   async generate(job: ImageJob): Promise<GeneratedImage> {
     const { width, height } = job.size ?? BUILTIN_AUTO_SIZE;
     if (!fits(width, BUILTIN_MIN_SIDE) || !fits(height, BUILTIN_MIN_SIDE)) {

@@ -40,6 +40,30 @@ export function adminRoutes(services: Services) {
   const usersPageFor = (v: Viewer, found: UserRow[], search: string, extra: { error?: string | null; notice?: string | null }, status: number) =>
     htmlResponse(adminUsersPage(v, { users: found.slice(0, USERS_SHOWN), more: found.length > USERS_SHOWN, search, storage: store.images.usageByUser(), ...extra }), status);
 
+  /**
+   * The redirect after a grant or deduction names the ledger row it wrote (`user`, `entry`); the
+   * notice is read back from that row, so it says whom and how much and a hand-made link cannot
+   * make it claim a change that did not happen. Unknown rows fall back to the plain notice.
+   */
+  const LEDGER_ROWS_SEARCHED = 20;
+  const creditNotice = (viewer: Viewer, query: Record<string, string | undefined>): string | null => {
+    if (query.done !== "granted" && query.done !== "deducted") return null;
+    const user = targetUser(query.user ?? "");
+    const entryId = Number(query.entry);
+    if (!user || !Number.isInteger(entryId)) return null;
+    const row = store.credits.ledger(user.id, LEDGER_ROWS_SEARCHED).find((l) => l.id === entryId);
+    if (!row || row.kind !== (query.done === "granted" ? "grant" : "deduct")) return null;
+    const t = viewer.t;
+    const n = Math.abs(row.amount);
+    const params = { amount: n, credits: t.plural("common.credits", n), email: user.email, balance: user.credits, balanceCredits: t.plural("common.credits", user.credits) };
+    return row.kind === "grant" ? t("admin.creditNotice.granted", params) : t("admin.creditNotice.deducted", params);
+  };
+  /** Where to go after a credit change: the users page, told which ledger row to describe. */
+  const afterCreditChange = (done: "granted" | "deducted", userId: number) => {
+    const entry = store.credits.ledger(userId, 1)[0];
+    return redirect(`/admin?done=${done}&user=${userId}${entry ? `&entry=${entry.id}` : ""}`);
+  };
+
   const targetUser = (raw: string) => {
     const id = Number(raw);
     return Number.isInteger(id) ? store.users.byId(id) : null;
@@ -50,7 +74,7 @@ export function adminRoutes(services: Services) {
     .get("/admin", ({ viewer, query }) => {
       const search = (query.q ?? "").slice(0, MAX_EMAIL_CHARS);
       const notice = NOTICES[query.done ?? ""];
-      return usersPage(viewer, search, { notice: notice ? viewer.t(notice) : null });
+      return usersPage(viewer, search, { notice: creditNotice(viewer, query) ?? (notice ? viewer.t(notice) : null) });
     }, { admin: true, ...hide })
     .post("/admin/users/:id/credits", ({ viewer, body, params }) => {
       const f = formFields(body);
@@ -72,11 +96,11 @@ export function adminRoutes(services: Services) {
           }
           throw e;
         }
-        return redirect("/admin?done=deducted");
+        return afterCreditChange("deducted", user.id);
       }
       if (f.op !== "grant") return usersPage(viewer, "", { error: viewer.t("admin.error.op") }, 400);
       store.credits.grant(user.id, amount, clock(), note, actor);
-      return redirect("/admin?done=granted");
+      return afterCreditChange("granted", user.id);
     }, { admin: true, ...hide })
     .post("/admin/users/:id/:action", ({ viewer, params }) => {
       const user = targetUser(params.id);

@@ -73,7 +73,7 @@ export function authRoutes(services: Services) {
       return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
     }, hide)
     .get("/setup", ({ request }) =>
-      htmlResponse(setupPage({ t: translatorFor(request), pending: setupOpen(), minPasswordLength: wb.min_password_length }), setupOpen() ? 200 : 410), hide)
+      htmlResponse(setupPage({ t: translatorFor(request), pending: setupOpen(), minPasswordLength: wb.min_password_length, viewer: viewerOf(services, request) }), setupOpen() ? 200 : 410), hide)
     .post("/setup", async ({ request, body }) => {
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);

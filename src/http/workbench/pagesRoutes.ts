@@ -41,7 +41,7 @@ export function pagesRoutes(services: Services) {
       const redeem = Number.isInteger(redeemed) && redeemed > 0 ? { notice: viewer.t("codes.redeem.done", { count: redeemed }) } : undefined;
       return creditsPageResponse(services, viewer, query, redeem);
     }, { viewer: true, ...hide })
-    .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel)), { viewer: true, ...hide })
+    .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel, (m) => services.engines.imageEngine(m)?.editKeepsImageSize === true)), { viewer: true, ...hide })
     // The account bar refreshes the balance from here after a generation (same origin, cookie only).
     .get("/session", ({ request }) => {
       const v = viewerOf(services, request);

@@ -92,6 +92,13 @@
     const form = event.target;
     if (form instanceof HTMLFormElement && form.hasAttribute("data-confirm") && !window.confirm(form.getAttribute("data-confirm"))) {
       event.preventDefault();
+      return;
+    }
+    // Signing out forgets the playground conversations this tab kept (atelier.chat.<user id>).
+    if (form instanceof HTMLFormElement && form.getAttribute("action") === "/signout") {
+      try {
+        for (const key of Object.keys(sessionStorage)) if (key.startsWith("atelier.chat.")) sessionStorage.removeItem(key);
+      } catch { /* storage off: nothing kept */ }
     }
   });
 })();

@@ -37,6 +37,12 @@
       if (!m) return;
       fill(form.querySelector("[data-size-select]"), m.sizes, "1024x1024");
       fill(form.querySelector("[data-quality-select]"), m.qualities, "auto");
+      // Edit tab: a model whose edits keep the image's size gets a note instead of a Size it would ignore.
+      const kept = form.querySelector("[data-size-kept]");
+      if (kept) {
+        kept.hidden = !m.editKeepsSize;
+        form.querySelector("[data-size-field]").hidden = m.editKeepsSize;
+      }
     });
   }
 
@@ -91,6 +97,16 @@
       q("[data-preview]").hidden = true;
       if (previewUrl) { URL.revokeObjectURL(previewUrl); previewUrl = null; }
     }
+    /**
+     * The result sits under the form, below the fold on a laptop: once the image has its size,
+     * scroll just enough that the picture and its Download link are on screen.
+     */
+    function revealResult() {
+      const figure = q("[data-figure]");
+      const img = q("[data-image]");
+      const scroll = () => figure.scrollIntoView({ block: "nearest" });
+      img.decode().then(scroll, scroll);
+    }
     return {
       busy(on) {
         q("[data-busy]").hidden = !on;
@@ -101,6 +117,7 @@
           hidePreview();
           this.status("Starting…", null);
           announced = "";
+          q("[data-busy]").scrollIntoView({ block: "nearest" });
         } else {
           this.cancelable(null);
         }
@@ -172,6 +189,7 @@
           `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} ${credits === 1 ? "credit" : "credits"} left`);
         hidePreview();
         q("[data-figure]").hidden = false;
+        revealResult();
         announce("The image is ready.");
       },
     };
@@ -572,7 +590,7 @@
     else if (painted) form.append("mask", await paintedMask(), "mask.png");
     form.append("prompt", prompt);
     form.append("model", edit.elements.model.value);
-    form.append("size", edit.elements.size.value);
+    if (!edit.querySelector("[data-size-field]").hidden) form.append("size", edit.elements.size.value);
     form.append("quality", edit.elements.quality.value);
     form.append("response_format", "b64_json");
     if (!inBackground) { form.append("stream", "true"); form.append("partial_images", String(PARTIAL_IMAGES)); }
@@ -590,7 +608,26 @@
   const chat = document.getElementById("chat-form");
   const log = chat.querySelector("[data-chat-log]");
   const chatError = chat.querySelector("[data-form-error]");
+  // The conversation survives a reload: kept in this tab's sessionStorage under a key with the
+  // user's id (another account signed in later in the tab starts empty; sign-out clears it).
+  const CHAT_KEY = config.chatStorageKey;
   let messages = [];
+  function saveConversation() {
+    try {
+      if (messages.length === 0) sessionStorage.removeItem(CHAT_KEY);
+      else sessionStorage.setItem(CHAT_KEY, JSON.stringify({ model: chat.elements.model.value, messages }));
+    } catch { /* storage off or full: the conversation lives as long as the page */ }
+  }
+  function savedConversation() {
+    try {
+      const saved = JSON.parse(sessionStorage.getItem(CHAT_KEY) || "null");
+      const ok = saved && Array.isArray(saved.messages) &&
+        saved.messages.every((m) => m && (m.role === "user" || m.role === "assistant") && typeof m.content === "string");
+      return ok ? saved : null;
+    } catch {
+      return null;
+    }
+  }
   function addMessage(role, content) {
     const li = document.createElement("li");
     li.className = role;
@@ -601,7 +638,13 @@
   chat.elements.message.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); chat.requestSubmit(); }
   });
-  chat.querySelector("[data-chat-reset]").addEventListener("click", () => { messages = []; log.replaceChildren(); showError(chatError, ""); });
+  chat.querySelector("[data-chat-reset]").addEventListener("click", () => { messages = []; log.replaceChildren(); showError(chatError, ""); saveConversation(); });
+  const saved = savedConversation();
+  if (saved) {
+    messages = saved.messages;
+    for (const m of messages) addMessage(m.role, m.content);
+    if (Array.from(chat.elements.model.options).some((o) => o.value === saved.model)) chat.elements.model.value = saved.model;
+  }
   chat.addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = chat.elements.message.value.trim();
@@ -621,6 +664,7 @@
       const reply = answer.choices && answer.choices[0] && answer.choices[0].message ? answer.choices[0].message.content || "" : "";
       messages.push({ role: "assistant", content: reply });
       addMessage("assistant", reply);
+      saveConversation();
     } catch (err) {
       messages.pop();
       log.lastElementChild && log.lastElementChild.remove();

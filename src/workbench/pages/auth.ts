@@ -1,7 +1,7 @@
 /** Sign in, sign up and first-admin setup forms. */
 import { html, type Html } from "../html";
 import type { Translator } from "../i18n";
-import { message, page } from "../layout";
+import { message, page, type Viewer } from "../layout";
 
 export interface AuthFormState {
   /** The request's language (these pages are signed out). */
@@ -68,8 +68,9 @@ export function registrationClosedPage(t: Translator): Html {
   });
 }
 
-export function setupPage(s: AuthFormState & { pending: boolean; minPasswordLength: number }): Html {
-  const t = s.t;
+/** viewer: who is signed in already, if anyone (the page then says so instead of offering "Sign in"). */
+export function setupPage(s: AuthFormState & { pending: boolean; minPasswordLength: number; viewer?: Viewer | null }): Html {
+  const t = s.viewer ? s.viewer.t : s.t;
   const body = s.pending
     ? html`<section class="card narrow">
   <h1>${t("auth.setup.heading")}</h1>
@@ -85,6 +86,8 @@ export function setupPage(s: AuthFormState & { pending: boolean; minPasswordLeng
     <button type="submit" class="primary">${t("auth.setup.submit")}</button>
   </form>
 </section>`
-    : html`<section class="card narrow"><h1>${t("auth.setup.doneHeading")}</h1><p>${t.html("auth.setup.doneText")}</p></section>`;
-  return page({ title: t("auth.setup.title"), section: "auth", viewer: null, t, body });
+    : s.viewer
+      ? html`<section class="card narrow"><h1>${t("auth.setup.doneHeading")}</h1><p>${t.html("auth.setup.doneSignedIn", { email: html`<strong>${s.viewer.user.email}</strong>` })}</p><p><a href="${s.viewer.user.role === "admin" ? "/admin" : "/playground"}">${s.viewer.user.role === "admin" ? t("auth.setup.goAdmin") : t("auth.setup.goPlayground")}</a></p></section>`
+      : html`<section class="card narrow"><h1>${t("auth.setup.doneHeading")}</h1><p>${t.html("auth.setup.doneText")}</p></section>`;
+  return page({ title: t("auth.setup.title"), section: "auth", ...(s.viewer ? { viewer: s.viewer } : { viewer: null, t }), body });
 }

@@ -16,13 +16,18 @@ export interface PlaygroundModel {
   id: string;
   sizes: string[];
   qualities: string[];
+  /** Its engine's edits keep the image's size: the Edit tab hides Size for it and sends none. */
+  editKeepsSize: boolean;
 }
 
-export function playgroundModels(models: CatalogModel[]): { image: PlaygroundModel[]; chat: string[] } {
+/** Whether a model's engine ignores `size` on edits (ImageEngine.editKeepsImageSize). */
+export type EditKeepsSize = (model: CatalogModel) => boolean;
+
+export function playgroundModels(models: CatalogModel[], editKeepsSize: EditKeepsSize = () => false): { image: PlaygroundModel[]; chat: string[] } {
   return {
     image: models
       .filter((m) => m.kind === "image")
-      .map((m) => ({ id: m.id, sizes: m.sizes ?? DEFAULT_SIZES, qualities: m.qualities ?? DEFAULT_QUALITIES })),
+      .map((m) => ({ id: m.id, sizes: m.sizes ?? DEFAULT_SIZES, qualities: m.qualities ?? DEFAULT_QUALITIES, editKeepsSize: editKeepsSize(m) })),
     chat: models.filter((m) => m.kind === "chat").map((m) => m.id),
   };
 }
@@ -31,13 +36,20 @@ function options(values: string[], selected?: string): Html[] {
   return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${v}</option>`);
 }
 
-function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined): Html {
+/**
+ * Model, size and quality. On the Edit tab (`forEdit`) a model whose engine keeps the image's
+ * size shows that instead of a Size selector it would ignore; playground.js keeps this in step
+ * when the model changes.
+ */
+function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined, forEdit = false): Html {
   const first = m.image.find((x) => x.id === defaultModel) ?? m.image[0];
+  const keepsSize = forEdit && first?.editKeepsSize === true;
   return html`<div class="grid3">
     <div><label for="${prefix}-model">Model</label>
       <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id)}</select></div>
-    <div><label for="${prefix}-size">Size</label>
+    <div data-size-field${keepsSize ? html` hidden` : ""}><label for="${prefix}-size">Size</label>
       <select id="${prefix}-size" name="size" data-size-select>${options(first?.sizes ?? DEFAULT_SIZES, first?.sizes.includes("1024x1024") ? "1024x1024" : undefined)}</select></div>
+    ${forEdit ? html`<div data-size-kept${keepsSize ? "" : html` hidden`}><span class="label-like">Size</span><p class="muted" id="${prefix}-size-kept">The same as the image: this model's edits keep the image's size.</p></div>` : ""}
     <div><label for="${prefix}-quality">Quality</label>
       <select id="${prefix}-quality" name="quality" data-quality-select>${options(first?.qualities ?? DEFAULT_QUALITIES)}</select></div>
   </div>`;
@@ -81,8 +93,8 @@ function backgroundChoice(prefix: string): Html {
     </div>`;
 }
 
-export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined): Html {
-  const m = playgroundModels(models);
+export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined, editKeepsSize?: EditKeepsSize): Html {
+  const m = playgroundModels(models, editKeepsSize);
   const noImage = m.image.length === 0;
   return page({
     title: "Playground",
@@ -91,7 +103,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     scripts: ["playground.js"],
     body: html`<h1>Playground</h1>
 <p class="muted">Runs on your account through the same <code>/v1</code> API: 1 credit per image (refunded if it fails), chat is free.</p>
-<script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES })}</script>
+<script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES, chatStorageKey: `atelier.chat.${v.user.id}` })}</script>
 <div class="tabs" role="tablist" aria-label="Playground modes">
   <button type="button" role="tab" id="tab-generate" aria-controls="panel-generate" aria-selected="true">Generate</button>
   <button type="button" role="tab" id="tab-edit" aria-controls="panel-edit" aria-selected="false" tabindex="-1">Edit</button>
@@ -133,7 +145,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     <input id="edit-mask" type="file" accept="image/png" data-mask-file>
     <label for="edit-prompt">Prompt</label>
     <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="Replace the sky with a starry night"></textarea>
-    ${imageFields("edit", m, defaultImageModel)}
+    ${imageFields("edit", m, defaultImageModel, true)}
     ${backgroundChoice("edit")}
     <p class="msg error" role="alert" hidden data-form-error></p>
     <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Edit (1 credit)</button>

@@ -35,6 +35,9 @@ export const auth = defineMessages(
     "auth.setup.submit": "Create admin",
     "auth.setup.doneHeading": "Setup is complete",
     "auth.setup.doneText": `An admin account exists. <a href="/signin">Sign in</a>.`,
+    "auth.setup.doneSignedIn": "An admin account exists, and you are signed in as {email}.",
+    "auth.setup.goAdmin": "Go to Admin",
+    "auth.setup.goPlayground": "Go to the playground",
   },
   {
     "auth.email": "邮箱",
@@ -69,5 +72,8 @@ export const auth = defineMessages(
     "auth.setup.submit": "创建管理员",
     "auth.setup.doneHeading": "设置已完成",
     "auth.setup.doneText": `管理员账户已存在。<a href="/signin">登录</a>。`,
+    "auth.setup.doneSignedIn": "管理员账户已存在，你已登录为 {email}。",
+    "auth.setup.goAdmin": "前往管理",
+    "auth.setup.goPlayground": "前往创作台",
   },
 );
