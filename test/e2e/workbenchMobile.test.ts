@@ -99,7 +99,7 @@ async function shot(page: Page, name: string): Promise<void> {
 }
 
 const USER_PAGES = ["/playground", "/gallery", "/credits", "/keys", "/webhooks"];
-const ADMIN_PAGES = ["/admin", "/admin/requests", "/admin/upstreams", "/admin/models"];
+const ADMIN_PAGES = ["/admin", "/admin/requests", "/admin/upstreams", "/admin/models", "/admin/codes"];
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
