@@ -9,6 +9,7 @@ import type { FlowStore, TraceFields } from "./store";
 import { EngineError, EngineTimeout, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
+import { signalOf, type ClientSignal } from "./clientSignal";
 import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
 import { describeSource, type CatalogModel } from "./models";
 
@@ -44,7 +45,8 @@ export interface ChatFlowDeps extends Omit<FlowDeps, "store"> {
   store: Pick<FlowStore, "requests">;
 }
 
-export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: AbortSignal): Promise<ChatOutcome> {
+/** `clientSignal` may be a getter (e.g. `() => request.signal`): it is read only if the request runs long enough to matter. */
+export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: ClientSignal): Promise<ChatOutcome> {
   const started = performance.now();
   const engine = deps.engines.chatEngine(req.model);
   if (!engine) throw new NoEngineError(`no chat engine is registered for ${describeSource(req.model.source)} (model ${req.model.id})`);
@@ -69,7 +71,8 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     return outcome;
   } catch (e) {
     // A client that left aborts the engine, which may say so as a timeout (the pool does): still a disconnect.
-    const gone = clientSignal?.aborted && (!(e instanceof EngineError) || e instanceof EngineTimeout) ? new ClientDisconnected("the client closed the connection") : e;
+    // The client's signal is read here only on a failure (it may be a getter: core/clientSignal).
+    const gone = (!(e instanceof EngineError) || e instanceof EngineTimeout) && signalOf(clientSignal)?.aborted ? new ClientDisconnected("the client closed the connection") : e;
     const failure = deps.describeFailure(gone);
     const trace = e instanceof EngineError ? e.trace : undefined;
     record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, ...trace });

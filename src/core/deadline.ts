@@ -4,6 +4,7 @@
  * promise rejects with EngineTimeout at the deadline whatever the work does with its signal.
  */
 import { EngineTimeout } from "./engine";
+import { watchClient, type ClientSignal } from "./clientSignal";
 
 export interface DeadlineRun<T> {
   /** The work's result, or EngineTimeout at the deadline. */
@@ -12,14 +13,12 @@ export interface DeadlineRun<T> {
   settled: Promise<unknown>;
 }
 
-export function withDeadline<T>(ms: number, work: (signal: AbortSignal) => Promise<T>, clientSignal?: AbortSignal): DeadlineRun<T> {
+export function withDeadline<T>(ms: number, work: (signal: AbortSignal) => Promise<T>, clientSignal?: ClientSignal): DeadlineRun<T> {
   // One controller for the work: the deadline aborts it, and so does the client's signal through
   // a listener (cheaper than AbortSignal.any on every request), removed when the work is done.
   const deadline = new AbortController();
   const signal = deadline.signal;
-  const onClientAbort = () => deadline.abort(clientSignal?.reason);
-  if (clientSignal?.aborted) onClientAbort();
-  else clientSignal?.addEventListener("abort", onClientAbort, { once: true });
+  const unwatch = watchClient(clientSignal, (reason) => deadline.abort(reason));
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
@@ -40,7 +39,7 @@ export function withDeadline<T>(ms: number, work: (signal: AbortSignal) => Promi
     () => undefined,
     () => undefined,
   );
-  void settled.then(() => clientSignal?.removeEventListener("abort", onClientAbort));
+  void settled.then(unwatch);
   const result = Promise.race([running, timedOut]).finally(() => clearTimeout(timer));
   return { result, settled };
 }

@@ -2,6 +2,8 @@
  * The concurrency gate: a global limit, a per-user limit and a bounded FIFO wait queue with a
  * timeout. One small interface (admit → release), so a distributed gate can replace it.
  */
+import { signalOf, type ClientSignal } from "./clientSignal";
+
 export interface GateLimits {
   /** What is limited, in the refusal messages ("image requests", "chat completions"). */
   subject: string;
@@ -38,7 +40,8 @@ export interface Permit {
 }
 
 export interface Gate {
-  admit(userId: number, signal?: AbortSignal): Promise<Permit>;
+  /** A getter signal is read only if the request has to wait (see core/clientSignal). */
+  admit(userId: number, signal?: ClientSignal): Promise<Permit>;
   stats(): { running: number; queued: number };
 }
 
@@ -114,12 +117,16 @@ export class LocalGate implements Gate {
     }
   }
 
-  admit(userId: number, signal?: AbortSignal): Promise<Permit> {
+  admit(userId: number, clientSignal?: ClientSignal): Promise<Permit> {
     // A client already gone takes no slot (its abort event has fired and will not fire again).
+    // A lazily given signal is not read for a request admitted at once: it runs either way.
+    let signal = typeof clientSignal === "function" ? undefined : clientSignal;
     if (signal?.aborted) return Promise.reject(new GateRejected("aborted", this.blockingLimit(userId), 0, "The client went away before it was admitted."));
     // Every queued waiter is blocked (drain runs on each release), so a newcomer who can run
     // overtakes nobody who could.
     if (this.canRun(userId)) return Promise.resolve(this.grant(userId, 0));
+    signal = signalOf(clientSignal);
+    if (signal?.aborted) return Promise.reject(new GateRejected("aborted", this.blockingLimit(userId), 0, "The client went away before it was admitted."));
     const limit = this.blockingLimit(userId);
     if (this.queue.length >= this.limits.queueSize || this.limits.queueTimeoutMs === 0) {
       return Promise.reject(

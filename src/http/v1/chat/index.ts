@@ -8,6 +8,7 @@
 import { Elysia } from "elysia";
 import { CHAT_LIMITS, chatMessagesFrom, chatParamsFrom, findChatRuleViolation } from "../../../core/chatRequest";
 import type { ChatMessage, ChatResult } from "../../../core/engine";
+import type { ClientSignal } from "../../../core/clientSignal";
 import { runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../../core/chatRequests";
 import { newTimeOrderedId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
@@ -60,7 +61,7 @@ export function chatRoutes(deps: ChatDeps) {
   const allowStreaming = deps.config.chat.allow_streaming;
 
   /** The whole reply as one chat.completion. */
-  async function completion(chat: ChatRequest, created: number, signal: AbortSignal) {
+  async function completion(chat: ChatRequest, created: number, signal: ClientSignal) {
     const { result } = await runChatRequest(flow, chat, signal);
     // An engine that reports no usage answers 0s: the interface's usage object is not optional.
     const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
@@ -105,7 +106,8 @@ export function chatRoutes(deps: ChatDeps) {
         };
         // findChatRuleViolation let `stream: true` through only when [chat] allow_streaming is on.
         if (body.stream === true) return streamChatAnswer(streaming, chat, { created, includeUsage: body.stream_options?.include_usage === true }, request.signal);
-        return completion(chat, created, request.signal);
+        // Read only if the request runs long enough for a hang-up to matter (core/clientSignal).
+        return completion(chat, created, () => request.signal);
       },
       {
         // acceptApiBody always answers (a body or an error), so the trailing "json" never runs: it is

@@ -1,0 +1,71 @@
+/**
+ * The client's abort signal, read only when it can matter. In Bun, reading `request.signal`
+ * costs a request several microseconds (the signal is made on first access), and a chat answer
+ * from a fast upstream is done long before a hang-up could change anything. So the http layer
+ * may pass a getter: the work watches it only once it has run for WATCH_AFTER_MS, picked up by
+ * one shared ticker (not a timer per request). A client that hung up earlier is seen then: a
+ * signal that is already aborted aborts the work at once.
+ */
+export type ClientSignal = AbortSignal | (() => AbortSignal);
+
+/** How long work runs before a lazily given client signal is read and watched. */
+export const WATCH_AFTER_MS = 50;
+
+/** The signal itself (reading it now); undefined when none was given. */
+export function signalOf(signal: ClientSignal | undefined): AbortSignal | undefined {
+  return typeof signal === "function" ? signal() : signal;
+}
+
+interface Pending {
+  read: () => AbortSignal;
+  onAbort: (reason: unknown) => void;
+  since: number;
+  detach?: () => void;
+}
+
+const pending = new Set<Pending>();
+let ticker: ReturnType<typeof setInterval> | null = null;
+
+function tick(): void {
+  const now = performance.now();
+  for (const p of pending) {
+    if (now - p.since < WATCH_AFTER_MS) continue;
+    pending.delete(p);
+    p.detach = listen(p.read(), p.onAbort);
+  }
+  // Stopped on an idle tick rather than on every removal: a steady trickle of requests does not
+  // start and stop it each time.
+  if (pending.size === 0 && ticker) {
+    clearInterval(ticker);
+    ticker = null;
+  }
+}
+
+function listen(signal: AbortSignal, onAbort: (reason: unknown) => void): () => void {
+  if (signal.aborted) {
+    onAbort(signal.reason);
+    return () => {};
+  }
+  const handler = () => onAbort(signal.reason);
+  signal.addEventListener("abort", handler, { once: true });
+  return () => signal.removeEventListener("abort", handler);
+}
+
+/**
+ * Calls `onAbort` when the client's signal aborts: at once for a signal, after WATCH_AFTER_MS
+ * for a getter. Returns the function that stops watching (call it when the work is done).
+ */
+export function watchClient(signal: ClientSignal | undefined, onAbort: (reason: unknown) => void): () => void {
+  if (signal === undefined) return () => {};
+  if (typeof signal !== "function") return listen(signal, onAbort);
+  const p: Pending = { read: signal, onAbort, since: performance.now() };
+  pending.add(p);
+  if (!ticker) {
+    ticker = setInterval(tick, WATCH_AFTER_MS);
+    (ticker as { unref?: () => void }).unref?.();
+  }
+  return () => {
+    pending.delete(p);
+    p.detach?.();
+  };
+}
