@@ -54,7 +54,7 @@ export function createStore(db: Db, latest: number): Store {
     redemptions: new SqliteRedemptionStore(db),
     images: new SqliteImageRecords(db),
     secrets: new ServerSecretStore(db),
-    usage: new UsageStore(db),
+    usage: new UsageStore(db, () => requests.flushChats()),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {

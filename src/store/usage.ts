@@ -23,11 +23,16 @@ const GROUPS: Record<UsageGroup, { select: string; by: string; join: string }> =
 };
 
 export class UsageStore implements UsageSource {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    /** Writes the queued chat rows first (store/requests batches them), so the report counts them. */
+    private readonly flushQueued: () => void = () => {},
+  ) {}
 
   /** One user's requests in [fromMs, toMs), grouped; uses the requests_user_time index. */
   usage(userId: number, range: UsageRange, groupBy: UsageGroup): UsageRow[] {
     const g = GROUPS[groupBy];
+    this.flushQueued();
     const rows = this.db
       .query<Omit<UsageRow, "group" | "label"> & { grp: string; name: string | null }, [number, number, number]>(
         `SELECT ${g.select}, ${COUNTS} FROM requests r ${g.join}
