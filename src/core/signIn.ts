@@ -141,8 +141,11 @@ export class SignIn {
     }
   }
 
-  /** One password rule for sign-up and setup: the length from config, and a cap on what is hashed. */
-  private passwordProblem(password: string): string | null {
+  /**
+   * One password rule for sign-up, setup and the admin's "create user" and "reset password":
+   * the length from config, and a cap on what is hashed.
+   */
+  passwordProblem(password: string): string | null {
     const min = this.rules.minPasswordLength;
     if (password.length < min) return `Password must be at least ${min} characters.`;
     if (password.length > MAX_PASSWORD_CHARS) return `Password must be at most ${MAX_PASSWORD_CHARS} characters.`;

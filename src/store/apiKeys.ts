@@ -90,6 +90,15 @@ export class ApiKeyStore {
     return changed;
   }
 
+  /** Display prefixes of these keys (the admin's request list names each request's key). */
+  prefixesOf(keyIds: number[]): Map<number, string> {
+    if (keyIds.length === 0) return new Map();
+    const rows = this.db
+      .query<{ id: number; prefix: string }, number[]>(`SELECT id, prefix FROM api_keys WHERE id IN (${keyIds.map(() => "?").join(", ")})`)
+      .all(...keyIds);
+    return new Map(rows.map((r) => [r.id, r.prefix]));
+  }
+
   byPrefix(prefix: string): ApiKeyRow | null {
     return this.db.query<ApiKeyRow, [string]>("SELECT * FROM api_keys WHERE prefix = ?").get(prefix);
   }

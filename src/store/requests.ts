@@ -36,6 +36,13 @@ export interface RequestRow {
 
 export interface RequestFilter {
   userId?: number;
+  keyId?: number;
+  /** One request by its id. */
+  id?: string;
+  /** created_at at or after this (ms). */
+  from?: number;
+  /** created_at before this (ms). */
+  before?: number;
   kind?: RequestRow["kind"];
   status?: RequestRow["status"];
   model?: string;
@@ -173,6 +180,18 @@ export class RequestStore implements RequestLog {
       .all(...args, f.limit ?? 50, f.offset ?? 0);
   }
 
+  /** Credits each of these users spent on images: charged minus refunded (pending requests count: their credit is out). */
+  spentByUsers(userIds: number[]): Map<number, number> {
+    if (userIds.length === 0) return new Map();
+    const rows = this.db
+      .query<{ user_id: number; spent: number }, number[]>(
+        `SELECT user_id, SUM(credits_charged - credits_refunded) AS spent FROM requests
+          WHERE kind = 'image' AND user_id IN (${userIds.map(() => "?").join(", ")}) GROUP BY user_id`,
+      )
+      .all(...userIds);
+    return new Map(rows.map((r) => [r.user_id, r.spent]));
+  }
+
   count(f: RequestFilter = {}): number {
     this.flushChats();
     const { sql, args } = whereClause(f);
@@ -184,6 +203,10 @@ function whereClause(f: RequestFilter): { sql: string; args: (string | number)[]
   const where: string[] = [];
   const args: (string | number)[] = [];
   if (f.userId !== undefined) { where.push("user_id = ?"); args.push(f.userId); }
+  if (f.keyId !== undefined) { where.push("key_id = ?"); args.push(f.keyId); }
+  if (f.id !== undefined) { where.push("id = ?"); args.push(f.id); }
+  if (f.from !== undefined) { where.push("created_at >= ?"); args.push(f.from); }
+  if (f.before !== undefined) { where.push("created_at < ?"); args.push(f.before); }
   if (f.kind) { where.push("kind = ?"); args.push(f.kind); }
   if (f.status) { where.push("status = ?"); args.push(f.status); }
   if (f.model) { where.push("model = ?"); args.push(f.model); }

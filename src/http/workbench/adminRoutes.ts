@@ -1,11 +1,13 @@
 /** Admin pages: users (search, credits, disable/enable, make admin), all requests, pool, models, redemption codes. */
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
-import { InsufficientCreditsError, type UserRow } from "../../core/store";
+import { EmailTakenError, InsufficientCreditsError, type UserRow } from "../../core/store";
+import { AccountError, addUser, hashPassword } from "../../core/accounts";
+import { adminUserPage, createUserCard, type NewUserForm } from "../../workbench/pages/adminUser";
 import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { enableUpstreamAccount } from "../../core/upstreamAccounts";
-import { adminModelsPage, adminRequestsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
-import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
+import { adminModelsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
+import { adminFilter, adminRequestsPage, parseAdminRequestsQuery } from "../../workbench/pages/adminRequests";
 import type { Viewer } from "../../workbench/layout";
 import type { MessageKey } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
@@ -19,6 +21,12 @@ const hide = { detail: { hide: true } };
 
 /** The users table shows this many; past it the page says so and search narrows it down. */
 export const USERS_SHOWN = 200;
+
+const USER_NOTICES: Record<string, Extract<MessageKey, `operators.notice.${string}`>> = {
+  created: "operators.notice.created",
+  password: "operators.notice.password",
+  revoked: "operators.notice.revoked",
+};
 
 const NOTICES: Record<string, Extract<MessageKey, `admin.notice.${string}`>> = {
   granted: "admin.notice.granted",
@@ -35,10 +43,28 @@ export function adminRoutes(services: Services) {
     const id = upstreamIdOf(m);
     return id === undefined ? "built-in" : (services.config.upstreams.find((u) => u.id === id)?.kind ?? "unknown");
   };
-  const usersPage = (v: Viewer, search: string, extra: { error?: string | null; notice?: string | null }, status = 200) =>
+  const minPasswordLength = services.config.workbench.min_password_length;
+  type Extra = { error?: string | null; notice?: string | null; form?: NewUserForm };
+  const usersPage = (v: Viewer, search: string, extra: Extra, status = 200) =>
     usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
-  const usersPageFor = (v: Viewer, found: UserRow[], search: string, extra: { error?: string | null; notice?: string | null }, status: number) =>
-    htmlResponse(adminUsersPage(v, { users: found.slice(0, USERS_SHOWN), more: found.length > USERS_SHOWN, search, storage: store.images.usageByUser(), ...extra }), status);
+  const usersPageFor = (v: Viewer, found: UserRow[], search: string, { form, ...extra }: Extra, status: number) => {
+    const users = found.slice(0, USERS_SHOWN);
+    const spent = store.requests.spentByUsers(users.map((u) => u.id));
+    const createUser = createUserCard(v, minPasswordLength, form);
+    return htmlResponse(adminUsersPage(v, { users, more: found.length > USERS_SHOWN, search, storage: store.images.usageByUser(), spent, createUser, ...extra }), status);
+  };
+  const userPage = (v: Viewer, user: UserRow, extra: { error?: string | null; notice?: string | null } = {}, status = 200) =>
+    htmlResponse(
+      adminUserPage(v, {
+        user,
+        keys: store.keys.listWithSpend(user.id),
+        spent: store.requests.spentByUsers([user.id]).get(user.id) ?? 0,
+        usage: store.images.usageByUser().get(user.id),
+        minPasswordLength,
+        ...extra,
+      }),
+      status,
+    );
 
   /**
    * The redirect after a grant or deduction names the ledger row it wrote (`user`, `entry`); the
@@ -75,6 +101,55 @@ export function adminRoutes(services: Services) {
       const search = (query.q ?? "").slice(0, MAX_EMAIL_CHARS);
       const notice = NOTICES[query.done ?? ""];
       return usersPage(viewer, search, { notice: creditNotice(viewer, query) ?? (notice ? viewer.t(notice) : null) });
+    }, { admin: true, ...hide })
+    .post("/admin/users", async ({ viewer, body }) => {
+      const t = viewer.t;
+      const f = formFields(body);
+      const form: NewUserForm = { email: (f.email ?? "").slice(0, MAX_EMAIL_CHARS), credits: f.credits, role: f.role };
+      const refuse = (error: string) => usersPage(viewer, "", { error, form }, 400);
+      // Sign-up's rule and its words (core/signIn), as the sign-up page shows them.
+      const weak = workbench.signIn.passwordProblem(f.password ?? "");
+      if (weak) return refuse(weak);
+      const credits = (f.credits ?? "").trim() === "" ? 0 : Number(f.credits);
+      if (!Number.isInteger(credits) || credits < 0 || credits > MAX_CREDIT_GRANT) return refuse(t("operators.create.badCredits", { max: MAX_CREDIT_GRANT }));
+      if (f.role !== "user" && f.role !== "admin") return refuse(t("operators.create.badRole"));
+      try {
+        const user = await addUser(store, clock, { email: form.email ?? "", password: f.password, role: f.role, credits, actor: `admin:${viewer.user.email}` });
+        services.logger.info("user created by an admin", { user_id: user.id, admin_id: viewer.user.id });
+        return redirect(`/admin/users/${user.id}?done=created`);
+      } catch (e) {
+        if (e instanceof AccountError) return refuse(t("operators.create.badEmail"));
+        if (e instanceof EmailTakenError) return refuse(t("operators.create.taken", { email: form.email ?? "" }));
+        throw e;
+      }
+    }, { admin: true, ...hide })
+    .get("/admin/users/:id", ({ viewer, params, query }) => {
+      const user = targetUser(params.id);
+      if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
+      const notice = USER_NOTICES[query.done ?? ""];
+      return userPage(viewer, user, { notice: notice ? viewer.t(notice) : null });
+    }, { admin: true, ...hide })
+    .post("/admin/users/:id/password", async ({ viewer, params, body }) => {
+      const user = targetUser(params.id);
+      if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
+      const password = formFields(body).password ?? "";
+      const weak = workbench.signIn.passwordProblem(password);
+      if (weak) return userPage(viewer, user, { error: weak }, 400);
+      store.users.setPasswordHash(user.id, await hashPassword(password));
+      // Whoever knew the old password is signed out everywhere (the admin too, on their own account).
+      workbench.sessions.endAllFor(user.id);
+      services.logger.info("password set by an admin", { user_id: user.id, admin_id: viewer.user.id });
+      return redirect(`/admin/users/${user.id}?done=password`);
+    }, { admin: true, ...hide })
+    .post("/admin/users/:id/keys/:key/revoke", ({ viewer, params }) => {
+      const user = targetUser(params.id);
+      if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
+      const keyId = Number(params.key);
+      if (!Number.isInteger(keyId) || !store.keys.revoke(keyId, clock(), user.id)) {
+        return userPage(viewer, user, { error: viewer.t("operators.keys.notFound") }, 404);
+      }
+      services.logger.info("key revoked by an admin", { user_id: user.id, key_id: keyId, admin_id: viewer.user.id });
+      return redirect(`/admin/users/${user.id}?done=revoked`);
     }, { admin: true, ...hide })
     .post("/admin/users/:id/credits", ({ viewer, body, params }) => {
       const f = formFields(body);
@@ -126,17 +201,26 @@ export function adminRoutes(services: Services) {
       }
     }, { admin: true, ...hide })
     .get("/admin/requests", ({ viewer, query }) => {
-      const q = parseHistoryQuery(query);
-      const rows = store.requests.list(toFilter(q));
+      const q = parseAdminRequestsQuery(query);
+      // A named user or key that does not exist matches nothing (and says so), rather than everything.
+      const userId = q.user === undefined ? undefined : (store.users.byEmail(q.user)?.id ?? null);
+      const keyId = q.key === undefined ? undefined : (store.keys.byPrefix(q.key.replace(/…$/, ""))?.id ?? null);
+      const filter = adminFilter(q, { userId, keyId });
+      const rows = filter ? store.requests.list(filter) : [];
       const emails = new Map<number, string>();
       for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, store.users.byId(id)?.email ?? `#${id}`);
+      const keyIds = [...new Set(rows.flatMap((r) => (r.key_id === null ? [] : [r.key_id])))];
+      const t = viewer.t;
+      const problem = userId === null ? t("operators.requests.noUser", { email: q.user ?? "" }) : keyId === null ? t("operators.requests.noKey", { prefix: q.key ?? "" }) : null;
       return htmlResponse(
         adminRequestsPage(viewer, {
           query: q,
           requests: rows,
-          total: store.requests.count({ ...toFilter(q), limit: undefined, offset: undefined }),
+          total: filter ? store.requests.count({ ...filter, limit: undefined, offset: undefined }) : 0,
           models: catalog.list().map((m) => m.id),
           emails,
+          keys: store.keys.prefixesOf(keyIds),
+          problem,
         }),
       );
     }, { admin: true, ...hide })

@@ -10,12 +10,13 @@ import { common } from "./messages/common";
 import { gallery } from "./messages/gallery";
 import { history } from "./messages/history";
 import { keys } from "./messages/keys";
+import { operators } from "./messages/operators";
 
-const AREAS = [common, auth, keys, gallery, history, admin, codes] as const;
+const AREAS = [common, auth, keys, gallery, history, admin, codes, operators] as const;
 
-export const EN = { ...common.en, ...auth.en, ...keys.en, ...gallery.en, ...history.en, ...admin.en, ...codes.en };
+export const EN = { ...common.en, ...auth.en, ...keys.en, ...gallery.en, ...history.en, ...admin.en, ...codes.en, ...operators.en };
 export type MessageKey = keyof typeof EN;
-export const ZH: Record<MessageKey, string> = { ...common.zh, ...auth.zh, ...keys.zh, ...gallery.zh, ...history.zh, ...admin.zh, ...codes.zh };
+export const ZH: Record<MessageKey, string> = { ...common.zh, ...auth.zh, ...keys.zh, ...gallery.zh, ...history.zh, ...admin.zh, ...codes.zh, ...operators.zh };
 
 /** Each area's keys, for the test that no two areas define the same key. */
 export const AREA_KEYS: string[][] = AREAS.map((a) => Object.keys(a.en));

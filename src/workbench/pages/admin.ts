@@ -1,14 +1,12 @@
-/** Admin pages: users (credits, disable, role), all requests, the upstream pool, models. */
+/** Admin pages: the shared frame and tabs; users (credits, disable, role), the upstream pool, models. */
 import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
 import { formatBytes, type ImageUsage } from "../../core/imageGallery";
 import type { AccountStatus } from "../../engines/status";
-import type { RequestRow } from "../../store/requests";
 import type { UserRow } from "../../store/users";
 import { formatTime, html, type Html, type Interpolation } from "../html";
 import type { MessageKey } from "../i18n";
 import { csrfField, message, page, type Viewer } from "../layout";
-import { historyFilter, pagination, requestsTable, type HistoryQuery } from "./requests";
 
 export type AdminTab = "users" | "requests" | "upstreams" | "models" | "codes";
 
@@ -40,14 +38,15 @@ function storageCell(v: Viewer, usage: ImageUsage | undefined): Html {
   return html`<td class="num storage" data-testid="storage" title="${v.t("admin.users.bytes", { count: usage.bytes })}">${usage.images} · ${formatBytes(usage.bytes)}</td>`;
 }
 
-function userRow(v: Viewer, u: UserRow, usage: ImageUsage | undefined): Html {
+function userRow(v: Viewer, u: UserRow, usage: ImageUsage | undefined, spent: number): Html {
   const t = v.t;
   const self = u.id === v.user.id;
   const email = u.email;
   return html`<tr data-user-email="${u.email}">
-  <td>${u.email}</td>
+  <td><a href="/admin/users/${u.id}" class="cell-link" aria-label="${t("operators.users.detailsLabel", { email })}">${u.email}</a></td>
   <td>${u.role === "admin" ? html`<span class="badge">${t("admin.role.admin")}</span>` : t("admin.role.user")}</td>
   <td class="num" data-testid="credits">${u.credits}</td>
+  <td class="num" data-testid="spent">${spent}</td>
   ${storageCell(v, usage)}
   <td>${u.disabled ? html`<span class="status bad">${t("admin.status.disabled")}</span>` : html`<span class="status ok">${t("admin.status.active")}</span>`}</td>
   <td class="nowrap" title="${formatTime(u.created_at)}">${formatTime(u.created_at).slice(0, 10)}</td>
@@ -78,12 +77,26 @@ function userRow(v: Viewer, u: UserRow, usage: ImageUsage | undefined): Html {
 </tr>`;
 }
 
-export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean; search: string; storage: Map<number, ImageUsage>; error?: string | null; notice?: string | null }): Html {
+export interface AdminUsersState {
+  users: UserRow[];
+  more?: boolean;
+  search: string;
+  storage: Map<number, ImageUsage>;
+  /** Credits each shown user spent on images (charged minus refunded). */
+  spent: Map<number, number>;
+  /** The "Create a user" card (adminUser.ts). */
+  createUser: Html;
+  error?: string | null;
+  notice?: string | null;
+}
+
+export function adminUsersPage(v: Viewer, s: AdminUsersState): Html {
   const t = v.t;
   return adminPage(
     v,
     "users",
     html`${message("error", s.error)}${message("notice", s.notice)}
+${s.createUser}
 <section class="card">
   <form method="get" action="/admin" class="row" role="search">
     <label for="user-search">${t("admin.users.search")}</label>
@@ -94,24 +107,11 @@ export function adminUsersPage(v: Viewer, s: { users: UserRow[]; more?: boolean;
     s.users.length === 0
       ? html`<p class="muted">${t("admin.users.empty")}</p>`
       : html`<div class="table-wrap"><table class="users">
-    <thead><tr><th scope="col">${t("admin.users.col.email")}</th><th scope="col">${t("admin.users.col.role")}</th><th scope="col" class="num">${t("admin.users.col.credits")}</th><th scope="col" class="num" title="${t("admin.users.col.imagesHint")}">${t("admin.users.col.images")}</th><th scope="col">${t("admin.users.col.status")}</th><th scope="col">${t("admin.users.col.created")}</th><th scope="col">${t("admin.users.col.ledger")}</th><th scope="col">${t("admin.users.col.account")}</th></tr></thead>
-    <tbody>${s.users.map((u) => userRow(v, u, s.storage.get(u.id)))}</tbody>
+    <thead><tr><th scope="col">${t("admin.users.col.email")}</th><th scope="col">${t("admin.users.col.role")}</th><th scope="col" class="num">${t("admin.users.col.credits")}</th><th scope="col" class="num" title="${t("operators.users.col.spentHint")}">${t("operators.users.col.spent")}</th><th scope="col" class="num" title="${t("admin.users.col.imagesHint")}">${t("admin.users.col.images")}</th><th scope="col">${t("admin.users.col.status")}</th><th scope="col">${t("admin.users.col.created")}</th><th scope="col">${t("admin.users.col.ledger")}</th><th scope="col">${t("admin.users.col.account")}</th></tr></thead>
+    <tbody>${s.users.map((u) => userRow(v, u, s.storage.get(u.id), s.spent.get(u.id) ?? 0))}</tbody>
   </table></div>`
   }
   ${s.more ? html`<p class="muted" role="status">${s.search ? t("admin.users.moreMatching", { count: s.users.length }) : t("admin.users.more", { count: s.users.length })}</p>` : ""}
-</section>`,
-  );
-}
-
-export function adminRequestsPage(v: Viewer, s: { query: HistoryQuery; requests: RequestRow[]; total: number; models: string[]; emails: Map<number, string> }): Html {
-  const t = v.t;
-  return adminPage(
-    v,
-    "requests",
-    html`<section class="card">
-  ${historyFilter(t, "/admin/requests", s.query, s.models)}
-  ${requestsTable(t, s.requests, { emails: s.emails })}
-  ${pagination(t, "/admin/requests", s.query, s.total)}
 </section>`,
   );
 }

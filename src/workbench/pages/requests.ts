@@ -28,8 +28,10 @@ export function toFilter(q: HistoryQuery, userId?: number): RequestFilter {
   return { userId, kind: q.kind, status: q.status, model: q.model, limit: PAGE_SIZE, offset: (q.page - 1) * PAGE_SIZE };
 }
 
-function queryString(q: HistoryQuery, page: number): string {
+/** `extra`: more filter fields a page adds (the admin's user, key, dates, request id), kept across pages. */
+function queryString(q: HistoryQuery, page: number, extra: Record<string, string | undefined> = {}): string {
   const p = new URLSearchParams();
+  for (const [name, value] of Object.entries(extra)) if (value) p.set(name, value);
   if (q.kind) p.set("kind", q.kind);
   if (q.status) p.set("status", q.status);
   if (q.model) p.set("model", q.model);
@@ -41,7 +43,8 @@ function option(value: string, selected: string | undefined, label = value): Htm
   return html`<option value="${value}"${value === (selected ?? "") ? html` selected` : ""}>${label}</option>`;
 }
 
-export function historyFilter(t: Translator, action: string, q: HistoryQuery, models: string[]): Html {
+/** `extraFields`: a page's own filter fields, placed before the button. */
+export function historyFilter(t: Translator, action: string, q: HistoryQuery, models: string[], extraFields: Html = html``): Html {
   return html`<form method="get" action="${action}" class="row filters" aria-label="${t("history.filter.label")}">
   <label for="f-kind">${t("history.filter.kind")}</label>
   <select id="f-kind" name="kind">${option("", q.kind, t("common.any"))}${KINDS.map((k) => option(k, q.kind, t(`history.kind.${k}`)))}</select>
@@ -49,7 +52,7 @@ export function historyFilter(t: Translator, action: string, q: HistoryQuery, mo
   <select id="f-status" name="status">${option("", q.status, t("common.any"))}${STATUSES.map((s) => option(s, q.status, t(`history.status.${s}`)))}</select>
   <label for="f-model">${t("history.filter.model")}</label>
   <select id="f-model" name="model">${option("", q.model, t("common.any"))}${models.map((m) => option(m, q.model))}</select>
-  <button type="submit">${t("history.filter.submit")}</button>
+  ${extraFields}<button type="submit">${t("history.filter.submit")}</button>
 </form>`;
 }
 
@@ -62,17 +65,24 @@ function credit(t: Translator, r: RequestRow): Html {
 const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", succeeded: "ok", failed: "bad", interrupted: "bad" };
 
 /**
- * opts.emails adds a User column (admin); opts.images (request id → image id, the viewer's own
- * kept images) adds an Image column linking to each image's gallery page.
+ * opts.emails adds a User column (admin); opts.keys (key id → display prefix) a Key column, and
+ * each time links to its request alone (by id, which the filter then shows) (admin);
+ * opts.images (request id → image id, the viewer's own kept images) adds an Image column
+ * linking to each image's gallery page.
  */
-export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; images?: Map<string, string> } = {}): Html {
+export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; keys?: Map<number, string>; images?: Map<string, string> } = {}): Html {
   if (rows.length === 0) return html`<p class="muted">${t("history.empty")}</p>`;
   return html`<div class="table-wrap"><table class="requests">
-  <thead><tr><th scope="col">${t("history.col.time")}</th>${opts.emails ? html`<th scope="col">${t("history.col.user")}</th>` : ""}<th scope="col">${t("history.col.kind")}</th><th scope="col">${t("history.col.model")}</th><th scope="col">${t("history.col.status")}</th><th scope="col">${t("history.col.credits")}</th><th scope="col">${t("history.col.generation")}</th><th scope="col">${t("history.col.prompt")}</th>${opts.images ? html`<th scope="col">${t("history.col.image")}</th>` : ""}<th scope="col">${t("history.col.error")}</th></tr></thead>
+  <thead><tr><th scope="col">${t("history.col.time")}</th>${opts.emails ? html`<th scope="col">${t("history.col.user")}</th>` : ""}${opts.keys ? html`<th scope="col">${t("history.col.key")}</th>` : ""}<th scope="col">${t("history.col.kind")}</th><th scope="col">${t("history.col.model")}</th><th scope="col">${t("history.col.status")}</th><th scope="col">${t("history.col.credits")}</th><th scope="col">${t("history.col.generation")}</th><th scope="col">${t("history.col.prompt")}</th>${opts.images ? html`<th scope="col">${t("history.col.image")}</th>` : ""}<th scope="col">${t("history.col.error")}</th></tr></thead>
   <tbody>${rows.map(
     (r) => html`<tr>
-    <td class="nowrap">${formatTime(r.created_at)}</td>
+    <td class="nowrap">${
+      opts.keys
+        ? html`<a href="/admin/requests?id=${encodeURIComponent(r.id)}" class="cell-link" data-request-id="${r.id}" title="${t("history.requestId", { id: r.id })}">${formatTime(r.created_at)}</a>`
+        : formatTime(r.created_at)
+    }</td>
     ${opts.emails ? html`<td>${opts.emails.get(r.user_id) ?? `#${r.user_id}`}</td>` : ""}
+    ${opts.keys ? html`<td class="mono nowrap">${r.key_id === null ? html`<span class="muted">${t("history.sessionKey")}</span>` : (opts.keys.get(r.key_id) ?? `#${r.key_id}`)}</td>` : ""}
     <td>${t(`history.kind.${r.kind}`)}</td>
     <td class="mono nowrap">${r.model}</td>
     <td><span class="status ${STATUS_CLASS[r.status]}" data-status="${r.status}">${t(`history.status.${r.status}`)}</span></td>
@@ -95,11 +105,11 @@ function truncate(text: string | null): string {
   return text.length > 80 ? `${text.slice(0, 79)}…` : text;
 }
 
-export function pagination(t: Translator, action: string, q: HistoryQuery, total: number): Html {
+export function pagination(t: Translator, action: string, q: HistoryQuery, total: number, extra: Record<string, string | undefined> = {}): Html {
   const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
   return html`<nav class="pager" aria-label="${t("common.pager.label")}">
-  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages))}" rel="prev">${t("common.pager.newer")}</a>` : html`<span class="muted">${t("common.pager.newer")}</span>`}
+  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages), extra)}" rel="prev">${t("common.pager.newer")}</a>` : html`<span class="muted">${t("common.pager.newer")}</span>`}
   <span>${t.plural("history.pager.summary", total, { page: q.page, pages })}</span>
-  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1)}" rel="next">${t("common.pager.older")}</a>` : html`<span class="muted">${t("common.pager.older")}</span>`}
+  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1, extra)}" rel="next">${t("common.pager.older")}</a>` : html`<span class="muted">${t("common.pager.older")}</span>`}
 </nav>`;
 }
