@@ -3,8 +3,9 @@
  * printed beside the same figure for a baseline source tree in the same run:
  *   - JSON: one /v1/images/generations request with ten reference images of about 8.8 MB
  *     (noise PNGs, so they cannot be compressed away: about 118 MB of JSON): time to answer
- *     (median of 3) and the server's peak RSS growth over its RSS at rest, also as a multiple of
- *     the body;
+ *     (median of 3), the server's CPU time for it (all threads; unlike the time, it hardly
+ *     depends on what else the machine runs) and its peak RSS growth over the RSS just before,
+ *     also as a multiple of the body;
  *   - multipart: the same ten images as `image[]` parts of one /v1/images/edits request;
  *   - a burst of 16 JSON requests at once: statuses, time, the server's peak RSS.
  * The server runs in its own process (bench/big-upload-server.ts) so its memory is its own; peaks
@@ -17,7 +18,7 @@
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { deflateSync, crc32 } from "node:zlib";
+import { encodePng } from "../src/core/image/codec";
 
 const args = Object.fromEntries(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
 const BURST = Math.min(64, Number(args.burst ?? 16));
@@ -32,42 +33,39 @@ function rssOf(pid: number): { rss: number; peak: number } {
   return { rss: kb("VmRSS"), peak: kb("VmHWM") };
 }
 
+/** CPU time of the process, all threads (workers, Bun's native image threads) included, in ms. */
+function cpuMsOf(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  // utime and stime: fields 14 and 15 of stat, 12 and 13 after the command name.
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
 /** Resets VmHWM to the current RSS, so each phase reports its own peak. */
 function resetPeak(pid: number): void {
   writeFileSync(`/proc/${pid}/clear_refs`, "5");
 }
 
-/** A PNG of RGBA noise, stored (deflate level 0): exactly what a 10 MiB photo costs to check and decode, built in milliseconds. */
+/**
+ * A PNG of RGB noise under an opaque alpha channel, encoded as the server encodes (Sub filter,
+ * zlib): it cannot be compressed away, so its size is what it costs to check and to decode.
+ */
 function noisePng(width: number, height: number, seed: number): Uint8Array<ArrayBuffer> {
-  const raw = new Uint8Array(height * (1 + width * 4));
+  const data = new Uint8Array(width * height * 4);
   let x = seed >>> 0 || 1;
-  for (let i = 0; i < raw.length; i++) {
-    if (i % (1 + width * 4) === 0) continue; // filter byte 0
+  for (let i = 0; i < data.length; i++) {
     x ^= x << 13;
     x ^= x >>> 17;
     x ^= x << 5;
-    raw[i] = x & 255;
+    data[i] = i % 4 === 3 ? 255 : x & 255;
   }
-  const chunk = (type: string, data: Uint8Array) => {
-    const out = new Uint8Array(12 + data.length);
-    const v = new DataView(out.buffer);
-    v.setUint32(0, data.length);
-    out.set(new TextEncoder().encode(type), 4);
-    out.set(data, 8);
-    v.setUint32(8 + data.length, crc32(out.subarray(4, 8 + data.length)));
-    return out;
-  };
-  const ihdr = new Uint8Array(13);
-  new DataView(ihdr.buffer).setUint32(0, width);
-  new DataView(ihdr.buffer).setUint32(4, height);
-  ihdr.set([8, 6, 0, 0, 0], 8);
-  const parts = [new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk("IHDR", ihdr), chunk("IDAT", deflateSync(raw, { level: 0 })), chunk("IEND", new Uint8Array())];
-  return new Uint8Array(Buffer.concat(parts));
+  return new Uint8Array(encodePng({ width, height, data }));
 }
 
-// Ten images whose base64 JSON adds up to about TARGET_BODY bytes.
-const side = Math.floor(Math.sqrt((TARGET_BODY / IMAGES / 4) * 3 / 4));
-const images = Array.from({ length: IMAGES }, (_, i) => noisePng(side, side, i + 1));
+// Ten images whose base64 JSON adds up to about TARGET_BODY bytes (RGB noise under opaque alpha:
+// about 3.42 bytes a pixel after compression). Two distinct pictures, alternating: encoding ten would take longer than the bench.
+const side = Math.floor(Math.sqrt(((TARGET_BODY / IMAGES) * 3) / 4 / 3.42));
+const distinct = [noisePng(side, side, 1), noisePng(side, side, 2)];
+const images = Array.from({ length: IMAGES }, (_, i) => distinct[i % 2]!);
 const jsonBody = new TextEncoder().encode(
   JSON.stringify({ prompt: "a lighthouse at dusk", size: "256x256", reference_images: images.map((b) => `data:image/png;base64,${Buffer.from(b).toString("base64")}`) }),
 );
@@ -86,8 +84,10 @@ const fmt = (n: number) => `${(n / MiB).toFixed(0)} MiB`;
 interface Figures {
   restRss: number;
   jsonMs: number[];
+  jsonCpuMs: number;
   jsonGrowth: number;
   multipartMs: number[];
+  multipartCpuMs: number;
   multipartGrowth: number;
   burst: Record<number, number>;
   burstMs: number;
@@ -122,21 +122,24 @@ async function measure(root: string): Promise<Figures> {
     await Bun.sleep(500);
     const restRss = rssOf(info.pid).rss;
 
-    async function timed(send: () => Promise<Response>): Promise<{ ms: number[]; growth: number }> {
+    async function timed(send: () => Promise<Response>): Promise<{ ms: number[]; cpuMs: number; growth: number }> {
       const ms: number[] = [];
+      const cpu: number[] = [];
       let growth = 0;
       for (let i = 0; i < 3; i++) {
         await Bun.sleep(300);
         const before = rssOf(info.pid).rss;
         resetPeak(info.pid);
+        const cpu0 = cpuMsOf(info.pid);
         const t0 = performance.now();
         const res = await send();
         await res.arrayBuffer();
         ms.push(performance.now() - t0);
+        cpu.push(cpuMsOf(info.pid) - cpu0);
         if (res.status !== 200) throw new Error(`answered ${res.status}`);
         growth = Math.max(growth, rssOf(info.pid).peak - before);
       }
-      return { ms: ms.sort((a, b) => a - b), growth };
+      return { ms: ms.sort((a, b) => a - b), cpuMs: cpu.sort((a, b) => a - b)[1]!, growth };
     }
     const j = await timed(json);
     const m = await timed(multipart);
@@ -149,7 +152,7 @@ async function measure(root: string): Promise<Figures> {
     const burstMs = performance.now() - t0;
     const burst = statuses.reduce<Record<number, number>>((acc, s) => ((acc[s] = (acc[s] ?? 0) + 1), acc), {});
     const peak = rssOf(info.pid).peak;
-    return { restRss, jsonMs: j.ms, jsonGrowth: j.growth, multipartMs: m.ms, multipartGrowth: m.growth, burst, burstMs, burstPeakGrowth: peak - before, burstPeak: peak };
+    return { restRss, jsonMs: j.ms, jsonCpuMs: j.cpuMs, jsonGrowth: j.growth, multipartMs: m.ms, multipartCpuMs: m.cpuMs, multipartGrowth: m.growth, burst, burstMs, burstPeakGrowth: peak - before, burstPeak: peak };
   } finally {
     child.kill("SIGTERM");
     await child.exited;
@@ -173,8 +176,10 @@ function rows(f: Figures): string[] {
   return [
     fmt(f.restRss),
     ms(f.jsonMs),
+    `${f.jsonCpuMs.toFixed(0)} ms`,
     times(f.jsonGrowth, jsonBody.byteLength),
     ms(f.multipartMs),
+    `${f.multipartCpuMs.toFixed(0)} ms`,
     times(f.multipartGrowth, multipartBytes.byteLength),
     `${JSON.stringify(f.burst)} in ${(f.burstMs / 1000).toFixed(1)} s`,
     `${fmt(f.burstPeak)} (+${fmt(f.burstPeakGrowth)})`,
@@ -183,8 +188,10 @@ function rows(f: Figures): string[] {
 const labels = [
   "server RSS at rest (after warm-up)",
   "JSON generation, 10 references: time (median, min–max of 3)",
+  "  server CPU time, all threads (median)",
   "  peak RSS growth",
   "multipart edit, 10 images: time",
+  "  server CPU time, all threads (median)",
   "  peak RSS growth",
   `burst of ${BURST} JSON requests at once: statuses`,
   "  server peak RSS (growth)",

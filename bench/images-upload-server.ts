@@ -1,5 +1,5 @@
 /**
- * The server side of bench/images-upload.ts, run as its own process so that its memory is
+ * A server for benches (bench/decode-responsiveness.ts), run as its own process so that its memory is
  * measured apart from the client's: the real server with a fast stand-in image engine (the bench
  * measures accepting and validating uploads, not rendering). Prints {url, key, pid} on stdout.
  */
