@@ -580,6 +580,11 @@ test("the OpenAPI document describes the route with request, response and error 
   expect(JSON.stringify(message.content)).toContain('"text"');
   const reply = doc.components.schemas.ChatCompletion as { properties: { choices: { items: { properties: { message: { properties: Record<string, unknown> } } } } } };
   expect(reply.properties.choices.items.properties.message.properties).toHaveProperty("tool_calls");
+  // The streamed answer (with [chat] allow_streaming) is described beside the JSON one.
+  const ok = op.responses["200"] as { content: Record<string, { schema: { description: string; oneOf: { title: string }[] } }> };
+  expect(Object.keys(ok.content).sort()).toEqual(["application/json", "text/event-stream"]);
+  expect(ok.content["text/event-stream"]!.schema.oneOf.map((s) => s.title)).toEqual(["chat.completion.chunk", "error"]);
+  expect(ok.content["text/event-stream"]!.schema.description).toContain("data: [DONE]");
 });
 
 describe("streaming ([chat] allow_streaming = true)", () => {

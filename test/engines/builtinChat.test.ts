@@ -4,7 +4,7 @@ import { findChatRuleViolation, chatMessagesFrom, chatParamsFrom, countChars, ty
 import { BUILTIN_CHAT, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
 import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX, STREAM_PIECE_CHARS } from "../../src/engines/builtin/chatEngine";
 import { fillFromSchema, MAX_VALUE_CHARS, valueFromSchema } from "../../src/engines/builtin/jsonFromSchema";
-import type { ChatDelta, ChatMessage } from "../../src/core/engine";
+import { EngineTimeout, type ChatDelta, type ChatMessage } from "../../src/core/engine";
 
 const model: CatalogModel = { id: BUILTIN_CHAT, kind: "chat", ownedBy: "atelier", created: 0, source: BUILTIN_SOURCE, upstreamModel: BUILTIN_CHAT, params: {}, price: 0 };
 const engine = new BuiltinChatEngine();
@@ -141,10 +141,11 @@ describe("BuiltinChatEngine tools and streaming", () => {
     expect(deltas.every((d) => [...d.content!].length <= STREAM_PIECE_CHARS)).toBe(true);
   });
 
-  test("a stream whose signal aborts stops sending pieces", async () => {
+  test("a stream whose signal aborts stops sending pieces and fails as an upstream call would", async () => {
     const stop = new AbortController();
     const deltas: ChatDelta[] = [];
-    await engine.chat({ model, messages: [{ role: "user", content: "x".repeat(200) }], params: {}, signal: stop.signal, onDelta: (d) => (deltas.push(d), deltas.length === 2 && stop.abort()) });
+    const run = engine.chat({ model, messages: [{ role: "user", content: "x".repeat(200) }], params: {}, signal: stop.signal, onDelta: (d) => (deltas.push(d), deltas.length === 2 && stop.abort()) });
+    expect(await run.catch((e: unknown) => e)).toBeInstanceOf(EngineTimeout);
     expect(deltas).toHaveLength(2);
   });
 });

@@ -245,6 +245,17 @@ describe("streamed chat", () => {
     expect(fake.received).toHaveLength(1);
   });
 
+  test("a streamed chunk over 1 MiB fails the attempt (bounded reading), on every account", async () => {
+    const { registry, talk } = build();
+    fake.alwaysFault(KEY_A, { kind: "variant", name: "huge-chunk" });
+    fake.alwaysFault(KEY_B, { kind: "variant", name: "huge-chunk" });
+    const deltas: ChatDelta[] = [];
+    const err = await registry.chatEngine(talk)!.chat(streamedJob(talk, "big", deltas)).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(String(err.message)).toContain("exceeds the limit");
+    expect(deltas).toEqual([]);
+  });
+
   test("streamed tool calls: the first fragment carries id, type and name; arguments arrive in pieces and are assembled", async () => {
     const { registry, talk } = build();
     const deltas: ChatDelta[] = [];

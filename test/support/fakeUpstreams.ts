@@ -266,6 +266,8 @@ export function startFakeOpenAI(): FakeOpenAI {
         if (req.json?.stream === true && streamMode !== "json") {
           const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
           const usage = !variant?.startsWith("no-usage");
+          // "huge-chunk": one content chunk of 1.5 MiB, beyond what a streamed chat chunk may be.
+          if (variant?.startsWith("huge-chunk")) reply.content = "z".repeat(1536 * 1024);
           return streamedChat(reply, req.json, _request, { gapMs: eventGapMs, failure, usage, abandoned: () => chatStreamsAbandoned++ });
         }
         return Response.json({
@@ -368,7 +370,8 @@ function streamedChat(
     });
   } else {
     const text = reply.content ?? "";
-    for (let i = 0; i < text.length; i += 4) chunks.push(chunk({ content: text.slice(i, i + 4) }));
+    const piece = text.length > 1024 * 1024 ? text.length : 4;
+    for (let i = 0; i < text.length; i += piece) chunks.push(chunk({ content: text.slice(i, i + piece) }));
   }
   chunks.push(chunk({}, reply.finishReason));
   const options = json.stream_options as { include_usage?: boolean } | undefined;

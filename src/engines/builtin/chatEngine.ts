@@ -12,7 +12,7 @@
  * STREAM_PIECE_CHARS characters.
  */
 import { completionTokenLimit, countChars, type ChatParams, type ResponseFormat } from "../../core/chatRequest";
-import type { ChatEngine, ChatJob, ChatMessage, ChatRequestProblem, ChatResult } from "../../core/engine";
+import { EngineTimeout, type ChatEngine, type ChatJob, type ChatMessage, type ChatRequestProblem, type ChatResult } from "../../core/engine";
 import { fillFromSchema } from "./jsonFromSchema";
 
 const CHARS_PER_TOKEN = 4;
@@ -85,7 +85,8 @@ export class BuiltinChatEngine implements ChatEngine {
     if (job.onDelta && result.content) {
       const chars = [...result.content];
       for (let i = 0; i < chars.length; i += STREAM_PIECE_CHARS) {
-        if (job.signal.aborted) break;
+        // Stopped like an upstream call would be: the reply was not delivered, so it did not succeed.
+        if (job.signal.aborted) throw new EngineTimeout("the request was cancelled or ran out of time while the reply streamed");
         job.onDelta({ content: chars.slice(i, i + STREAM_PIECE_CHARS).join("") });
         // One piece per turn of the event loop, as a real stream arrives: the answer is written as it goes.
         await new Promise<void>((resolve) => setImmediate(resolve));
