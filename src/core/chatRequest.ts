@@ -244,8 +244,11 @@ export function chatParamsFrom(req: ChatRequestInput): ChatParams {
   if (req.frequency_penalty != null) p.frequency_penalty = req.frequency_penalty;
   if (req.seed != null) p.seed = req.seed;
   if (req.user != null) p.user = req.user;
-  if (req.tools != null && req.tools.length > 0) p.tools = req.tools;
-  if (req.tool_choice != null) p.tool_choice = req.tool_choice;
+  if (req.tools != null && req.tools.length > 0) {
+    p.tools = req.tools;
+    // Without tools only "none" passes the rules, and it says nothing: not sent (OpenAI refuses tool_choice without tools).
+    if (req.tool_choice != null) p.tool_choice = req.tool_choice;
+  }
   if (req.parallel_tool_calls != null) p.parallel_tool_calls = req.parallel_tool_calls;
   const f = req.response_format;
   if (f) {

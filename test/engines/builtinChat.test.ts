@@ -217,5 +217,6 @@ describe("chat request rules", () => {
     expect(chatParamsFrom({ model: "m", messages: msgs("x"), stop: "END", temperature: null, seed: 0 })).toEqual({ stop: ["END"], seed: 0 });
     const tools = [{ type: "function" as const, function: { name: "f", parameters: { type: "object" } } }];
     expect(chatParamsFrom({ model: "m", messages: msgs("x"), tools, tool_choice: "required", parallel_tool_calls: false })).toEqual({ tools, tool_choice: "required", parallel_tool_calls: false });
+    expect(chatParamsFrom({ model: "m", messages: msgs("x"), tools: [], tool_choice: "none" })).toEqual({});
   });
 });
