@@ -42,6 +42,7 @@ export interface Store extends FlowStore, AccountStore {
 export function createStore(db: Db, latest: number): Store {
   const requests = new RequestStore(db);
   const revisions = new Revisions(db);
+  let closed = false;
   return {
     users: new UserStore(db, revisions),
     keys: new ApiKeyStore(db, revisions),
@@ -68,6 +69,9 @@ export function createStore(db: Db, latest: number): Store {
       db.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(ms))}`);
     },
     close() {
+      // Closing twice (a test's cleanup after the server's own stop) is a no-op, not an error.
+      if (closed) return;
+      closed = true;
       // The last chat rows: wait a little for another process's write lock rather than lose them.
       db.exec("PRAGMA busy_timeout = 2000");
       requests.stopChats();

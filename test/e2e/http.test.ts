@@ -230,7 +230,7 @@ describe("models", () => {
   test("percent-encoded ids are decoded", async () => {
     const res = await fetch(`${server.url}/v1/models/${encodeURIComponent("acme/sd xl+1.0")}`, { headers: auth() });
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ id: "acme/sd xl+1.0", object: "model", created: expect.any(Number), owned_by: "acme" });
+    expect(await res.json()).toEqual({ id: "acme/sd xl+1.0", object: "model", created: expect.any(Number), owned_by: "acme", x_atelier_price: 1 });
     const builtin = await fetch(`${server.url}/v1/models/%62uiltin-image`, { headers: auth() });
     expect(((await builtin.json()) as { id: string }).id).toBe("builtin-image");
   });
