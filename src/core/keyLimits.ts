@@ -56,33 +56,38 @@ export interface KeySettingsInput {
 
 export type KeySettings = { name: string } & KeyLimits;
 
+/** Why a key's settings were refused (the page words it in the viewer's language). */
+export type KeySettingsProblem =
+  | { kind: "name"; max: number }
+  | { kind: "expiry"; maxDays: number }
+  | { kind: "cap"; max: number }
+  | { kind: "too_many_models"; max: number }
+  | { kind: "unknown_model"; model: string };
+
 /**
  * Validates a key's name and limits. `knownModels` are the catalog's ids: an allow-list naming
- * anything else is refused (a typo would silently lock the key out). Returns the settings or
- * the message to show.
+ * anything else is refused (a typo would silently lock the key out).
  */
-export function validateKeySettings(input: KeySettingsInput, knownModels: readonly string[], now: number): { ok: true; settings: KeySettings } | { ok: false; message: string } {
+export function validateKeySettings(input: KeySettingsInput, knownModels: readonly string[], now: number): { ok: true; settings: KeySettings } | { ok: false; problem: KeySettingsProblem } {
   const name = input.name.trim();
-  if (name.length === 0 || name.length > MAX_KEY_NAME_CHARS) return { ok: false, message: `Give the key a name of 1 to ${MAX_KEY_NAME_CHARS} characters.` };
+  if (name.length === 0 || name.length > MAX_KEY_NAME_CHARS) return { ok: false, problem: { kind: "name", max: MAX_KEY_NAME_CHARS } };
   let expiresAt: number | null = null;
   const day = input.expiresOn.trim();
   if (day !== "") {
     const start = utcDayStart(day);
-    if (start === null || start + DAY_MS <= now || start > now + MAX_KEY_LIFETIME_DAYS * DAY_MS) {
-      return { ok: false, message: `The expiry must be a date (YYYY-MM-DD) from today to ${MAX_KEY_LIFETIME_DAYS} days ahead, or empty for never.` };
-    }
+    if (start === null || start + DAY_MS <= now || start > now + MAX_KEY_LIFETIME_DAYS * DAY_MS) return { ok: false, problem: { kind: "expiry", maxDays: MAX_KEY_LIFETIME_DAYS } };
     expiresAt = start + DAY_MS;
   }
   let creditCap: number | null = null;
   const cap = input.creditCap.trim();
   if (cap !== "") {
     const n = Number(cap);
-    if (!/^\d+$/.test(cap) || n > MAX_KEY_CREDIT_CAP) return { ok: false, message: `The credit cap must be a whole number from 0 to ${MAX_KEY_CREDIT_CAP}, or empty for no cap.` };
+    if (!/^\d+$/.test(cap) || n > MAX_KEY_CREDIT_CAP) return { ok: false, problem: { kind: "cap", max: MAX_KEY_CREDIT_CAP } };
     creditCap = n;
   }
   const chosen = [...new Set(input.allowedModels)];
-  if (chosen.length > MAX_KEY_ALLOWED_MODELS) return { ok: false, message: `Choose at most ${MAX_KEY_ALLOWED_MODELS} models.` };
+  if (chosen.length > MAX_KEY_ALLOWED_MODELS) return { ok: false, problem: { kind: "too_many_models", max: MAX_KEY_ALLOWED_MODELS } };
   const unknown = chosen.find((m) => !knownModels.includes(m));
-  if (unknown !== undefined) return { ok: false, message: `There is no model '${unknown.slice(0, 200)}' to allow.` };
+  if (unknown !== undefined) return { ok: false, problem: { kind: "unknown_model", model: unknown.slice(0, 200) } };
   return { ok: true, settings: { name, expiresAt, creditCap, allowedModels: chosen.length === 0 ? null : chosen } };
 }

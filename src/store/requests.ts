@@ -192,6 +192,25 @@ export class RequestStore implements RequestLog {
     return new Map(rows.map((r) => [r.user_id, r.spent]));
   }
 
+  /**
+   * One page of a user's history for the CSV export, newest first, after the cursor (the last
+   * row of the previous page): keyset paging, so each page costs the same however deep it is.
+   */
+  exportPage(userId: number, after: { createdAt: number; id: string } | null, limit: number): RequestRow[] {
+    if (after === null) {
+      this.flushChats();
+      return this.db
+        .query<RequestRow, [number, number]>("SELECT * FROM requests WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?")
+        .all(userId, limit);
+    }
+    return this.db
+      .query<RequestRow, [number, number, number, string, number]>(
+        `SELECT * FROM requests WHERE user_id = ? AND (created_at < ? OR (created_at = ? AND id < ?))
+          ORDER BY created_at DESC, id DESC LIMIT ?`,
+      )
+      .all(userId, after.createdAt, after.createdAt, after.id, limit);
+  }
+
   count(f: RequestFilter = {}): number {
     this.flushChats();
     const { sql, args } = whereClause(f);

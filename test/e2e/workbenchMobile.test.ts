@@ -98,7 +98,7 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
-const USER_PAGES = ["/playground", "/gallery", "/credits", "/keys", "/webhooks"];
+const USER_PAGES = ["/playground", "/gallery", "/credits", "/usage", "/keys", "/webhooks"];
 const ADMIN_PAGES = ["/admin", "/admin/requests", "/admin/upstreams", "/admin/models", "/admin/codes"];
 
 beforeAll(async () => {

@@ -9,6 +9,7 @@ import { keysRoutes } from "./keysRoutes";
 import { languageRoutes } from "./languageRoutes";
 import { pagesRoutes } from "./pagesRoutes";
 import { redeemRoutes } from "./redeemRoutes";
+import { usageRoutes } from "./usageRoutes";
 import { webhooksRoutes } from "./webhooksRoutes";
 import { parseJsonWithLimits } from "../body";
 
@@ -18,5 +19,5 @@ export function workbenchRoutes(services: Services) {
   // Local, so it covers the workbench's routes only: the /v1 routes have their own parsers.
   return app
     .onParse(parseJsonWithLimits)
-    .use(assetsRoutes()).use(authRoutes(services)).use(languageRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(redeemRoutes(services)).use(galleryRoutes(services)).use(webhooksRoutes(services)).use(adminRoutes(services));
+    .use(assetsRoutes()).use(authRoutes(services)).use(languageRoutes(services)).use(keysRoutes(services)).use(pagesRoutes(services)).use(redeemRoutes(services)).use(usageRoutes(services)).use(galleryRoutes(services)).use(webhooksRoutes(services)).use(adminRoutes(services));
 }

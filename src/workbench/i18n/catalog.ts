@@ -11,12 +11,14 @@ import { gallery } from "./messages/gallery";
 import { history } from "./messages/history";
 import { keys } from "./messages/keys";
 import { operators } from "./messages/operators";
+import { requestDetail } from "./messages/requestDetail";
+import { usage } from "./messages/usage";
 
-const AREAS = [common, auth, keys, gallery, history, admin, codes, operators] as const;
+const AREAS = [common, auth, keys, gallery, history, admin, codes, operators, usage, requestDetail] as const;
 
-export const EN = { ...common.en, ...auth.en, ...keys.en, ...gallery.en, ...history.en, ...admin.en, ...codes.en, ...operators.en };
+export const EN = { ...common.en, ...auth.en, ...keys.en, ...gallery.en, ...history.en, ...admin.en, ...codes.en, ...operators.en, ...usage.en, ...requestDetail.en };
 export type MessageKey = keyof typeof EN;
-export const ZH: Record<MessageKey, string> = { ...common.zh, ...auth.zh, ...keys.zh, ...gallery.zh, ...history.zh, ...admin.zh, ...codes.zh, ...operators.zh };
+export const ZH: Record<MessageKey, string> = { ...common.zh, ...auth.zh, ...keys.zh, ...gallery.zh, ...history.zh, ...admin.zh, ...codes.zh, ...operators.zh, ...usage.zh, ...requestDetail.zh };
 
 /** Each area's keys, for the test that no two areas define the same key. */
 export const AREA_KEYS: string[][] = AREAS.map((a) => Object.keys(a.en));

@@ -19,6 +19,17 @@ export interface CreditsPageState {
   redeem?: RedeemState;
 }
 
+/** The tabs of the Credits section: the history and ledger, and the usage dashboard. */
+export function creditsTabs(t: Translator, current: "history" | "usage"): Html {
+  const tabs = [
+    { tab: "history", href: "/credits", label: t("usage.tab.history") },
+    { tab: "usage", href: "/usage", label: t("usage.tab.usage") },
+  ] as const;
+  return html`<nav class="subnav" aria-label="${t("usage.tabs.label")}"><ul>${tabs.map(
+    (x) => html`<li><a href="${x.href}"${x.tab === current ? html` aria-current="page"` : ""}>${x.label}</a></li>`,
+  )}</ul></nav>`;
+}
+
 export function ledgerTable(t: Translator, rows: LedgerRow[]): Html {
   if (rows.length === 0) return html`<p class="muted">${t("history.ledger.empty")}</p>`;
   return html`<div class="table-wrap"><table class="ledger">
@@ -43,6 +54,7 @@ export function creditsPage(v: Viewer, s: CreditsPageState): Html {
     section: "credits",
     viewer: v,
     body: html`<h1>${t("history.credits.title")}</h1>
+${creditsTabs(t, "history")}
 <section class="card balance-card">
   <p class="big"><span data-testid="balance-big">${v.user.credits}</span> ${t.plural("common.credits", v.user.credits)}</p>
   <p class="muted">${t("history.credits.explain")}</p>
@@ -51,8 +63,9 @@ ${redeemCard(v, s.redeem)}
 <section class="card">
   <h2>${t("history.requests.heading")}</h2>
   ${historyFilter(t, "/credits", s.query, s.models)}
-  ${requestsTable(t, s.requests, { images: s.images })}
+  ${requestsTable(t, s.requests, { images: s.images, detailLinks: true })}
   ${pagination(t, "/credits", s.query, s.total)}
+  <p class="muted">${t("usage.history.hint")} <a href="/credits/history.csv" download data-testid="csv-export">${t("usage.history.csv")}</a></p>
 </section>
 <section class="card">
   <h2>${t("history.ledger.heading")} <span class="muted">${t("history.ledger.latest", { count: 100 })}</span></h2>

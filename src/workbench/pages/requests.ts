@@ -68,9 +68,10 @@ const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", su
  * opts.emails adds a User column (admin); opts.keys (key id → display prefix) a Key column, and
  * each time links to its request alone (by id, which the filter then shows) (admin);
  * opts.images (request id → image id, the viewer's own kept images) adds an Image column
- * linking to each image's gallery page.
+ * linking to each image's gallery page; opts.detailLinks makes each row's time a link to the
+ * request's own page (the viewer's history).
  */
-export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; keys?: Map<number, string>; images?: Map<string, string> } = {}): Html {
+export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; keys?: Map<number, string>; images?: Map<string, string>; detailLinks?: boolean } = {}): Html {
   if (rows.length === 0) return html`<p class="muted">${t("history.empty")}</p>`;
   return html`<div class="table-wrap"><table class="requests">
   <thead><tr><th scope="col">${t("history.col.time")}</th>${opts.emails ? html`<th scope="col">${t("history.col.user")}</th>` : ""}${opts.keys ? html`<th scope="col">${t("history.col.key")}</th>` : ""}<th scope="col">${t("history.col.kind")}</th><th scope="col">${t("history.col.model")}</th><th scope="col">${t("history.col.status")}</th><th scope="col">${t("history.col.credits")}</th><th scope="col">${t("history.col.generation")}</th><th scope="col">${t("history.col.prompt")}</th>${opts.images ? html`<th scope="col">${t("history.col.image")}</th>` : ""}<th scope="col">${t("history.col.error")}</th></tr></thead>
@@ -79,7 +80,9 @@ export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?
     <td class="nowrap">${
       opts.keys
         ? html`<a href="/admin/requests?id=${encodeURIComponent(r.id)}" class="cell-link" data-request-id="${r.id}" title="${t("history.requestId", { id: r.id })}">${formatTime(r.created_at)}</a>`
-        : formatTime(r.created_at)
+        : opts.detailLinks
+          ? html`<a href="/credits/requests/${r.id}" class="cell-link" data-testid="request-link" aria-label="${t("usage.history.detailLabel", { time: formatTime(r.created_at) })}">${formatTime(r.created_at)}</a>`
+          : formatTime(r.created_at)
     }</td>
     ${opts.emails ? html`<td>${opts.emails.get(r.user_id) ?? `#${r.user_id}`}</td>` : ""}
     ${opts.keys ? html`<td class="mono nowrap">${r.key_id === null ? html`<span class="muted">${t("history.sessionKey")}</span>` : (opts.keys.get(r.key_id) ?? `#${r.key_id}`)}</td>` : ""}
