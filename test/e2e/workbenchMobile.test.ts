@@ -183,6 +183,26 @@ describe("the workbench on a phone and a laptop", () => {
     }
   }
 
+  test("signed out: sign in, sign up, setup and the 404 page fit both sizes, light and dark", async () => {
+    for (const size of ["phone", "laptop"] as const) {
+      for (const scheme of ["light", "dark"] as const) {
+        const context = await browser.newContext({ viewport: size === "phone" ? PHONE : LAPTOP, colorScheme: scheme });
+        try {
+          const page = await context.newPage();
+          for (const path of ["/signin", "/signup", "/setup", "/nope"]) {
+            await page.goto(`${server.url}${path}`);
+            await shot(page, `${size}-${scheme}-signed-out${path.replaceAll("/", "-")}`);
+            await expectUsableLayout(page, size, `signed out ${path}`);
+            const bar = await page.locator("header.bar").boundingBox();
+            expect(bar!.height).toBeLessThan(64);
+          }
+        } finally {
+          await context.close();
+        }
+      }
+    }
+  }, TEST_TIMEOUT_MS);
+
   test("on a phone the bar is one row; its menu opens from the keyboard and every link in it works", async () => {
     const { context, page } = await signedIn(admin, "phone", "light");
     try {
