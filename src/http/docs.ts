@@ -21,8 +21,18 @@ const page = `<!doctype html>
 </body>
 </html>`;
 
-const init = `window.ui = SwaggerUIBundle({
+// Swagger UI draws an array's items with the component named after their type and format; an
+// array of files (the edit's \`image[]\`) asks for JsonSchema_string_binary, which it does not
+// have (it warns, and its fallback is fragile). The string component already draws a file
+// picker for a binary string: it serves that name too.
+const init = `const filesInArrays = (system) => ({
+  components: {
+    JsonSchema_string_binary: (props) => system.React.createElement(system.getComponent("JsonSchema_string"), props),
+  },
+});
+window.ui = SwaggerUIBundle({
   url: "/openapi.json",
+  plugins: [filesInArrays],
   dom_id: "#swagger-ui",
   deepLinking: true,
   persistAuthorization: true,

@@ -14,6 +14,9 @@
  *    operation's 200 (its `chat.completion.chunk`s, when [chat] allow_streaming is on).
  *  - every error response shows the answers that status really has for that operation
  *    (errorExamples), instead of one shared example.
+ *  - Elysia's t.Integer (meant for query values that arrive as text) comes out as
+ *    `anyOf: [{type: string, format: integer, default: 0}, {type: integer, …}]`: Swagger UI fills
+ *    in the 0 (below most minimums) and generators type a string. It is the integer it means.
  */
 import { errorExamples, type ErrorExample, type ErrorExampleSettings } from "./errorExamples";
 import { ERROR_DESCRIPTIONS } from "./shared";
@@ -23,9 +26,21 @@ type JsonObject = { [key: string]: Json };
 
 const isObject = (v: Json | undefined): v is JsonObject => typeof v === "object" && v !== null && !Array.isArray(v);
 
+/** The integer branch of Elysia's t.Integer union, or null for any other schema. */
+function elysiaInteger(node: JsonObject): JsonObject | null {
+  const branches = node.anyOf;
+  if (!Array.isArray(branches) || branches.length !== 2) return null;
+  const [text, integer] = branches;
+  if (!isObject(text) || !isObject(integer) || text.type !== "string" || text.format !== "integer" || integer.type !== "integer") return null;
+  const { anyOf: _union, ...rest } = node;
+  return { ...rest, ...integer };
+}
+
 function fixRefs(node: Json, schemaNames: Set<string>): Json {
   if (Array.isArray(node)) return node.map((n) => fixRefs(n, schemaNames));
   if (!isObject(node)) return node;
+  const integer = elysiaInteger(node);
+  if (integer) return fixRefs(integer, schemaNames);
   const out: JsonObject = {};
   for (const [key, value] of Object.entries(node)) {
     if (key === "$ref" && typeof value === "string" && !value.includes("/") && schemaNames.has(value)) {

@@ -137,6 +137,9 @@ describe("the interlaced 1 GiB-of-zeros PNG", () => {
     // The client gets a plain message; what the engine's output did wrong is for the operator.
     expect(body.error.message).not.toContain("inflates");
     expect(server.balance(u.userId)).toBe(2);
+    const failed = () => server.logs.filter((l) => l.includes('"image request failed"') && l.includes("inflates to more than the 16504 bytes its header allows"));
+    for (let i = 0; i < 100 && failed().length === 0; i++) await Bun.sleep(20);
+    expect(failed()).toHaveLength(1);
     const record = server.services.store.requests.list({ userId: u.userId, limit: 1 })[0]!;
     expect(record).toMatchObject({ status: "failed", error_code: "invalid_engine_output" });
     expect(`${record.error_message} ${server.logs.join("\n")}`).toContain("inflates to more than the 16504 bytes its header allows");

@@ -24,7 +24,7 @@ import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { IMAGE_EDIT_MULTIPART_ENCODING, ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
-import { asList, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
+import { asList, withoutEmptyFiles, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
 
@@ -42,8 +42,9 @@ const JOB_HEADERS = [
     name: "Prefer",
     in: "header" as const,
     required: false,
-    description: "`respond-async`: answer 202 at once with the task (`Location: /v1/images/tasks/{id}`) and generate in the background.",
-    schema: { type: "string" as const, example: "respond-async" },
+    description: "`respond-async`: answer 202 at once with the task (`Location: /v1/images/tasks/{id}`) and generate in the background. Empty: answer when the image is ready.",
+    // An enum, not an example: Swagger UI would fill an example in and make every try async.
+    schema: { type: "string" as const, enum: ["respond-async"] },
   },
 ];
 
@@ -122,7 +123,8 @@ export function imagesRoutes(services: Services) {
    */
   async function checkedWebhookUrl(body: unknown, respondAsync: boolean, userId: number): Promise<string | undefined> {
     const url = isPlainObject(body) ? body.webhook_url : undefined;
-    if (url === undefined || url === null) return undefined;
+    // Empty is none: what a form (Swagger UI's Try it out) sends for a field left empty.
+    if (url === undefined || url === null || url === "") return undefined;
     if (typeof url !== "string") throw badRequest("Invalid 'webhook_url': must be a string.", "webhook_url", "invalid_value");
     if (!respondAsync) {
       throw badRequest("'webhook_url' is for async tasks: send it with the header 'Prefer: respond-async'.", "webhook_url", "webhook_url_requires_async");
@@ -252,7 +254,8 @@ export function imagesRoutes(services: Services) {
       "/images/edits",
       async ({ body, principal, request, set }) => {
         const isMultipart = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("multipart/");
-        const form = (body ?? {}) as Record<string, unknown>;
+        const received = (body ?? {}) as Record<string, unknown>;
+        const form = isMultipart ? withoutEmptyFiles(received) : received;
         let fields: ReturnType<typeof imageJobFrom>;
         let images: ImageInput[];
         let mask: ImageInput | undefined;
@@ -282,7 +285,7 @@ export function imagesRoutes(services: Services) {
           if (b.mask !== undefined) mask = images.pop();
         }
         if (mask) checkMask(mask, images[0]!);
-        return handle("edit", { principal, request, set }, { ...fields, images, mask }, body);
+        return handle("edit", { principal, request, set }, { ...fields, images, mask }, form);
       },
       {
         parse: acceptApiUploads(services.auth, editUploads, "multipart", "json"),

@@ -134,6 +134,8 @@ export const ImageEditMultipartRequest = t.Object(
     "image[]": t.Optional(
       t.Array(File("An image file."), {
         maxItems: MAX_EDIT_IMAGES,
+        // An empty example: Swagger UI starts the list with no item instead of a text "string" part.
+        examples: [[]],
         description: `Several images, the first edited and the others guiding it (what the openai clients send for an array; indexed parts \`image[0]\`, \`image[1]\`… are accepted too). At most ${MAX_EDIT_IMAGES} in all; \`image\` or \`image[]\` is required.`,
       }),
     ),
@@ -146,7 +148,9 @@ export const ImageEditMultipartRequest = t.Object(
     n: t.Optional(t.Literal(1, { description: "Always 1 when present (one image per request).", examples: [1] })),
     stream: t.Optional(t.Boolean({ description: "`true` for the streamed answer (see the JSON form's `stream`).", examples: [false] })),
     partial_images: t.Optional(Integer({ minimum: 0, maximum: MAX_PARTIAL_IMAGES, description: `With \`stream=true\`: 0-${MAX_PARTIAL_IMAGES} partial images before the final one.`, examples: [2] })),
-    webhook_url: t.Optional(t.String({ description: "Async tasks only: also POST the task events here (see the JSON form).", examples: ["https://example.com/hooks/atelier"] })),
+    // An empty example: Swagger UI sends a form's examples (or the text "string"), and a URL is
+    // refused without `Prefer: respond-async`; it leaves an empty field out.
+    webhook_url: t.Optional(t.String({ description: "Async tasks only: also POST the task events here (see the JSON form).", examples: [""] })),
   },
   {
     description:

@@ -78,6 +78,25 @@ export function requestFields(body: Record<string, unknown>): ImageRequestFields
   };
 }
 
+/**
+ * The multipart form without its empty file parts: a file input left empty is sent as a part
+ * with no bytes (by browsers' forms and by Swagger UI's Try it out), which means "no file".
+ * Text parts stay as they are: an empty `model` is still a 400, as in JSON.
+ */
+export function withoutEmptyFiles(form: Record<string, unknown>): Record<string, unknown> {
+  const isEmptyFile = (v: unknown) => v instanceof Blob && v.size === 0;
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(form)) {
+    if (Array.isArray(value)) {
+      const kept = value.filter((v) => !isEmptyFile(v));
+      if (kept.length > 0) out[name] = kept;
+    } else if (!isEmptyFile(value)) {
+      out[name] = value;
+    }
+  }
+  return out;
+}
+
 export async function fileToImage(value: unknown, param: string): Promise<ImageInput> {
   if (!(value instanceof Blob)) throw new ImageInputError(`'${param}' must be an uploaded file (multipart part with a filename).`, param, "invalid_image");
   // Refuse from the declared part size before reading it into an array.
