@@ -229,6 +229,32 @@ describe("failures", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  test("the disabled flags are read again only when another process wrote, at most every 100 ms, not on every pick", async () => {
+    let now = 1_000_000;
+    let revision = 7;
+    let reads = 0;
+    const flags = new Map<string, { reason: string; at: number }>([["a", { reason: "401", at: 1 }]]);
+    const store = {
+      disabledAccounts: () => (reads++, new Map(flags)),
+      disableAccount: () => {},
+      saveSnapshot: () => {},
+      externalRevision: () => revision,
+    };
+    const pool = new AccountPool("up", [{ id: "a", weight: 1, maxConcurrency: 1 }, { id: "b", weight: 1, maxConcurrency: 1 }], SETTINGS, store, () => now);
+    const { calls, attempt } = scripted({});
+    for (let i = 0; i < 5; i++, now += 200) await pool.run(attempt);
+    expect(reads).toBe(1); // at construction only: the revision never moved
+    expect(calls).toEqual(["b", "b", "b", "b", "b"]);
+    // Another process enables a: the revision moves; seen at the next check, not before.
+    flags.clear();
+    revision++;
+    await pool.run(attempt);
+    expect(reads).toBe(2);
+    for (let i = 0; i < 3; i++) await pool.run(attempt);
+    expect(reads).toBe(2); // within 100 ms of the last check nothing is read again
+    expect(calls.slice(5)).toContain("a");
+  });
+
   test("all accounts disabled: UpstreamUnavailable", async () => {
     const { pool } = setup();
     const auth = () => new AttemptFailure("auth", "401", undefined, 401);
