@@ -70,7 +70,7 @@ ${s.created ? createdBatch(t, s.created) : ""}
       <label for="batch-count">${t("codes.new.count")}</label>
       <input id="batch-count" name="count" type="number" required min="1" max="${MAX_CODE_BATCH_SIZE}" step="1" class="amount" value="${f.count ?? ""}">
       <label for="batch-expiry">${t("codes.new.expiry")}</label>
-      <input id="batch-expiry" name="expires_days" type="number" min="1" max="${MAX_CODE_EXPIRY_DAYS}" step="1" class="amount" placeholder="${t("codes.never")}" value="${f.expires_days ?? ""}">
+      <input id="batch-expiry" name="expires_days" type="number" min="1" max="${MAX_CODE_EXPIRY_DAYS}" step="1" class="days" placeholder="${t("codes.never")}" value="${f.expires_days ?? ""}">
     </div>
     <p class="muted">${t("codes.new.hint")}</p>
     <div class="row"><button type="submit" class="primary">${t("codes.new.submit")}</button></div>

@@ -22,7 +22,7 @@ export function createUserCard(v: Viewer, minPasswordLength: number, f: NewUserF
   const t = v.t;
   return html`<section class="card" aria-labelledby="create-user-title">
   <h2 id="create-user-title">${t("operators.create.heading")}</h2>
-  <form method="post" action="/admin/users" class="row">
+  <form method="post" action="/admin/users" class="row fields">
     ${csrfField(v)}
     <label for="new-email">${t("operators.create.email")}</label>
     <input id="new-email" name="email" type="email" required maxlength="${MAX_EMAIL_CHARS}" autocomplete="off" value="${f.email ?? ""}">
@@ -58,7 +58,7 @@ function keyRow(v: Viewer, u: UserRow, k: ApiKeyWithSpend): Html {
   <td class="num">${k.credits_spent}</td>
   <td class="nowrap">${formatTime(k.created_at)}</td>
   <td class="nowrap">${formatTime(k.last_used_at)}</td>
-  <td>${active ? html`<span class="status ok">${t("operators.keys.active")}</span>` : html`<span class="status bad">${t("operators.keys.revokedAt", { time: formatTime(k.revoked_at) })}</span>`}</td>
+  <td>${active ? html`<span class="status ok">${t("operators.keys.active")}</span>` : html`<span class="status bad">${t("operators.keys.revoked")}</span> <span class="muted">${formatTime(k.revoked_at)}</span>`}</td>
   <td class="actions">${
     active
       ? html`<form method="post" action="/admin/users/${u.id}/keys/${k.id}/revoke" class="inline" data-confirm="${t("operators.keys.revokeConfirm", names)}">
