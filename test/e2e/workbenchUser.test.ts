@@ -216,6 +216,9 @@ describe("usage, request detail and CSV", () => {
     expect(await page.getByTestId("request-status").textContent()).toBe("failed");
     expect(await page.getByTestId("request-credits").textContent()).toContain("1 refunded");
     expect(await page.getByTestId("request-key").textContent()).toContain("test (sk-atl-");
+    // Which upstream failed, and how, is for admins: a user's page names no upstream.
+    expect(await page.getByTestId("request-upstream").count()).toBe(0);
+    expect(await page.getByTestId("request-facts").textContent()).not.toContain("ECONNREFUSED");
     await page.goto(`${server.url}/credits`);
     await page.getByTestId("request-link").nth(1).click();
     await page.waitForURL(/\/credits\/requests\//);

@@ -45,9 +45,14 @@ export function requestDetailPage(v: Viewer, s: RequestDetailState): Html {
     <dt>${t("requestDetail.credits")}</dt><dd data-testid="request-credits">${credits(t, r)}</dd>
     <dt>${t("requestDetail.queue")}</dt><dd>${ms(r.queue_ms)}</dd>
     <dt>${t("requestDetail.generation")}</dt><dd>${ms(r.generation_ms)}</dd>
-    <dt>${t("requestDetail.upstreamLatency")}</dt><dd>${ms(r.upstream_latency_ms)}</dd>
-    <dt>${t("requestDetail.upstream")}</dt><dd class="mono">${r.upstream_id ?? "—"}</dd>
-    <dt>${t("requestDetail.attempts")}</dt><dd>${r.attempts ?? "—"}</dd>
+    ${
+      // Which upstream served it, and how, is for admins (issue 16): users see the outcome.
+      v.user.role === "admin"
+        ? html`<dt>${t("requestDetail.upstreamLatency")}</dt><dd>${ms(r.upstream_latency_ms)}</dd>
+    <dt>${t("requestDetail.upstream")}</dt><dd class="mono" data-testid="request-upstream">${r.upstream_id ?? "—"}</dd>
+    <dt>${t("requestDetail.attempts")}</dt><dd>${r.attempts ?? "—"}</dd>`
+        : ""
+    }
     <dt>${t("requestDetail.tokens")}</dt><dd>${tokens}</dd>
     ${r.error_code ? html`<dt>${t("requestDetail.error")}</dt><dd class="error-cell"><span class="mono">${r.error_code}</span>: ${r.error_message ?? ""}</dd>` : ""}
   </dl>
