@@ -27,7 +27,7 @@ function withNotice(path: string, notice: string): string {
 export function galleryRoutes(services: Services) {
   const { store, clock, imageLinks, images, thumbnails } = services;
   const item = (image: GalleryImage): GalleryItem => ({ image, link: imageLinks.pathFor(image).path });
-  const notFound = (viewer: Viewer) => problemPage(viewer, 404, "Image not found", "This image does not exist, is not yours, or is no longer kept.");
+  const notFound = (viewer: Viewer) => problemPage(viewer, 404, viewer.t("gallery.notFound.title"), viewer.t("gallery.notFound.text"));
 
   return new Elysia({ name: "workbench.gallery" })
     .use(workbenchGuards(services))
@@ -42,7 +42,7 @@ export function galleryRoutes(services: Services) {
         const last = Math.ceil(total / GALLERY_PAGE_SIZE);
         return redirect(query.done ? withNotice(`/gallery?page=${last}`, query.done === "deleted" ? "deleted" : "gone") : `/gallery?page=${last}`);
       }
-      const notice = query.done === "deleted" ? "The image was deleted." : query.done === "gone" ? "That image was already gone." : null;
+      const notice = query.done === "deleted" ? viewer.t("gallery.notice.deleted") : query.done === "gone" ? viewer.t("gallery.notice.gone") : null;
       return htmlResponse(galleryPage(viewer, { items: rows.map(item), page, total, notice }));
     }, { viewer: true, ...hide })
     .get("/gallery/thumb/:id", async ({ viewer, params, request }) => {

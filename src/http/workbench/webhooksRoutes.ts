@@ -4,6 +4,7 @@ import type { Services } from "../../services";
 import { totalAttempts } from "../../core/webhooksSchedule";
 import { webhooksPage, type WebhooksPageState } from "../../workbench/pages/webhooks";
 import type { Viewer } from "../../workbench/layout";
+import type { MessageKey } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 
@@ -12,10 +13,10 @@ const hide = { detail: { hide: true } };
 /** Deliveries the page lists, newest first. */
 const RECENT_DELIVERIES = 25;
 
-const NOTICES: Record<string, string> = {
-  saved: "The endpoint was saved.",
-  removed: "The endpoint was removed.",
-  sent: "A test event is on its way; its delivery appears below (reload to see the attempts).",
+const NOTICES: Record<string, Extract<MessageKey, `webhooks.notice.${string}`>> = {
+  saved: "webhooks.notice.saved",
+  removed: "webhooks.notice.removed",
+  sent: "webhooks.notice.sent",
 };
 
 export function webhooksRoutes(services: Services) {
@@ -35,14 +36,14 @@ export function webhooksRoutes(services: Services) {
 
   return new Elysia({ name: "workbench.webhooks" })
     .use(workbenchGuards(services))
-    .get("/webhooks", ({ viewer, query }) => render(viewer, { notice: NOTICES[String(query.done)] ?? null }), { viewer: true, ...hide })
+    .get("/webhooks", ({ viewer, query }) => render(viewer, { notice: NOTICES[String(query.done)] ? viewer.t(NOTICES[String(query.done)]!) : null }), { viewer: true, ...hide })
     .post("/webhooks/endpoint", async ({ viewer, body }) => {
       const typed = (formFields(body).url ?? "").trim();
-      if (typed === "") return render(viewer, { error: "Enter the URL to send webhooks to." }, 400);
+      if (typed === "") return render(viewer, { error: viewer.t("webhooks.error.noUrl") }, 400);
       const saved = await webhooks.endpoints.setUrl(viewer.user.id, typed);
       if (saved.refused !== undefined) return render(viewer, { error: saved.refused, typedUrl: typed }, 400);
       // The first endpoint also made the first secret: it exists only in this response.
-      if (saved.secret) return render(viewer, { secret: saved.secret, notice: NOTICES.saved }, 201);
+      if (saved.secret) return render(viewer, { secret: saved.secret, notice: viewer.t("webhooks.notice.saved") }, 201);
       return redirect("/webhooks?done=saved");
     }, { viewer: true, ...hide })
     .post("/webhooks/endpoint/remove", ({ viewer }) => {

@@ -2,6 +2,8 @@
 "use strict";
 (function () {
   const config = JSON.parse(document.getElementById("playground-config").textContent);
+  // The page's messages in its language (common.js).
+  const t = window.atelier.t;
   const ACCEPTED = ["image/png", "image/jpeg", "image/webp"];
 
   // ---- tabs (arrow keys move between them) ----
@@ -55,9 +57,9 @@
     return null;
   }
   async function checkImage(file) {
-    if (file.size > config.maxBytes) return `${file.name} is larger than 10 MiB.`;
+    if (file.size > config.maxBytes) return t("playground.tooBig", { name: file.name });
     const type = await sniff(file);
-    if (!type || !ACCEPTED.includes(type)) return `${file.name} is not a PNG, JPEG or WebP image.`;
+    if (!type || !ACCEPTED.includes(type)) return t("playground.notImage", { name: file.name });
     return null;
   }
   const readDataUrl = (blob) =>
@@ -115,7 +117,7 @@
           showError(q("[data-error]"), "");
           q("[data-figure]").hidden = true;
           hidePreview();
-          this.status("Starting…", null);
+          this.status(t("playground.starting"), null);
           announced = "";
           q("[data-busy]").scrollIntoView({ block: "nearest" });
         } else {
@@ -129,19 +131,19 @@
         else progress.removeAttribute("value"); // indeterminate
       },
       /** A task object from the API: queued (with its place) or running (with its progress). */
-      task(t) {
-        if (t.status === "queued") {
-          const place = typeof t.queue_position === "number" ? `, position ${t.queue_position} in the queue` : "";
-          this.status(`Queued${place}`, null);
-          announce(`Queued${place}.`);
-        } else if (t.status === "running") {
-          if (typeof t.progress === "number") {
-            const pct = Math.round(t.progress * 100);
-            this.status(`Running: ${pct} %`, t.progress);
-            announce(`Running, ${Math.floor(t.progress * 4) * 25} %.`);
+      task(task) {
+        if (task.status === "queued") {
+          const queued = typeof task.queue_position === "number" ? t("playground.queuedAt", { position: task.queue_position }) : t("playground.queued");
+          this.status(queued, null);
+          announce(queued);
+        } else if (task.status === "running") {
+          if (typeof task.progress === "number") {
+            const pct = Math.round(task.progress * 100);
+            this.status(t("playground.runningPct", { pct }), task.progress);
+            announce(t("playground.announceRunningPct", { pct: Math.floor(task.progress * 4) * 25 }));
           } else {
-            this.status("Running…", null);
-            announce("Running.");
+            this.status(t("playground.running"), null);
+            announce(t("playground.announceRunning"));
           }
         }
       },
@@ -153,18 +155,18 @@
         previewUrl = url;
         const img = q("[data-partial]");
         img.src = url;
-        img.alt = `Preview ${n} of ${total} (the image is still being made)`;
-        q("[data-preview-caption]").textContent = `Preview ${n} of ${total}${event.size ? ` · ${event.size}` : ""}`;
+        img.alt = t("playground.previewAlt", { n, total });
+        q("[data-preview-caption]").textContent = t("playground.previewCaption", { n, total }) + (event.size ? ` · ${event.size}` : "");
         q("[data-preview]").hidden = false;
-        this.status(`Receiving previews: ${n} of ${total}`, n / (total + 1));
-        announce(`Preview ${n} of ${total} received.`);
+        this.status(t("playground.receiving", { n, total }), n / (total + 1));
+        announce(t("playground.announcePreview", { n, total }));
       },
       cancelable(fn) {
         onCancel = fn;
         cancel.hidden = !fn;
         cancel.disabled = false;
       },
-      cancelPending() { cancel.disabled = true; this.status("Canceling…", null); },
+      cancelPending() { cancel.disabled = true; this.status(t("playground.canceling"), null); },
       /** The outcome that is not an image: an error, or a calmer notice (a cancel the user asked for). */
       error(text, tone) {
         const el = q("[data-error]");
@@ -174,7 +176,7 @@
       },
       async image(body, started) {
         const item = body.data && body.data[0];
-        if (!item || !item.b64_json) throw new Error("The response contained no image.");
+        if (!item || !item.b64_json) throw new Error(t("playground.noImage"));
         const format = body.output_format || "png";
         if (lastUrl) URL.revokeObjectURL(lastUrl);
         lastUrl = URL.createObjectURL(blobOf(item.b64_json, format));
@@ -186,11 +188,11 @@
         const credits = await window.atelier.refreshBalance();
         const gen = typeof body.generation_time_ms === "number" ? body.generation_time_ms : Math.round(performance.now() - started);
         q("[data-meta]").textContent =
-          `Generated in ${(gen / 1000).toFixed(2)} s` + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${credits} ${credits === 1 ? "credit" : "credits"} left`);
+          t("playground.generatedIn", { seconds: (gen / 1000).toFixed(2) }) + (body.size ? ` · ${body.size}` : "") + (credits === null ? "" : ` · ${window.atelier.plural("playground.creditsLeft", credits)}`);
         hidePreview();
         q("[data-figure]").hidden = false;
         revealResult();
-        announce("The image is ready.");
+        announce(t("playground.ready"));
       },
     };
   }
@@ -200,9 +202,12 @@
     const code = body && body.error ? body.error.code : null;
     let message;
     // The API's own words for these two speak of API keys and headers, which mean nothing here.
-    if (status === 401) message = "Your session has ended. Sign in again, then come back to the playground.";
-    else if (code === "csrf_token_invalid") message = "This page belongs to an earlier session. Reload it and try again.";
-    else message = body && body.error && body.error.message ? body.error.message : `The server answered ${status}.`;
+    if (status === 401) message = t("playground.sessionEnded");
+    else if (code === "csrf_token_invalid") message = t("playground.staleSession");
+    // The API answers in English (clients parse it); the two refusals a person meets most get the page's words.
+    else if (status === 402) message = t("playground.noCredits");
+    else if (status === 429) message = t("playground.tooMany");
+    else message = body && body.error && body.error.message ? body.error.message : t("playground.serverAnswered", { status });
     const err = new Error(message);
     err.status = status;
     err.code = code;
@@ -214,7 +219,7 @@
     try {
       return await fetch(path, Object.assign({}, init, { headers, credentials: "same-origin" }));
     } catch {
-      const err = new Error("Could not reach the server. Check your connection and try again.");
+      const err = new Error(t("playground.unreachable"));
       err.network = true;
       throw err;
     }
@@ -313,33 +318,33 @@
       }
       let misses = 0;
       for (;;) {
-        let t;
+        let task;
         try {
-          t = await callApi(`/v1/images/tasks/${encodeURIComponent(id)}`, { method: "GET" });
+          task = await callApi(`/v1/images/tasks/${encodeURIComponent(id)}`, { method: "GET" });
           misses = 0;
         } catch (err) {
-          if (err.status === 404) { forgetTask(id); throw new Error("The earlier request is no longer available (its result has expired)."); }
+          if (err.status === 404) { forgetTask(id); throw new Error(t("playground.expired")); }
           if (err.status === 401 || err.status === 403) { forgetTask(id); throw err; }
           // A dropped connection or a busy server: keep trying for a while.
           if (++misses >= 30) throw err;
-          view.status("Reconnecting…", null);
+          view.status(t("playground.reconnecting"), null);
           await sleep(POLL_MS * 2);
           continue;
         }
-        if (t.status === "succeeded") {
-          await view.image(t.result, started);
+        if (task.status === "succeeded") {
+          await view.image(task.result, started);
           forgetTask(id);
           return;
         }
-        if (t.status === "failed" || t.status === "canceled") {
+        if (task.status === "failed" || task.status === "canceled") {
           forgetTask(id);
-          const why = t.error && t.error.message ? t.error.message : "";
-          if (t.status !== "canceled") throw new Error(why || "The generation failed. The credit was refunded.");
-          const canceled = new Error("Canceled. The credit was refunded.");
+          const why = task.error && task.error.message ? task.error.message : "";
+          if (task.status !== "canceled") throw new Error(why || t("playground.failedRefunded"));
+          const canceled = new Error(t("playground.canceled"));
           canceled.tone = "notice";
           throw canceled;
         }
-        view.task(t);
+        view.task(task);
         await sleep(POLL_MS);
       }
     }
@@ -354,7 +359,7 @@
       if (!(res.headers.get("content-type") || "").includes("text/event-stream")) return view.image(await res.json(), started);
       const id = res.headers.get("x-request-id");
       if (id) rememberTask({ id, panel, mode: "stream", form: snapshot(), startedAt: Date.now() - (performance.now() - started) });
-      view.status("Running…", null);
+      view.status(t("playground.running"), null);
       let shown = 0;
       let failure = null;
       try {
@@ -367,7 +372,7 @@
             if (id) forgetTask(id);
             return;
           } else if (ev.event === "error") {
-            failure = new Error(data.error && data.error.message ? data.error.message : "The generation failed.");
+            failure = new Error(data.error && data.error.message ? data.error.message : t("playground.failed"));
             break;
           }
         }
@@ -375,7 +380,7 @@
         // The connection dropped: the generation goes on on the server; follow it below.
       }
       if (failure) { if (id) forgetTask(id); throw failure; }
-      if (!id) throw new Error("The connection was lost before the image arrived.");
+      if (!id) throw new Error(t("playground.lost"));
       await follow(id, started, false);
     }
 
@@ -413,7 +418,7 @@
         const started = performance.now() - Math.max(0, Date.now() - (Number(task.startedAt) || Date.now()));
         restore(task.form);
         return run(async () => {
-          view.status("Reconnecting to the running request…", null);
+          view.status(t("playground.reattaching"), null);
           await follow(task.id, started, task.mode === "async");
         }, false);
       },
@@ -431,11 +436,11 @@
         const li = document.createElement("li");
         const img = document.createElement("img");
         img.src = r.url;
-        img.alt = `Reference ${i + 1}: ${r.file.name}`;
+        img.alt = t("playground.referenceAlt", { n: i + 1, name: r.file.name });
         const remove = document.createElement("button");
         remove.type = "button";
         remove.textContent = "×";
-        remove.setAttribute("aria-label", `Remove ${r.file.name}`);
+        remove.setAttribute("aria-label", t("playground.remove", { name: r.file.name }));
         remove.addEventListener("click", () => { URL.revokeObjectURL(r.url); refs.splice(i, 1); renderRefs(); });
         li.append(img, remove);
         return li;
@@ -445,7 +450,7 @@
   async function addRefs(files) {
     const problems = [];
     for (const file of files) {
-      if (refs.length >= config.maxReferences) { problems.push(`At most ${config.maxReferences} reference images.`); break; }
+      if (refs.length >= config.maxReferences) { problems.push(t("playground.tooManyRefs", { max: config.maxReferences })); break; }
       const problem = await checkImage(file);
       if (problem) problems.push(problem);
       else refs.push({ file, url: URL.createObjectURL(file) });
@@ -474,14 +479,14 @@
   gen.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = gen.elements.prompt.value.trim();
-    if (!prompt) { showError(genError, "Write a prompt first."); gen.elements.prompt.focus(); return; }
+    if (!prompt) { showError(genError, t("playground.writePrompt")); gen.elements.prompt.focus(); return; }
     showError(genError, "");
     const inBackground = gen.elements.background.checked;
     const body = { prompt, model: gen.elements.model.value, size: gen.elements.size.value, quality: gen.elements.quality.value, response_format: "b64_json" };
     if (!inBackground) Object.assign(body, { stream: true, partial_images: PARTIAL_IMAGES });
     let references = [];
     try { if (refs.length > 0) references = await Promise.all(refs.map((r) => readDataUrl(r.file))); }
-    catch { showError(genError, "A reference image could not be read."); return; }
+    catch { showError(genError, t("playground.refUnreadable")); return; }
     if (references.length > 0) body.reference_images = references;
     await genRunner.submit("/v1/images/generations", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, inBackground);
   });
@@ -505,7 +510,7 @@
     if (problem) { showError(editError, problem); return; }
     showError(editError, "");
     const bitmap = await createImageBitmap(file).catch(() => null);
-    if (!bitmap) { showError(editError, `${file.name} could not be read as an image.`); return; }
+    if (!bitmap) { showError(editError, t("playground.unreadable", { name: file.name })); return; }
     editFile = file;
     for (const c of [preview, maskCanvas]) { c.width = bitmap.width; c.height = bitmap.height; }
     // Small images are shown larger so that painting the mask stays easy.
@@ -575,11 +580,11 @@
   edit.addEventListener("submit", async (e) => {
     e.preventDefault();
     const prompt = edit.elements.prompt.value.trim();
-    if (!editFile) { showError(editError, "Choose an image to edit."); return; }
-    if (!prompt) { showError(editError, "Write a prompt first."); edit.elements.prompt.focus(); return; }
+    if (!editFile) { showError(editError, t("playground.chooseImage")); return; }
+    if (!prompt) { showError(editError, t("playground.writePrompt")); edit.elements.prompt.focus(); return; }
     const maskFile = edit.querySelector("[data-mask-file]").files[0];
     if (maskFile) {
-      const problem = maskFile.size > config.maxBytes ? "The mask is larger than 10 MiB." : (await sniff(maskFile)) !== "image/png" ? "The mask must be a PNG with transparency." : null;
+      const problem = maskFile.size > config.maxBytes ? t("playground.maskTooBig") : (await sniff(maskFile)) !== "image/png" ? t("playground.maskNotPng") : null;
       if (problem) { showError(editError, problem); return; }
     }
     showError(editError, "");
@@ -632,7 +637,7 @@
     const li = document.createElement("li");
     li.className = role;
     li.textContent = content; // text, never markup
-    li.setAttribute("aria-label", role === "user" ? "You" : "Assistant");
+    li.setAttribute("aria-label", role === "user" ? t("playground.you") : t("playground.assistant"));
     log.append(li);
   }
   chat.elements.message.addEventListener("keydown", (e) => {
@@ -648,7 +653,7 @@
   chat.addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = chat.elements.message.value.trim();
-    if (!text) { showError(chatError, "Write a message first."); return; }
+    if (!text) { showError(chatError, t("playground.writeMessage")); return; }
     showError(chatError, "");
     const button = chat.querySelector('button[type="submit"]');
     button.disabled = true; // a disabled button loses focus: keepFocus() gives it back

@@ -180,7 +180,7 @@ export function adminModelsPage(v: Viewer, models: CatalogModel[], engineKindOf:
     html`<section class="card"><div class="table-wrap"><table>
   <thead><tr><th scope="col">${t("admin.models.col.id")}</th><th scope="col">${t("admin.models.col.kind")}</th><th scope="col">${t("admin.models.col.engine")}</th><th scope="col">${t("admin.models.col.upstream")}</th><th scope="col">${t("admin.models.col.upstreamModel")}</th><th scope="col">${t("admin.models.col.sizes")}</th><th scope="col">${t("admin.models.col.qualities")}</th><th scope="col" class="num" title="${t("admin.models.col.priceHint")}">${t("admin.models.col.price")}</th></tr></thead>
   <tbody>${models.map(
-    (m) => html`<tr><td class="mono">${m.id}</td><td>${t(`admin.models.kind.${m.kind}`)}</td><td class="mono">${engineKindOf(m)}</td><td>${upstreamIdOf(m) ?? t("admin.models.builtIn")}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? any(m)}</td><td>${m.qualities?.join(", ") ?? any(m)}</td><td class="num" data-testid="price">${m.kind === "chat" ? html`<span class="muted">${t("admin.models.free")}</span>` : m.price === 0 ? t("admin.models.free") : m.price}</td></tr>`,
+    (m) => html`<tr><td class="mono">${m.id}</td><td>${t(`admin.models.kind.${m.kind}`)}</td><td class="mono">${upstreamIdOf(m) === undefined ? t("admin.models.builtIn") : engineKindOf(m)}</td><td>${upstreamIdOf(m) ?? t("admin.models.builtIn")}</td><td class="mono">${m.upstreamModel}</td><td>${m.sizes?.join(", ") ?? any(m)}</td><td>${m.qualities?.join(", ") ?? any(m)}</td><td class="num" data-testid="price">${m.kind === "chat" ? html`<span class="muted">${t("admin.models.free")}</span>` : m.price === 0 ? t("admin.models.free") : m.price}</td></tr>`,
   )}</tbody>
 </table></div></section>`,
   );

@@ -6,6 +6,7 @@
  */
 import type { CatalogModel } from "../../core/models";
 import { html, jsonForScript, type Html } from "../html";
+import type { Translator } from "../i18n";
 import { page, type Viewer } from "../layout";
 import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS, MAX_REFERENCE_IMAGES } from "../../core/limits";
 
@@ -41,16 +42,16 @@ function options(values: string[], selected?: string): Html[] {
  * size shows that instead of a Size selector it would ignore; playground.js keeps this in step
  * when the model changes.
  */
-function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined, forEdit = false): Html {
+function imageFields(t: Translator, prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined, forEdit = false): Html {
   const first = m.image.find((x) => x.id === defaultModel) ?? m.image[0];
   const keepsSize = forEdit && first?.editKeepsSize === true;
   return html`<div class="grid3">
-    <div><label for="${prefix}-model">Model</label>
+    <div><label for="${prefix}-model">${t("playground.model")}</label>
       <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id)}</select></div>
-    <div data-size-field${keepsSize ? html` hidden` : ""}><label for="${prefix}-size">Size</label>
+    <div data-size-field${keepsSize ? html` hidden` : ""}><label for="${prefix}-size">${t("playground.size")}</label>
       <select id="${prefix}-size" name="size" data-size-select>${options(first?.sizes ?? DEFAULT_SIZES, first?.sizes.includes("1024x1024") ? "1024x1024" : undefined)}</select></div>
-    ${forEdit ? html`<div data-size-kept${keepsSize ? "" : html` hidden`}><span class="label-like">Size</span><p class="muted" id="${prefix}-size-kept">The same as the image: this model's edits keep the image's size.</p></div>` : ""}
-    <div><label for="${prefix}-quality">Quality</label>
+    ${forEdit ? html`<div data-size-kept${keepsSize ? "" : html` hidden`}><span class="label-like">${t("playground.size")}</span><p class="muted" id="${prefix}-size-kept">${t("playground.edit.sizeKept")}</p></div>` : ""}
+    <div><label for="${prefix}-quality">${t("playground.quality")}</label>
       <select id="${prefix}-quality" name="quality" data-quality-select>${options(first?.qualities ?? DEFAULT_QUALITIES)}</select></div>
   </div>`;
 }
@@ -60,16 +61,16 @@ function imageFields(prefix: string, m: { image: PlaygroundModel[] }, defaultMod
  * arrive; a Cancel button for a background task), the final image or the error. Screen readers
  * hear the coarse changes from the one live region ([data-announce]), not every poll.
  */
-function resultPanel(prefix: string): Html {
+function resultPanel(t: Translator, prefix: string): Html {
   return html`<div class="result" id="${prefix}-result">
   <p class="msg error" role="alert" hidden data-error></p>
   <div class="task-progress" hidden data-busy>
     <div class="row">
       <span class="spinner" aria-hidden="true"></span>
-      <span id="${prefix}-status" data-status>Generating…</span>
-      <button type="button" class="small" hidden data-cancel>Cancel</button>
+      <span id="${prefix}-status" data-status>${t("playground.result.generating")}</span>
+      <button type="button" class="small" hidden data-cancel>${t("playground.result.cancel")}</button>
     </div>
-    <progress id="${prefix}-progress" max="100" aria-label="Image progress" aria-describedby="${prefix}-status" data-progress></progress>
+    <progress id="${prefix}-progress" max="100" aria-label="${t("playground.result.progress")}" aria-describedby="${prefix}-status" data-progress></progress>
   </div>
   <p class="visually-hidden" role="status" aria-live="polite" data-announce></p>
   <figure class="preview" hidden data-preview>
@@ -77,91 +78,92 @@ function resultPanel(prefix: string): Html {
     <figcaption class="muted" data-preview-caption></figcaption>
   </figure>
   <figure hidden data-figure>
-    <img alt="Generated image" data-image>
+    <img alt="${t("playground.result.alt")}" data-image>
     <figcaption>
       <span data-meta></span>
-      <a class="button" data-download download="atelier.png" href="#">Download</a>
+      <a class="button" data-download download="atelier.png" href="#">${t("playground.result.download")}</a>
     </figcaption>
   </figure>
 </div>`;
 }
 
-function backgroundChoice(prefix: string): Html {
+function backgroundChoice(t: Translator, prefix: string): Html {
   return html`<div class="check">
       <input type="checkbox" id="${prefix}-background" name="background" data-background>
-      <label for="${prefix}-background">Run in the background <span class="muted">(a queued task: shows its place in the queue, can be canceled, keeps running when you leave the page; no previews)</span></label>
+      <label for="${prefix}-background">${t("playground.background")} <span class="muted">${t("playground.background.hint")}</span></label>
     </div>`;
 }
 
 export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined, editKeepsSize?: EditKeepsSize): Html {
   const m = playgroundModels(models, editKeepsSize);
   const noImage = m.image.length === 0;
+  const t = v.t;
   return page({
-    title: "Playground",
+    title: t("playground.title"),
     section: "playground",
     viewer: v,
     scripts: ["playground.js"],
-    body: html`<h1>Playground</h1>
-<p class="muted">Runs on your account through the same <code>/v1</code> API: 1 credit per image (refunded if it fails), chat is free.</p>
+    body: html`<h1>${t("playground.title")}</h1>
+<p class="muted">${t.html("playground.intro")}</p>
 <script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES, chatStorageKey: `atelier.chat.${v.user.id}` })}</script>
-<div class="tabs" role="tablist" aria-label="Playground modes">
-  <button type="button" role="tab" id="tab-generate" aria-controls="panel-generate" aria-selected="true">Generate</button>
-  <button type="button" role="tab" id="tab-edit" aria-controls="panel-edit" aria-selected="false" tabindex="-1">Edit</button>
-  <button type="button" role="tab" id="tab-chat" aria-controls="panel-chat" aria-selected="false" tabindex="-1">Chat</button>
+<div class="tabs" role="tablist" aria-label="${t("playground.modes")}">
+  <button type="button" role="tab" id="tab-generate" aria-controls="panel-generate" aria-selected="true">${t("playground.tab.generate")}</button>
+  <button type="button" role="tab" id="tab-edit" aria-controls="panel-edit" aria-selected="false" tabindex="-1">${t("playground.tab.edit")}</button>
+  <button type="button" role="tab" id="tab-chat" aria-controls="panel-chat" aria-selected="false" tabindex="-1">${t("playground.tab.chat")}</button>
 </div>
 
 <section class="card" role="tabpanel" id="panel-generate" aria-labelledby="tab-generate">
-  ${noImage ? html`<p class="msg error">No image model is configured.</p>` : ""}
+  ${noImage ? html`<p class="msg error">${t("playground.noImageModel")}</p>` : ""}
   <form id="generate-form" class="stack" novalidate>
-    <label for="gen-prompt">Prompt</label>
-    <textarea id="gen-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="A lighthouse at dusk, watercolor"></textarea>
-    ${imageFields("gen", m, defaultImageModel)}
+    <label for="gen-prompt">${t("playground.prompt")}</label>
+    <textarea id="gen-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="${t("playground.genPlaceholder")}"></textarea>
+    ${imageFields(t, "gen", m, defaultImageModel)}
     <fieldset class="dropzone" data-dropzone>
-      <legend>Reference images <span class="muted">(optional, up to ${MAX_REFERENCE_IMAGES}; PNG, JPEG or WebP, at most 10 MiB each)</span></legend>
-      <label for="gen-refs" class="drop-label">Drop images here or choose files</label>
+      <legend>${t("playground.refs.legend")} <span class="muted">${t("playground.refs.hint", { max: MAX_REFERENCE_IMAGES })}</span></legend>
+      <label for="gen-refs" class="drop-label">${t("playground.refs.drop")}</label>
       <input id="gen-refs" type="file" accept="image/png,image/jpeg,image/webp" multiple data-ref-input>
-      <ul class="thumbs" data-ref-list aria-label="Selected reference images"></ul>
+      <ul class="thumbs" data-ref-list aria-label="${t("playground.refs.list")}"></ul>
     </fieldset>
-    ${backgroundChoice("gen")}
+    ${backgroundChoice(t, "gen")}
     <p class="msg error" role="alert" hidden data-form-error></p>
-    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Generate (1 credit)</button>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${t("playground.generate")}</button>
   </form>
-  ${resultPanel("gen")}
+  ${resultPanel(t, "gen")}
 </section>
 
 <section class="card" role="tabpanel" id="panel-edit" aria-labelledby="tab-edit" hidden>
   <form id="edit-form" class="stack" novalidate>
-    <label for="edit-image">Image to edit <span class="muted">(PNG, JPEG or WebP, at most 10 MiB)</span></label>
+    <label for="edit-image">${t("playground.edit.image")} <span class="muted">${t("playground.edit.imageHint")}</span></label>
     <input id="edit-image" type="file" accept="image/png,image/jpeg,image/webp" data-edit-image>
     <div class="mask-editor" data-mask-editor hidden>
-      <p class="muted">Paint over the area to change (it becomes transparent in the mask), or upload a mask PNG instead.</p>
-      <div class="canvas-wrap"><canvas data-preview aria-label="The image to edit"></canvas><canvas data-mask class="mask-layer" aria-label="Mask: paint where the image should change"></canvas></div>
+      <p class="muted">${t("playground.edit.paint")}</p>
+      <div class="canvas-wrap"><canvas data-preview aria-label="${t("playground.edit.canvas")}"></canvas><canvas data-mask class="mask-layer" aria-label="${t("playground.edit.maskCanvas")}"></canvas></div>
       <div class="row">
-        <label for="edit-brush">Brush</label><input id="edit-brush" type="range" min="4" max="120" value="40" data-brush>
-        <button type="button" data-clear-mask>Clear mask</button>
+        <label for="edit-brush">${t("playground.edit.brush")}</label><input id="edit-brush" type="range" min="4" max="120" value="40" data-brush>
+        <button type="button" data-clear-mask>${t("playground.edit.clear")}</button>
       </div>
     </div>
-    <label for="edit-mask">Mask file <span class="muted">(optional PNG with transparency; replaces the painted mask)</span></label>
+    <label for="edit-mask">${t("playground.edit.maskFile")} <span class="muted">${t("playground.edit.maskHint")}</span></label>
     <input id="edit-mask" type="file" accept="image/png" data-mask-file>
-    <label for="edit-prompt">Prompt</label>
-    <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="Replace the sky with a starry night"></textarea>
-    ${imageFields("edit", m, defaultImageModel, true)}
-    ${backgroundChoice("edit")}
+    <label for="edit-prompt">${t("playground.prompt")}</label>
+    <textarea id="edit-prompt" name="prompt" rows="3" required maxlength="${MAX_PROMPT_CHARS}" placeholder="${t("playground.edit.placeholder")}"></textarea>
+    ${imageFields(t, "edit", m, defaultImageModel, true)}
+    ${backgroundChoice(t, "edit")}
     <p class="msg error" role="alert" hidden data-form-error></p>
-    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>Edit (1 credit)</button>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${t("playground.edit.submit")}</button>
   </form>
-  ${resultPanel("edit")}
+  ${resultPanel(t, "edit")}
 </section>
 
 <section class="card" role="tabpanel" id="panel-chat" aria-labelledby="tab-chat" hidden>
   <form id="chat-form" class="stack" novalidate>
-    <label for="chat-model">Model</label>
+    <label for="chat-model">${t("playground.model")}</label>
     <select id="chat-model" name="model">${options(m.chat)}</select>
-    <ol class="chat-log" data-chat-log aria-label="Conversation" aria-live="polite"></ol>
-    <label for="chat-input">Message</label>
-    <textarea id="chat-input" name="message" rows="3" required placeholder="Say hello (Ctrl+Enter sends)"></textarea>
+    <ol class="chat-log" data-chat-log aria-label="${t("playground.chat.log")}" aria-live="polite"></ol>
+    <label for="chat-input">${t("playground.chat.message")}</label>
+    <textarea id="chat-input" name="message" rows="3" required placeholder="${t("playground.chat.placeholder")}"></textarea>
     <p class="msg error" role="alert" hidden data-form-error></p>
-    <div class="row"><button type="submit" class="primary"${m.chat.length === 0 ? html` disabled` : ""}>Send</button><button type="button" data-chat-reset>New conversation</button></div>
+    <div class="row"><button type="submit" class="primary"${m.chat.length === 0 ? html` disabled` : ""}>${t("playground.chat.send")}</button><button type="button" data-chat-reset>${t("playground.chat.reset")}</button></div>
   </form>
 </section>`,
   });
