@@ -32,15 +32,30 @@ export type SignInResult =
   | { ok: false; reason: "disabled" }
   | { ok: false; reason: "throttled"; retryAfterMs: number };
 
+/**
+ * What was wrong with a sign-up or setup, as a code the workbench words in the page's language
+ * (`message` is the same in English, for everything else).
+ */
+export type AccountProblem =
+  | "email_invalid"
+  | "password_too_short"
+  | "password_too_long"
+  | "signup_refused"
+  | "email_taken"
+  | "account_invalid"
+  | "setup_closed"
+  | "setup_throttled"
+  | "setup_wrong_token";
+
 export type SignUpResult =
   | { ok: true; user: UserRow }
   | { ok: false; reason: "throttled"; retryAfterMs: number }
-  | { ok: false; reason: "invalid"; message: string; field: "email" | "password" | null };
+  | { ok: false; reason: "invalid"; problem: AccountProblem; message: string; field: "email" | "password" | null };
 
 export type SetupResult =
   | { ok: true; user: UserRow }
   /** "closed": an admin exists or the token was used; "wrong_token": not this start's token. */
-  | { ok: false; reason: "closed" | "throttled" | "wrong_token" | "invalid"; message: string };
+  | { ok: false; reason: "closed" | "throttled" | "wrong_token" | "invalid"; problem: AccountProblem; message: string };
 
 export interface AttemptLimits {
   windowMs: number;
@@ -51,7 +66,7 @@ export interface AttemptLimits {
 
 export const DEFAULT_LIMITS: AttemptLimits = { windowMs: 15 * 60_000, perAccount: 5, perAddress: 30, signUpsPerAddress: 20 };
 
-const MAX_PASSWORD_CHARS = 1024;
+export const MAX_PASSWORD_CHARS = 1024;
 
 export class SignIn {
   private readonly perAccount: AttemptLimiter;
@@ -92,9 +107,9 @@ export class SignIn {
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const email = normalizeEmail(emailInput);
     const problem = validateEmail(email);
-    if (problem) return { ok: false, reason: "invalid", message: `Email ${problem}.`, field: "email" };
+    if (problem) return { ok: false, reason: "invalid", problem: "email_invalid", message: `Email ${problem}.`, field: "email" };
     const weak = this.passwordProblem(password);
-    if (weak) return { ok: false, reason: "invalid", message: weak, field: "password" };
+    if (weak) return { ok: false, reason: "invalid", ...weak, field: "password" };
     this.signUpsPerAddress.record(address);
     try {
       const user = await addUser(this.store, this.clock, { email, password, credits: this.rules.initialCredits, actor: "signup" });
@@ -102,9 +117,9 @@ export class SignIn {
     } catch (e) {
       // Said generically: this page must not confirm which emails have accounts.
       if (e instanceof EmailTakenError) {
-        return { ok: false, reason: "invalid", message: "We could not create an account with these details. If you already have one, sign in instead.", field: null };
+        return { ok: false, reason: "invalid", problem: "signup_refused", message: "We could not create an account with these details. If you already have one, sign in instead.", field: null };
       }
-      if (e instanceof AccountError) return { ok: false, reason: "invalid", message: e.message, field: null };
+      if (e instanceof AccountError) return { ok: false, reason: "invalid", problem: "account_invalid", message: e.message, field: null };
       throw e;
     }
   }
@@ -115,17 +130,17 @@ export class SignIn {
 
   /** Creates the first admin with this start's setup token; the token works once. */
   async setUpFirstAdmin(token: string, email: string, password: string, address: string): Promise<SetupResult> {
-    if (!this.setupOpen) return { ok: false, reason: "closed", message: "Setup is already complete." };
+    if (!this.setupOpen) return { ok: false, reason: "closed", problem: "setup_closed", message: "Setup is already complete." };
     // Guessing the token is throttled like sign-ups.
     const key = `setup:${address}`;
-    if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", message: "Too many attempts. Try again later." };
+    if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };
     const weak = this.passwordProblem(password);
-    if (weak) return { ok: false, reason: "invalid", message: weak };
+    if (weak) return { ok: false, reason: "invalid", ...weak };
     // Taken, not just checked, so that two concurrent attempts cannot both succeed.
     const taken = this.setup.take(token);
     if (taken === null) {
       this.signUpsPerAddress.record(key);
-      return { ok: false, reason: "wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
+      return { ok: false, reason: "wrong_token", problem: "setup_wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
     }
     try {
       const user = await addUser(this.store, this.clock, { email, password, role: "admin", credits: this.rules.initialCredits, actor: "setup" });
@@ -133,9 +148,12 @@ export class SignIn {
     } catch (e) {
       // A mistake the user can fix: the token stays valid for the next try.
       this.setup.restore(taken);
-      if (e instanceof AccountError) return { ok: false, reason: "invalid", message: e.message.replace(/^email/, "Email") + "." };
+      if (e instanceof AccountError) {
+        const problem: AccountProblem = /^email/.test(e.message) ? "email_invalid" : "account_invalid";
+        return { ok: false, reason: "invalid", problem, message: e.message.replace(/^email/, "Email") + "." };
+      }
       if (e instanceof EmailTakenError) {
-        return { ok: false, reason: "invalid", message: "That email already has an account; choose another or make it admin with the CLI." };
+        return { ok: false, reason: "invalid", problem: "email_taken", message: "That email already has an account; choose another or make it admin with the CLI." };
       }
       throw e;
     }
@@ -145,10 +163,10 @@ export class SignIn {
    * One password rule for sign-up, setup and the admin's "create user" and "reset password":
    * the length from config, and a cap on what is hashed.
    */
-  passwordProblem(password: string): string | null {
+  passwordProblem(password: string): { problem: AccountProblem; message: string } | null {
     const min = this.rules.minPasswordLength;
-    if (password.length < min) return `Password must be at least ${min} characters.`;
-    if (password.length > MAX_PASSWORD_CHARS) return `Password must be at most ${MAX_PASSWORD_CHARS} characters.`;
+    if (password.length < min) return { problem: "password_too_short", message: `Password must be at least ${min} characters.` };
+    if (password.length > MAX_PASSWORD_CHARS) return { problem: "password_too_long", message: `Password must be at most ${MAX_PASSWORD_CHARS} characters.` };
     return null;
   }
 }

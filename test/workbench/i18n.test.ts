@@ -29,7 +29,7 @@ describe("catalogs", () => {
       expect([k, params(ZH[k])]).toEqual([k, params(EN[k])]);
       expect([k, tags(ZH[k])]).toEqual([k, tags(EN[k])]);
     }
-  });
+  }, 30_000);
 
   test("no two areas define the same key; plurals come in .one/.other pairs", () => {
     const seen = new Set<string>();
@@ -42,7 +42,7 @@ describe("catalogs", () => {
     for (const k of keys) {
       if (k.endsWith(".one")) expect(keys).toContain(k.replace(/\.one$/, ".other") as MessageKey);
     }
-  });
+  }, 30_000);
 });
 
 describe("choosing the language", () => {
@@ -66,7 +66,7 @@ describe("choosing the language", () => {
     expect(negotiateLocale("en", "zh-CN")).toBe("en");
     expect(negotiateLocale("zh-CN", "en-US")).toBe("zh-CN");
     expect(negotiateLocale("klingon", "zh")).toBe("zh-CN");
-  });
+  }, 30_000);
 });
 
 describe("t", () => {
@@ -85,14 +85,14 @@ describe("t", () => {
     expect(en.plural("common.credits", 0)).toBe("credits");
     expect(en.locale).toBe("en");
     expect(zh.locale).toBe("zh-CN");
-  });
+  }, 30_000);
 
   test("client scripts get their own messages and common.js's, keyed without client.", () => {
     const m = translator("zh-CN").clientMessages(["gallery.js"]);
     expect(m["common.copied"]).toBe("已复制 ✓");
     expect(m["gallery.copyLinkPrompt"]).toBe("请复制此链接：");
     expect(Object.keys(m).every((k) => !k.startsWith("client.") && (k.startsWith("common.") || k.startsWith("gallery.")))).toBe(true);
-  });
+  }, 30_000);
 });
 
 describe("in the app", () => {
@@ -142,7 +142,7 @@ describe("in the app", () => {
     const cross = await handle("/language", { method: "POST", headers: { origin: "http://evil.test", "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams({ lang: "zh-CN" }) });
     expect(cross.status).toBe(403);
     expect(cross.headers.get("set-cookie")).toBeNull();
-  });
+  }, 30_000);
 
   test("form errors come back in the page's language", async () => {
     const handle = makeApp();
@@ -153,7 +153,7 @@ describe("in the app", () => {
     });
     expect(res.status).toBe(401);
     expect(await res.text()).toContain("邮箱或密码不正确。");
-  });
+  }, 30_000);
 
   test("the /v1 API answers in English whatever the language (OpenAI clients parse its errors)", async () => {
     const handle = makeApp();
@@ -162,5 +162,5 @@ describe("in the app", () => {
     const body = (await res.json()) as { error: { message: string } };
     expect(body.error.message).toMatch(/^[\x20-\x7e]+$/);
     expect(body.error.message.length).toBeGreaterThan(10);
-  });
+  }, 30_000);
 });

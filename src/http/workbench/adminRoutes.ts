@@ -10,6 +10,7 @@ import { adminModelsPage, adminUpstreamsPage, adminUsersPage } from "../../workb
 import { adminFilter, adminRequestsPage, parseAdminRequestsQuery } from "../../workbench/pages/adminRequests";
 import type { Viewer } from "../../workbench/layout";
 import type { MessageKey } from "../../workbench/i18n";
+import { accountProblemText } from "./accountProblems";
 import { workbenchGuards } from "./guards";
 import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
@@ -109,7 +110,7 @@ export function adminRoutes(services: Services) {
       const refuse = (error: string) => usersPage(viewer, "", { error, form }, 400);
       // Sign-up's rule and its words (core/signIn), as the sign-up page shows them.
       const weak = workbench.signIn.passwordProblem(f.password ?? "");
-      if (weak) return refuse(weak);
+      if (weak) return refuse(accountProblemText(t, weak.problem, services.config.workbench.min_password_length));
       const credits = (f.credits ?? "").trim() === "" ? 0 : Number(f.credits);
       if (!Number.isInteger(credits) || credits < 0 || credits > MAX_CREDIT_GRANT) return refuse(t("operators.create.badCredits", { max: MAX_CREDIT_GRANT }));
       if (f.role !== "user" && f.role !== "admin") return refuse(t("operators.create.badRole"));
@@ -134,7 +135,7 @@ export function adminRoutes(services: Services) {
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const password = formFields(body).password ?? "";
       const weak = workbench.signIn.passwordProblem(password);
-      if (weak) return userPage(viewer, user, { error: weak }, 400);
+      if (weak) return userPage(viewer, user, { error: accountProblemText(viewer.t, weak.problem, services.config.workbench.min_password_length) }, 400);
       store.users.setPasswordHash(user.id, await hashPassword(password));
       // Whoever knew the old password is signed out everywhere (the admin too, on their own account).
       workbench.sessions.endAllFor(user.id);

@@ -2,6 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import type { SetupResult } from "../../core/signIn";
+import { accountProblemText } from "./accountProblems";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
 import { checkViewer, viewerOf, workbenchGuards } from "./guards";
 import { clientAddress, formFields, htmlResponse, redirect, safeNext } from "./respond";
@@ -61,7 +62,7 @@ export function authRoutes(services: Services) {
       if (!result.ok && result.reason === "throttled") {
         return form(t.plural("auth.signUp.throttled", Math.ceil(result.retryAfterMs / 60_000)), 429);
       }
-      if (!result.ok) return form(result.message, 400);
+      if (!result.ok) return form(accountProblemText(t, result.problem, wb.min_password_length), 400);
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect("/playground", { "set-cookie": cookie });
     }, { sameOrigin: true, ...hide })
@@ -81,7 +82,7 @@ export function authRoutes(services: Services) {
       const form = (error: string, status: number) =>
         htmlResponse(setupPage({ t, pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
       const result = await workbench.signIn.setUpFirstAdmin(f.token ?? "", email, f.password ?? "", clientAddress(request));
-      if (!result.ok) return form(result.message, SETUP_STATUS[result.reason]);
+      if (!result.ok) return form(accountProblemText(t, result.problem, wb.min_password_length), SETUP_STATUS[result.reason]);
       services.logger.info("first admin created through /setup", { user_id: result.user.id });
       const { cookie } = workbench.sessions.start(result.user.id, request);
       return redirect("/admin", { "set-cookie": cookie });

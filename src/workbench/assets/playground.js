@@ -133,9 +133,9 @@
       /** A task object from the API: queued (with its place) or running (with its progress). */
       task(task) {
         if (task.status === "queued") {
-          const queued = typeof task.queue_position === "number" ? t("playground.queuedAt", { position: task.queue_position }) : t("playground.queued");
-          this.status(queued, null);
-          announce(queued);
+          const place = typeof task.queue_position === "number";
+          this.status(place ? t("playground.queuedAt", { position: task.queue_position }) : t("playground.queued"), null);
+          announce(place ? t("playground.announceQueuedAt", { position: task.queue_position }) : t("playground.announceQueued"));
         } else if (task.status === "running") {
           if (typeof task.progress === "number") {
             const pct = Math.round(task.progress * 100);
