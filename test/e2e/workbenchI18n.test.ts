@@ -26,6 +26,7 @@ const CLIENT_KEYS = KEYS.filter((k) => k.startsWith("client.")).map((k) => k.sli
 let server: TestServer;
 let browser: Browser;
 let imageId = "";
+let painterId = 0;
 const adminEmail = "root@studio.example.com";
 const userEmail = "painter@example.com";
 
@@ -94,6 +95,7 @@ upstream = "acme"
   });
   expect(res.status).toBe(200);
   imageId = server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0)[0]!.id;
+  painterId = painter.userId;
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -172,6 +174,7 @@ describe("the workbench in Chinese", () => {
           [userEmail, "/keys"],
           [userEmail, "/webhooks"],
           [adminEmail, "/admin"],
+          [adminEmail, `/admin/users/${painterId}`],
           [adminEmail, "/admin/requests"],
           [adminEmail, "/admin/upstreams"],
           [adminEmail, "/admin/models"],
@@ -183,7 +186,7 @@ describe("the workbench in Chinese", () => {
             if (who !== email) continue;
             await page.goto(`${server.url}${path}`);
             expect([path, await screenProblems(page)]).toEqual([path, []]);
-            await shot(page, name(path.slice(1).replace(/\//g, "-").replace(/img_[A-Za-z0-9]+/, "image")));
+            await shot(page, name(path.slice(1).replace(/\//g, "-").replace(/img_[A-Za-z0-9]+/, "image").replace(/users-\d+/, "user")));
           }
           if (size === "phone" && email === userEmail) {
             // On a phone the account bar (with the switch) is in the menu.

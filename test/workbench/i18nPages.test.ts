@@ -128,7 +128,8 @@ describe("every page in Chinese", () => {
     const paths = createApp(server.services)
       .routes.filter((r) => r.method === "GET" && !NOT_PAGES.test(r.path) && r.path !== "/" && r.path !== "/*")
       .map((r) => r.path);
-    const params: Record<string, string> = { "/gallery/:id": `/gallery/${imageId}` };
+    const painterId = server.services.store.users.byEmail("painter@example.com")!.id;
+    const params: Record<string, string> = { "/gallery/:id": `/gallery/${imageId}`, "/admin/users/:id": `/admin/users/${painterId}` };
     const unknown = paths.filter((p) => p.includes(":") && !params[p]);
     // A new page with a parameter: give it a real value above so it is checked too.
     expect(unknown).toEqual([]);
