@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Makes sure Debian's chromium is installed for the browser tests (never a downloaded browser).
-# Idempotent and quiet: does nothing when /usr/bin/chromium exists.
+# Makes sure Debian's chromium is installed for the browser tests (never a downloaded browser),
+# with a Chinese font (fonts-wqy-zenhei) so the zh-CN screenshots show characters, not boxes.
+# Idempotent and quiet: does nothing when both are there.
 set -euo pipefail
-if [ -x /usr/bin/chromium ]; then
+have_cjk_font() { command -v fc-list >/dev/null 2>&1 && [ -n "$(fc-list :lang=zh 2>/dev/null)" ]; }
+if [ -x /usr/bin/chromium ] && have_cjk_font; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then
@@ -15,7 +17,7 @@ else
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq chromium >/dev/null
+$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei >/dev/null
 if [ ! -x /usr/bin/chromium ]; then
   echo "ensure-chromium: installing chromium did not produce /usr/bin/chromium" >&2
   exit 1
