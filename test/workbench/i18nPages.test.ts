@@ -129,7 +129,15 @@ describe("every page in Chinese", () => {
       .routes.filter((r) => r.method === "GET" && !NOT_PAGES.test(r.path) && r.path !== "/" && r.path !== "/*")
       .map((r) => r.path);
     const painterId = server.services.store.users.byEmail("painter@example.com")!.id;
-    const params: Record<string, string> = { "/gallery/:id": `/gallery/${imageId}`, "/admin/users/:id": `/admin/users/${painterId}` };
+    const { store } = server.services;
+    const keyId = store.keys.listForUser(painterId)[0]!.id;
+    const requestId = store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
+    const params: Record<string, string> = {
+      "/gallery/:id": `/gallery/${imageId}`,
+      "/admin/users/:id": `/admin/users/${painterId}`,
+      "/keys/:id": `/keys/${keyId}`,
+      "/credits/requests/:id": `/credits/requests/${requestId}`,
+    };
     const unknown = paths.filter((p) => p.includes(":") && !params[p]);
     // A new page with a parameter: give it a real value above so it is checked too.
     expect(unknown).toEqual([]);
@@ -145,7 +153,7 @@ describe("every page in Chinese", () => {
         checked.push(`${who} ${path}`);
       }
     }
-    for (const must of ["admin /admin", "admin /admin/upstreams", "admin /admin/models", "user /playground", "user /gallery", `user /gallery/${imageId}`, "user /credits", "user /keys", "user /webhooks", "user /admin"]) {
+    for (const must of [`user /keys/${keyId}`, `user /credits/requests/${requestId}`, "admin /admin", "admin /admin/upstreams", "admin /admin/models", "user /playground", "user /gallery", `user /gallery/${imageId}`, "user /credits", "user /keys", "user /webhooks", "user /admin"]) {
       expect(checked).toContain(must);
     }
   }, 120_000);
