@@ -100,6 +100,8 @@ async function shot(page: Page, name: string): Promise<void> {
 
 const USER_PAGES = ["/playground", "/gallery", "/credits", "/usage", "/keys", "/webhooks"];
 const ADMIN_PAGES = ["/admin", "/admin/requests", "/admin/upstreams", "/admin/models", "/admin/codes"];
+/** Pages of one thing (an image, a request, a key, a user), filled in once the rows exist. */
+const DETAIL_PAGES = { user: [] as string[], admin: [] as string[] };
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -138,6 +140,14 @@ upstream = "acme"
   for (let i = 0; i < 2; i++) expect((await post("/v1/images/generations", { model: "acme-image", prompt: "a very long prompt ".repeat(12), size: "1024x1024" })).status).toBeGreaterThanOrEqual(500);
   expect((await post("/v1/chat/completions", { model: "builtin-chat", messages: [{ role: "user", content: "hello" }] })).status).toBe(200);
 
+  const { store } = server.services;
+  const image = store.images.listForUser(user.userId, Date.now(), 1, 0)[0];
+  const request = store.requests.list({ userId: user.userId, limit: 1, offset: 0 })[0];
+  const key = store.keys.listForUser(user.userId).find((k) => k.revoked_at === null);
+  expect(image && request && key).toBeTruthy();
+  DETAIL_PAGES.user.push(`/gallery/${image!.id}`, `/credits/requests/${request!.id}`, `/keys/${key!.id}`);
+  DETAIL_PAGES.admin.push(`/admin/users/${user.userId}`);
+
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -158,12 +168,13 @@ describe("the workbench on a phone and a laptop", () => {
         const signedAdmin = await signedIn(admin, size, scheme);
         try {
           for (const [who, page, paths] of [
-            ["user", signedUser.page, USER_PAGES],
-            ["admin", signedAdmin.page, ADMIN_PAGES],
+            ["user", signedUser.page, [...USER_PAGES, ...DETAIL_PAGES.user]],
+            ["admin", signedAdmin.page, [...ADMIN_PAGES, ...DETAIL_PAGES.admin]],
           ] as const) {
             for (const path of paths) {
-              await page.goto(`${server.url}${path}`);
-              await shot(page, `${size}-${scheme}-${who}${path.replaceAll("/", "-")}`);
+              const answer = await page.goto(`${server.url}${path}`);
+              expect({ path, status: answer!.status() }).toEqual({ path, status: 200 });
+              await shot(page, `${size}-${scheme}-${who}${path.replace(/\/(\d+|[A-Za-z0-9_-]{12,})$/u, "-detail").replaceAll("/", "-")}`);
               await expectUsableLayout(page, size, `${who} ${path}`);
             }
           }
