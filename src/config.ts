@@ -221,6 +221,20 @@ const Metrics = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Redis = T.Object(
+  {
+    url: T.Optional(
+      T.String({
+        pattern: "^rediss?://",
+        description:
+          "redis:// or rediss:// address of a Redis server that holds the image and chat concurrency gates (slots and queue) for every instance sharing it (also ATELIER_REDIS_URL). Unset: each process keeps its own gate in memory.",
+      }),
+    ),
+    key_prefix: T.String({ default: "atelier:", description: "Start of every key Atelier writes in Redis (several deployments can share one server)." }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
@@ -235,6 +249,7 @@ export const ConfigSchema = T.Object(
     webhooks: Webhooks,
     fetch: Fetch,
     metrics: Metrics,
+    redis: Redis,
   },
   { additionalProperties: false },
 );
@@ -315,7 +330,7 @@ function describeProblem(error: ValueError): string {
 /** ", got <value>" for the error message; never for secrets, and short. */
 function shownValue(error: ValueError): string {
   if (error.value === undefined) return " (missing)";
-  if (/(api_key|password|secret|token)$/i.test(error.path)) return "";
+  if (/(api_key|password|secret|token|redis\/url)$/i.test(error.path)) return ""; // a Redis URL may carry a password
   const text = JSON.stringify(error.value) ?? String(error.value);
   return `, got ${text.length > 60 ? `${text.slice(0, 57)}...` : text}`;
 }
@@ -354,6 +369,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   if (o.host !== undefined) server.host = o.host;
   if (o.data_dir !== undefined) server.data_dir = o.data_dir;
   raw.server = server;
+  if (env.ATELIER_REDIS_URL) raw.redis = { ...((raw.redis as Record<string, unknown> | undefined) ?? {}), url: env.ATELIER_REDIS_URL };
 
   const withDefaults = Value.Default(ConfigSchema, Value.Clone(raw));
   const first = Value.Errors(ConfigSchema, withDefaults).First();

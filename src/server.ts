@@ -154,6 +154,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
         clearTimeout(graceTimer);
         await server.stop(true);
         services.upstreams.close();
+        services.redis?.close();
         store.close();
         logger.info("stopped");
       })();

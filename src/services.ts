@@ -5,7 +5,9 @@
 import type { Config } from "./config";
 import { KeyAuthenticator } from "./core/accounts";
 import { BackgroundWork } from "./core/background";
-import { LocalGate, type Gate } from "./core/gate";
+import { LocalGate, type Gate, type GateLimits } from "./core/gate";
+import { RedisGate } from "./core/redisGate";
+import { RedisClient } from "bun";
 import { ModelCatalog } from "./core/models";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
 import { BuiltinImageEngine } from "./engines/builtin/imageEngine";
@@ -56,6 +58,8 @@ export interface Services {
   upstreams: UpstreamPools;
   /** The concurrency gates, built from [limits]: image requests queue; chat does not. */
   gates: { image: Gate; chat: Gate };
+  /** The connection behind the gates when [redis] url is set (readiness pings it; the server closes it). */
+  redis: RedisClient | undefined;
   /** What the image flow needs, shared by the synchronous routes and the async task runner. */
   imageFlow: ImageFlowDeps;
   /** Async image tasks: the durable queue and its runner (started and stopped by the server). */
@@ -87,17 +91,29 @@ function withBuiltinChat(engines: EngineRegistry): EngineRegistry {
  * is short enough that queueing would only hide the overload) and no per-user share below the
  * server-wide limit.
  */
-function createGates(limits: Config["limits"]): Services["gates"] {
-  return {
-    image: new LocalGate({
-      subject: "image requests",
-      global: limits.generation_concurrency,
-      perUser: limits.per_user_concurrency,
-      queueSize: limits.queue_size,
-      queueTimeoutMs: limits.queue_timeout_ms,
-    }),
-    chat: new LocalGate({ subject: "chat completions", global: limits.chat_concurrency, perUser: limits.chat_concurrency, queueSize: 0, queueTimeoutMs: 0 }),
+function createGates(limits: Config["limits"], redis: RedisClient | undefined, keyPrefix: string): Services["gates"] {
+  const image: GateLimits = {
+    subject: "image requests",
+    global: limits.generation_concurrency,
+    perUser: limits.per_user_concurrency,
+    queueSize: limits.queue_size,
+    queueTimeoutMs: limits.queue_timeout_ms,
   };
+  const chat: GateLimits = { subject: "chat completions", global: limits.chat_concurrency, perUser: limits.chat_concurrency, queueSize: 0, queueTimeoutMs: 0 };
+  if (!redis) return { image: new LocalGate(image), chat: new LocalGate(chat) };
+  return {
+    image: new RedisGate(redis, image, { keyPrefix: `${keyPrefix}gate:image:` }),
+    chat: new RedisGate(redis, chat, { keyPrefix: `${keyPrefix}gate:chat:` }),
+  };
+}
+
+/**
+ * One connection for the shared gates ([redis] url), or none. A lost connection reconnects on
+ * its own; meanwhile each gate command gives up after its own bound (503 gate_unavailable).
+ */
+function connectRedis(config: Config): RedisClient | undefined {
+  const url = config.redis.url;
+  return url === undefined ? undefined : new RedisClient(url, { connectionTimeout: 2_000 });
 }
 
 /** The image archive from [storage]: files under storage.dir (default data_dir/images), rows in the database. */
@@ -148,6 +164,7 @@ export function createServices(deps: AppDeps): Services {
   deps.store.requests.onDroppedRows = (count, error) => deps.logger.error("chat history rows could not be written and were dropped", { count, error: String(error) });
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
   const images = createImageArchive(deps, clock);
+  const redis = connectRedis(deps.config);
   const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {
     config: deps.config,
     store: deps.store,
@@ -159,7 +176,8 @@ export function createServices(deps: AppDeps): Services {
     workbench,
     background: new BackgroundWork(),
     engines: withBuiltinChat(new EngineRegistry()),
-    gates: createGates(deps.config.limits),
+    gates: createGates(deps.config.limits, redis, deps.config.redis.key_prefix),
+    redis,
     images,
     imageSweeper: new ImageSweeper(images, deps.config.storage.sweep_interval_s * 1000, deps.logger),
     imageLinks: new ImageLinks(imageLinkKey(deps.store, clock), deps.config.storage.url_ttl_s * 1000, clock),

@@ -146,3 +146,20 @@ describe("model prices", () => {
     expect(errorOf(`${upstream}[[models]]\nid = "c"\nkind = "chat"\nupstream = "oa"\nprice = 2\n`)).toBe("models[0].price: chat models are free; price applies to image models only");
   });
 });
+
+describe("[redis]", () => {
+  test("unset by default (in-memory gates); the file or ATELIER_REDIS_URL sets it, the environment winning", () => {
+    const none = loadConfig({ env: {} });
+    expect(none.redis).toEqual({ key_prefix: "atelier:" });
+    const fromFile = loadConfig({ file: file('[redis]\nurl = "redis://10.0.0.5:6379"\nkey_prefix = "prod:"\n'), env: {} });
+    expect(fromFile.redis).toEqual({ url: "redis://10.0.0.5:6379", key_prefix: "prod:" });
+    const fromEnv = loadConfig({ file: file('[redis]\nurl = "redis://10.0.0.5:6379"\n'), env: { ATELIER_REDIS_URL: "rediss://cache.internal:6380" } });
+    expect(fromEnv.redis.url).toBe("rediss://cache.internal:6380");
+  });
+
+  test("a URL that is not redis:// is refused without echoing it (it may carry a password)", () => {
+    const message = errorOf('[redis]\nurl = "http://:hunter2secret@cache:6379"\n');
+    expect(message).toContain("redis.url");
+    expect(message).not.toContain("hunter2secret");
+  });
+});

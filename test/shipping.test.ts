@@ -47,11 +47,12 @@ const SECTIONS: [string, TObject][] = [
   ["`[webhooks]`", objectOf(ConfigSchema.properties.webhooks)],
   ["`[fetch]`", objectOf(ConfigSchema.properties.fetch)],
   ["`[metrics]`", objectOf(ConfigSchema.properties.metrics)],
+  ["`[redis]`", objectOf(ConfigSchema.properties.redis)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["chat", "database", "fetch", "limits", "metrics", "models", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["chat", "database", "fetch", "limits", "metrics", "models", "redis", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {

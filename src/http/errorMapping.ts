@@ -5,6 +5,7 @@
  */
 import { NotFoundError, ParseError, ValidationError } from "elysia";
 import { GateRejected } from "../core/gate";
+import { GateUnavailable } from "../core/redisGate";
 import { ClientDisconnected, NoEngineError, type FailureDescription } from "../core/requestFlow";
 import { ImageInputError } from "../core/imageInput";
 import { ModelNotFoundError } from "../core/imageRequest";
@@ -61,6 +62,9 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
   if (e instanceof GateRejected) {
     if (e.reason === "aborted") return clientClosedRequest();
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
+  }
+  if (e instanceof GateUnavailable) {
+    return new ApiError(503, "server_error", "The shared concurrency gate (Redis) is unreachable; retry shortly. Nothing was charged.", null, "gate_unavailable");
   }
   if (e instanceof ClientDisconnected) return clientClosedRequest();
   if (e instanceof TaskCanceled) return new ApiError(409, "invalid_request_error", e.message, null, "task_canceled");

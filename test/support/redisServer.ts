@@ -1,0 +1,60 @@
+/**
+ * A real redis-server (Debian's, installed by scripts/ensure-redis.sh) on a free loopback port,
+ * with nothing saved to disk; each test file starts its own and stops it after.
+ */
+import { RedisClient } from "bun";
+import { createServer } from "node:net";
+
+export interface TestRedis {
+  url: string;
+  port: number;
+  client(): RedisClient;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startRedis(): Promise<TestRedis> {
+  const port = await freePort();
+  const proc = Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"], {
+    stdout: "ignore",
+    stderr: "inherit",
+  });
+  const url = `redis://127.0.0.1:${port}`;
+  const clients: RedisClient[] = [];
+  // Ready when it answers PING (bounded: 100 tries, 50 ms apart).
+  for (let i = 0; ; i++) {
+    const probe = new RedisClient(url, { connectionTimeout: 500, autoReconnect: false });
+    try {
+      if ((await probe.send("PING", [])) === "PONG") break;
+    } catch {
+      if (i >= 100) throw new Error(`redis-server did not start on port ${port}`);
+      await Bun.sleep(50);
+    } finally {
+      probe.close();
+    }
+  }
+  return {
+    url,
+    port,
+    client() {
+      const c = new RedisClient(url, { connectionTimeout: 1000 });
+      clients.push(c);
+      return c;
+    },
+    async stop() {
+      for (const c of clients) c.close();
+      proc.kill();
+      await proc.exited;
+    },
+  };
+}
