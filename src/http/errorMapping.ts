@@ -33,6 +33,7 @@ import {
   badRequest,
   clientClosedRequest,
   databaseBusy,
+  gateUnavailable,
   insufficientCredits,
   keyCreditCapReached,
   methodNotAllowed,
@@ -63,9 +64,7 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
     if (e.reason === "aborted") return clientClosedRequest();
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
   }
-  if (e instanceof GateUnavailable) {
-    return new ApiError(503, "server_error", "The shared concurrency gate (Redis) is unreachable; retry shortly. Nothing was charged.", null, "gate_unavailable");
-  }
+  if (e instanceof GateUnavailable) return gateUnavailable();
   if (e instanceof ClientDisconnected) return clientClosedRequest();
   if (e instanceof TaskCanceled) return new ApiError(409, "invalid_request_error", e.message, null, "task_canceled");
   if (e instanceof TaskNotCancelable) return new ApiError(409, "invalid_request_error", `This task cannot be canceled: ${e.message}.`, null, "task_not_cancelable");

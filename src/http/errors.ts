@@ -120,6 +120,12 @@ export const tooManyRequests = (message: string, code: string, retryAfterMs: num
   });
 };
 
+/** The shared concurrency gate ([redis] url) did not answer in time: nothing was admitted or charged. */
+export const gateUnavailable = () => {
+  const err = tooManyRequests("", "gate_unavailable", 1000);
+  return new ApiError(503, "server_error", "The shared concurrency gate (Redis) is unreachable; nothing was charged. Retry shortly.", null, "gate_unavailable", err.headers);
+};
+
 /** Another process holds the database's write lock (a CLI command, a backup): nothing was written. */
 export const databaseBusy = () => {
   const err = tooManyRequests("", "database_busy", 1000);

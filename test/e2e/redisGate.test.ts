@@ -95,7 +95,9 @@ describe("[redis] url: Redis unreachable", () => {
       expect(res.status).toBe(503);
       const body = (await res.json()) as { error: { code: string; type: string; message: string } };
       expect(body.error.code).toBe("gate_unavailable");
+      expect(body.error.type).toBe("server_error");
       expect(body.error.message).not.toContain(String(deadPort));
+      expect(res.headers.get("retry-after")).toBe("1");
       expect(server.balance(user.userId)).toBe(3);
       const ready = await fetch(`${server.url}/readyz`);
       expect(ready.status).toBe(503);
