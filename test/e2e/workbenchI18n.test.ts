@@ -27,6 +27,8 @@ let server: TestServer;
 let browser: Browser;
 let imageId = "";
 let painterId = 0;
+let keyId = 0;
+let requestId = "";
 const adminEmail = "root@studio.example.com";
 const userEmail = "painter@example.com";
 
@@ -96,6 +98,8 @@ upstream = "acme"
   expect(res.status).toBe(200);
   imageId = server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0)[0]!.id;
   painterId = painter.userId;
+  keyId = server.services.store.keys.listForUser(painterId)[0]!.id;
+  requestId = server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -172,6 +176,8 @@ describe("the workbench in Chinese", () => {
           [userEmail, `/gallery/${imageId}`],
           [userEmail, "/credits"],
           [userEmail, "/keys"],
+          [userEmail, `/keys/${keyId}`],
+          [userEmail, `/credits/requests/${requestId}`],
           [userEmail, "/webhooks"],
           [adminEmail, "/admin"],
           [adminEmail, `/admin/users/${painterId}`],
@@ -186,7 +192,7 @@ describe("the workbench in Chinese", () => {
             if (who !== email) continue;
             await page.goto(`${server.url}${path}`);
             expect([path, await screenProblems(page)]).toEqual([path, []]);
-            await shot(page, name(path.slice(1).replace(/\//g, "-").replace(/img_[A-Za-z0-9]+/, "image").replace(/users-\d+/, "user")));
+            await shot(page, name(path.slice(1).replace(/\//g, "-").replace(/img_[A-Za-z0-9]+/, "image").replace(/users-\d+/, "user").replace(/keys-\d+/, "key").replace(/requests-req_[A-Za-z0-9]+/, "request")));
           }
           if (size === "phone" && email === userEmail) {
             // On a phone the account bar (with the switch) is in the menu.
