@@ -32,7 +32,7 @@ export const requestDetail = defineMessages(
   },
   {
     "requestDetail.title": "请求 {id}",
-    "requestDetail.back": "← 积分与历史",
+    "requestDetail.back": "← 积分与记录",
     "requestDetail.status": "状态",
     "requestDetail.time": "时间",
     "requestDetail.finished": "完成时间",
