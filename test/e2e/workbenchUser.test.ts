@@ -132,7 +132,7 @@ describe("API keys page", () => {
     expect(await page.evaluate(() => navigator.clipboard.readText())).toContain(`api_key="${createdKey}"`);
     await page.screenshot({ path: join(ARTIFACTS, "01-key-created-desktop-light.png"), fullPage: true });
     // After the POST the address is plain /keys again; the row shows the limits.
-    expect(new URL(page.url()).pathname).toBe("/keys");
+    await page.waitForURL((u) => u.pathname === "/keys");
     const row = page.locator("table.keys tbody tr").first();
     expect(await row.locator("td.name").textContent()).toBe(`ci ${XSS}`);
     expect(await row.getByTestId("key-spend").textContent()).toBe("0 / 2");
