@@ -37,6 +37,12 @@ export interface UsageRow extends UsageCounts {
   label: string;
 }
 
+/** One group's counts on one day (the dashboard's per-day series by model or by key). */
+export interface UsageDailyRow extends UsageRow {
+  /** YYYY-MM-DD, UTC. */
+  day: string;
+}
+
 export interface UsageRange {
   /** First and last day, inclusive (YYYY-MM-DD, UTC). */
   from: string;

@@ -10,6 +10,13 @@ export interface Series {
   label: string;
   /** One value per bar, in order. */
   values: number[];
+  /** The colour class; series-<index> when absent (series-0 accent, series-1 danger). */
+  colour?: string;
+}
+
+/** Colour classes for series that are groups (models, keys), not outcomes: no red for "failed". */
+export function groupColour(index: number, isOther: boolean): string {
+  return isOther ? "group-other" : `group-${index}`;
 }
 
 const W = 600;
@@ -27,7 +34,7 @@ function niceMax(max: number): number {
  * and stretches to the width; the axis labels are HTML, so they keep their size on a phone.
  * Day labels are thinned to about six, counted back from the last day.
  */
-export function stackedBars(o: { title: string; labels: string[]; series: Series[]; testId?: string }): Html {
+export function stackedBars(o: { title: string; labels: string[]; series: Series[]; testId?: string; unit?: string }): Html {
   const n = o.labels.length;
   const totals = o.labels.map((_, i) => o.series.reduce((s, x) => s + (x.values[i] ?? 0), 0));
   const max = niceMax(Math.max(0, ...totals));
@@ -41,7 +48,9 @@ export function stackedBars(o: { title: string; labels: string[]; series: Series
     return o.series.map((s, k) => {
       const v = s.values[i] ?? 0;
       if (v === 0) return html``;
-      const rect = html`<rect class="series-${k}" x="${x.toFixed(1)}" y="${y(base + v).toFixed(1)}" width="${barW.toFixed(1)}" height="${(y(base) - y(base + v)).toFixed(1)}"><title>${label}: ${v} ${s.label}</title></rect>`;
+      // With a unit the series are groups: "day · group: 3 images"; without, the series is the unit.
+      const title = o.unit === undefined ? html`${label}: ${v} ${s.label}` : html`${label} · ${s.label}: ${v} ${o.unit}`;
+      const rect = html`<rect class="${s.colour ?? `series-${k}`}" x="${x.toFixed(1)}" y="${y(base + v).toFixed(1)}" width="${barW.toFixed(1)}" height="${(y(base) - y(base + v)).toFixed(1)}"><title>${title}</title></rect>`;
       base += v;
       return rect;
     });
@@ -66,5 +75,5 @@ export function horizontalBars(o: { title: string; rows: { label: string; value:
 }
 
 function legend(series: Series[]): Html {
-  return html`<ul class="legend">${series.map((s, k) => html`<li><svg viewBox="0 0 10 10" class="swatch" aria-hidden="true"><rect class="series-${k}" width="10" height="10"></rect></svg>${s.label}</li>`)}</ul>`;
+  return html`<ul class="legend">${series.map((s, k) => html`<li><svg viewBox="0 0 10 10" class="swatch" aria-hidden="true"><rect class="${s.colour ?? `series-${k}`}" width="10" height="10"></rect></svg>${s.label}</li>`)}</ul>`;
 }

@@ -206,6 +206,24 @@ describe("usage, request detail and CSV", () => {
     for (const m of byModel.data) expect(modelRows).toContainEqual(expect.arrayContaining([m.group, String(m.images), String(m.failed)]));
     const keyRows = await page.getByTestId("usage-keys").locator("tbody td.name").allTextContents();
     expect(keyRows.sort()).toEqual(["ci script v2", "test"]);
+
+    // Per day by model and by key: every request was made today, so today's rows equal GET /v1/usage's
+    // groups, and the key made with a cap spent exactly its 3 images.
+    const today = utcDay(Date.now());
+    const tableRows = (testId: string) => page.getByTestId(testId).locator("tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent)));
+    const modelDays = await tableRows("usage-models-daily");
+    const fullByModel = (await client(owner.key).get("/usage", { query: { group_by: "model" } })) as { data: { group: string; images: number; failed: number; credits_spent: number; requests: number }[] };
+    expect(modelDays.sort()).toEqual(fullByModel.data.map((m) => [today, m.group, String(m.images), String(m.failed), String(m.credits_spent)]).sort());
+    expect(modelDays).toContainEqual([today, "builtin-image", "3", "0", "3"]);
+    expect(modelDays).toContainEqual([today, "acme/broken", "0", "1", "0"]);
+    const keyDays = await tableRows("usage-keys-daily");
+    expect(keyDays).toContainEqual([today, "ci script v2", "3", "0", "3"]);
+    expect(keyDays).toContainEqual([today, "test", "0", "1", "0"]);
+    // The stacked bars carry the same figures, one segment per model and per key.
+    expect(await page.getByTestId("usage-models-daily-images").locator("rect title").allTextContents()).toEqual([`${today} · builtin-image: 3 images`]);
+    expect(await page.getByTestId("usage-models-daily-credits").locator("rect title").allTextContents()).toEqual([`${today} · builtin-image: 3 credits spent`]);
+    expect(await page.getByTestId("usage-keys-daily-credits").locator("rect title").allTextContents()).toEqual([`${today} · ci script v2: 3 credits spent`]);
+    expect(await page.getByTestId("usage-keys-daily-images").locator("figcaption").textContent()).toContain("ci script v2");
   }, TEST_TIMEOUT_MS);
 
   test("a request's page: key, credits and refund, timings, the image", async () => {

@@ -50,6 +50,8 @@ export function usageRoutes(services: Services) {
           totals: days.totals,
           models: byModel(store.usage.usage(userId, range, "model")),
           keys: byModel(store.usage.usage(userId, range, "key")),
+          modelDays: store.usage.usageDaily(userId, range, "model"),
+          keyDays: store.usage.usageDaily(userId, range, "key"),
         }),
       );
     }, { viewer: true, ...hide })
