@@ -3,6 +3,7 @@
  * guard (size, budget and rate, before Bun could answer over-size bodies itself), crash recovery at start,
  * and a graceful stop on SIGTERM/SIGINT.
  */
+import { SMALL_API_BODY_BYTES } from "./core/limits";
 import type { Server } from "bun";
 import { createApp } from "./app";
 import { corsHeadersForError } from "./http/cors";
@@ -57,10 +58,17 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const inflight = new Set<Promise<unknown>>();
 
   const { server: serverConfig } = config;
-  const apiBody: BodyRules = { maxBytes: serverConfig.max_body_bytes, graceMs: serverConfig.body_grace_ms, minBytesPerSecond: serverConfig.min_body_bytes_per_s };
+  const apiBody: BodyRules = {
+    maxBytes: serverConfig.max_body_bytes,
+    graceMs: serverConfig.body_grace_ms,
+    minBytesPerSecond: serverConfig.min_body_bytes_per_s,
+    // /v1 bodies are read by our parsers (acceptApiBody), which pace a small unwrapped body.
+    smallBodyBytes: SMALL_API_BODY_BYTES,
+  };
   // Anyone may post to the workbench's forms without a key: they get small bodies only, so
   // anonymous sockets cannot spend the in-flight budget that key holders' uploads rely on.
-  const formBody: BodyRules = { ...apiBody, maxBytes: serverConfig.max_form_body_bytes };
+  // Elysia's own parsers read them, so they are always wrapped.
+  const formBody: BodyRules = { ...apiBody, maxBytes: serverConfig.max_form_body_bytes, smallBodyBytes: 0 };
 
   const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
     // `request` is what the socket gave (requestIP/timeout need it); the app sees `guarded`.

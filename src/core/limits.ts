@@ -68,3 +68,10 @@ export const USAGE_DASHBOARD_DAYS = 30;
 export const MAX_CODE_BATCH_SIZE = 10_000;
 export const MAX_CODE_BATCH_NAME_CHARS = 100;
 export const MAX_CODE_EXPIRY_DAYS = 3_650;
+
+/**
+ * An API body declared at most this long is read without a counting stream (http/body
+ * guardBody's fast path): chat and most image requests are far smaller, and a body this size
+ * held by a slow client is a small, time-bounded share of the in-flight budget.
+ */
+export const SMALL_API_BODY_BYTES = 64 * 1024;

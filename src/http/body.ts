@@ -10,6 +10,7 @@ import { metaOf, shareMeta } from "./requestMeta";
 import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, type UploadParam } from "./jsonUploads";
+import { byDeadline } from "./slowBodyWatch";
 
 const serverBusy = () => tooManyRequests("The server is receiving too many large request bodies at once; retry shortly.", "server_busy", 1000);
 
@@ -118,6 +119,12 @@ export interface BodyRules {
   graceMs: number;
   /** From then on, the bytes received so far must keep up with this average rate. */
   minBytesPerSecond: number;
+  /**
+   * A declared body up to this size is left as the socket gave it (no counting stream, no new
+   * Request): our parsers (acceptBody) read it whole under one deadline (readSmallBody). Only
+   * for routes whose bodies are read by those parsers; 0 or absent: every body is wrapped.
+   */
+  smallBodyBytes?: number;
 }
 
 /**
@@ -146,10 +153,22 @@ export async function admitDeclaredBody(request: Request, budget: BodyBudget, ma
  * the connection, since the unread rest would otherwise be parsed as the next request.
  */
 export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget): Request {
-  if (request.body === null || request.headers.get("content-length") === "0") return request;
+  const length = request.headers.get("content-length");
+  if (length === "0") return request;
+  // Bun frames a declared body by its Content-Length (what follows is the next request), so the
+  // length bounds it; admitDeclaredBody checks it against maxBytes. Reading request.body would
+  // already build a stream: a small declared body is recognised from the header alone.
+  const small = rules.smallBodyBytes ?? 0;
+  if (length !== null && small > 0 && /^\d{1,9}$/.test(length) && Number(length) <= Math.min(small, rules.maxBytes)) {
+    const meta = metaOf(request);
+    meta.bodyUnread = true;
+    meta.smallBody = rules;
+    return request;
+  }
+  if (request.body === null) return request;
   const meta = metaOf(request);
   meta.bodyUnread = true;
-  const declared = request.headers.has("content-length");
+  const declared = length !== null;
   const source = request.body.getReader();
   // From the first read, not from arrival: a body may wait for the budget first (admitDeclaredBody).
   let startedAt: number | undefined;
@@ -189,7 +208,23 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
   return guarded;
 }
 
+/**
+ * A small declared body that guardBody left unwrapped, read whole: it must be complete by
+ * the time a body sent at the minimum rate after the grace period would be (never earlier than
+ * the wrapped path's rule would fail it), checked by one shared ticker (slowBodyWatch).
+ */
+async function readSmallBody(request: Request, rules: BodyRules): Promise<Uint8Array<ArrayBuffer>> {
+  const meta = metaOf(request);
+  const declared = Number(request.headers.get("content-length"));
+  const deadline = performance.now() + rules.graceMs + (declared / rules.minBytesPerSecond) * 1000;
+  const bytes = await byDeadline(request.arrayBuffer(), deadline, () => bodyTooSlow(rules));
+  meta.bodyUnread = false;
+  return new Uint8Array(bytes);
+}
+
 async function readLimited(request: Request): Promise<Uint8Array<ArrayBuffer>> {
+  const small = metaOf(request).smallBody;
+  if (small) return readSmallBody(request, small);
   // guardBody (on the server's socket) bounds the size, the budget and the rate of this stream.
   return new Uint8Array(await request.arrayBuffer());
 }
@@ -200,6 +235,7 @@ async function readLimited(request: Request): Promise<Uint8Array<ArrayBuffer>> {
  * is read the default way.
  */
 async function readDeclared(request: Request): Promise<Uint8Array<ArrayBuffer>> {
+  if (metaOf(request).smallBody) return readLimited(request);
   const declared = Number(request.headers.get("content-length"));
   if (!request.body || !Number.isSafeInteger(declared) || declared <= 0) return readLimited(request);
   const out = new Uint8Array(declared);
@@ -280,8 +316,11 @@ function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]
     const contentType = request.headers.get("content-type");
     const kind = kindOf(contentType);
     if (!kind || !accepted.includes(kind)) throw unsupportedMediaType(contentType, accepted.map((k) => CONTENT_TYPES[k]));
-    if (kind === "json" && uploads && request.body) {
-      const scanned = await scanJsonBody(request.body, uploads);
+    const small = metaOf(request).smallBody;
+    if (kind === "json" && uploads && (small || request.body)) {
+      // A small unwrapped body is read whole under its deadline first, then scanned.
+      const body = small ? new Blob([await readSmallBody(request, small)]).stream() : request.body!;
+      const scanned = await scanJsonBody(body, uploads);
       return parseJsonBody(scanned.text, scanned.revive);
     }
     if (kind === "json") return parseJsonBody(await readLimited(request));

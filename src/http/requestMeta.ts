@@ -4,6 +4,7 @@
  */
 import { newId } from "../core/ids";
 import type { Principal } from "./auth";
+import type { BodyRules } from "./body";
 import { badRequest } from "./errors";
 
 export interface RequestMeta {
@@ -24,6 +25,8 @@ export interface RequestMeta {
   reservedBodyBytes: number;
   /** The request has a body that nobody has read to the end (so far): the answer must close the connection. */
   bodyUnread?: boolean;
+  /** Set when guardBody left a small declared body unwrapped: its reader must apply these rules (http/body readSmallBody). */
+  smallBody?: BodyRules;
 }
 
 const metas = new WeakMap<Request, RequestMeta>();
