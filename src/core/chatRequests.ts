@@ -75,14 +75,14 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     const gone = (!(e instanceof EngineError) || e instanceof EngineTimeout) && signalOf(clientSignal)?.aborted ? new ClientDisconnected("the client closed the connection") : e;
     const failure = deps.describeFailure(gone);
     const trace = e instanceof EngineError ? e.trace : undefined;
-    record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, ...trace });
-    // The engine's own words (upstream, account, transport error) are for admins: the log keeps them.
+    record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, errorDetail: failure.detail ?? null, ...trace });
+    // The engine's own words (upstream, account, transport error) are for admins: the log and the history row (error_detail) keep them.
     if (failure.detail) deps.logger.warn("chat request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, detail: failure.detail });
     throw gone;
   }
 }
 
-type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string } & TraceFields;
+type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string; errorDetail?: string | null } & TraceFields;
 
 /**
  * The answer never waits for or depends on the history row: the store queues it and writes it

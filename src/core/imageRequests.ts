@@ -206,12 +206,12 @@ async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown,
       : undefined;
     return store.credits.refundOnce(
       req.requestId,
-      { status: "failed", errorCode: failure.code, errorMessage: failure.message, queueMs: Math.round(queueMs), generationMs, task },
+      { status: "failed", errorCode: failure.code, errorMessage: failure.message, errorDetail: failure.detail ?? null, queueMs: Math.round(queueMs), generationMs, task },
       deps.clock(),
     );
   };
   const recorded: Promise<boolean> = deps.background.track(deps.store.whenWritable(refund, { maxWaitMs: Infinity }));
-  // The engine's own words (upstream, account, transport error) are for admins: the log keeps them.
+  // The engine's own words (upstream, account, transport error) are for admins: the log and the history row (error_detail) keep them.
   const logOutcome = (refunded: boolean) =>
     logger.warn("image request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, refunded, ...(failure.detail ? { detail: failure.detail } : {}) });
   // The row stays pending when this fails for good; recoverInterrupted refunds it at the next start.

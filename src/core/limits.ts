@@ -75,3 +75,10 @@ export const MAX_CODE_EXPIRY_DAYS = 3_650;
  * held by a slow client is a small, time-bounded share of the in-flight budget.
  */
 export const SMALL_API_BODY_BYTES = 64 * 1024;
+
+/**
+ * A failure's detail (the engine's own, already redacted words) kept in the request history for
+ * admins: room for the upstream's message (engines/redact MAX_UPSTREAM_MESSAGE_CHARS) and the
+ * upstream, account and attempt around it, never an unbounded row.
+ */
+export const MAX_ERROR_DETAIL_CHARS = 1_000;

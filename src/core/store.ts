@@ -176,6 +176,8 @@ export interface FailedOutcome {
   status: "failed" | "interrupted";
   errorCode: string;
   errorMessage: string;
+  /** The engine's own (redacted, bounded) words for admins (describeFailure's `detail`); never shown to users. */
+  errorDetail?: string | null;
   queueMs?: number | null;
   generationMs?: number | null;
   /** For a task: how it ends (failed or canceled), its error object, and when its record expires. */
@@ -202,6 +204,8 @@ export interface ChatRecord extends TraceFields {
   queueMs?: number | null;
   errorCode?: string | null;
   errorMessage?: string | null;
+  /** As FailedOutcome.errorDetail: for admins only. */
+  errorDetail?: string | null;
   prompt?: string | null;
 }
 

@@ -4,6 +4,7 @@
  * catch both come here, and the request history describes a failure from the same table.
  */
 import { NotFoundError, ParseError, ValidationError } from "elysia";
+import { MAX_ERROR_DETAIL_CHARS } from "../core/limits";
 import { GateRejected } from "../core/gate";
 import { GateUnavailable } from "../core/redisGate";
 import { ClientDisconnected, NoEngineError, type FailureDescription } from "../core/requestFlow";
@@ -116,7 +117,8 @@ function apiErrorOfEngine(e: EngineError): ApiError {
 export function describeFailure(e: unknown): FailureDescription {
   const api = apiErrorOf(e);
   if (!api) return { code: "internal_error", message: "internal error", type: "server_error", param: null };
-  const detail = e instanceof EngineError && e.message !== api.message ? e.message : undefined;
+  // Engines redact secrets from their messages when they build them (engines/redact); the detail is bounded here, once, for the log and the history alike.
+  const detail = e instanceof EngineError && e.message !== api.message ? clip(e.message, MAX_ERROR_DETAIL_CHARS) : undefined;
   return { code: api.errorCode ?? "internal_error", message: api.message, type: api.type, param: api.param, ...(detail ? { detail } : {}) };
 }
 
@@ -153,4 +155,9 @@ export function toApiError(error: unknown, request: Request, logger: Logger, all
     stack: error instanceof Error ? error.stack : undefined,
   });
   return serverError();
+}
+
+/** At most `max` characters, an ellipsis saying where it was cut. */
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }

@@ -161,12 +161,12 @@ export class CreditStore implements CreditLedger {
   refundOnce(requestId: string, failure: FailedOutcome, now: number): boolean {
     return this.db.transaction(() => {
       const req = this.db
-        .query<{ user_id: number; credits_charged: number }, [string, string, string, number | null, number | null, number, string]>(
-          `UPDATE requests SET status = ?, error_code = ?, error_message = ?, queue_ms = COALESCE(?, queue_ms),
+        .query<{ user_id: number; credits_charged: number }, [string, string, string, string | null, number | null, number | null, number, string]>(
+          `UPDATE requests SET status = ?, error_code = ?, error_message = ?, error_detail = ?, queue_ms = COALESCE(?, queue_ms),
                   generation_ms = COALESCE(?, generation_ms), credits_refunded = credits_charged, finished_at = ?
             WHERE id = ? AND status = 'pending' RETURNING user_id, credits_charged`,
         )
-        .get(failure.status, failure.errorCode, failure.errorMessage, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId);
+        .get(failure.status, failure.errorCode, failure.errorMessage, failure.errorDetail ?? null, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId);
       if (!req) return false;
       if (failure.task) {
         this.db

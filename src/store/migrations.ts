@@ -331,4 +331,14 @@ export const migrations: Migration[] = [
       CREATE UNIQUE INDEX ledger_once_per_code ON ledger(code_id) WHERE code_id IS NOT NULL;
     `,
   },
+  {
+    version: 11,
+    name: "requests: the failure's detail (the engine's redacted words), shown to admins only",
+    sql: `
+      -- Upstream transport details (which upstream or account, ECONNREFUSED, the upstream's body)
+      -- are for admins (issue 16): users and API clients get error_message only. Already redacted
+      -- by the engines and bounded (core/limits MAX_ERROR_DETAIL_CHARS) before it is written.
+      ALTER TABLE requests ADD COLUMN error_detail TEXT;
+    `,
+  },
 ];

@@ -23,6 +23,8 @@ export interface RequestRow {
   generation_ms: number | null;
   error_code: string | null;
   error_message: string | null;
+  /** The engine's own redacted words about a failure (upstream, account, transport error): admins only (issue 16). */
+  error_detail: string | null;
   prompt: string | null;
   prompt_tokens: number | null;
   completion_tokens: number | null;
@@ -144,7 +146,7 @@ export class RequestStore implements RequestLog {
     const row: RequestRow = {
       id: r.id, user_id: r.userId, key_id: r.keyId, kind: "chat", endpoint: "/v1/chat/completions", model: r.model, status: r.status,
       credits_charged: 0, credits_refunded: 0, queue_ms: r.queueMs ?? null, generation_ms: r.generationMs ?? null,
-      error_code: r.errorCode ?? null, error_message: r.errorMessage ?? null, prompt: r.prompt ?? null,
+      error_code: r.errorCode ?? null, error_message: r.errorMessage ?? null, error_detail: r.errorDetail ?? null, prompt: r.prompt ?? null,
       prompt_tokens: r.promptTokens ?? null, completion_tokens: r.completionTokens ?? null, upstream_id: r.upstreamId ?? null,
       account_id: r.accountId ?? null, attempts: r.attempts ?? null, upstream_latency_ms: r.upstreamLatencyMs ?? null,
       created_at: now - (r.generationMs ?? 0), finished_at: now,
@@ -157,15 +159,15 @@ export class RequestStore implements RequestLog {
   private insertChats(rows: RequestRow[]): void {
     const insert = this.db.query(
       `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
-                             generation_ms, queue_ms, error_code, error_message, upstream_id, account_id, attempts,
+                             generation_ms, queue_ms, error_code, error_message, error_detail, upstream_id, account_id, attempts,
                              upstream_latency_ms, created_at, finished_at)
-       VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.db.transaction(() => {
       for (const r of rows) {
         insert.run(
           r.id, r.user_id, r.key_id, r.endpoint, r.model, r.status, r.prompt, r.prompt_tokens, r.completion_tokens, r.generation_ms,
-          r.queue_ms, r.error_code, r.error_message, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
+          r.queue_ms, r.error_code, r.error_message, r.error_detail, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
         );
       }
     }).immediate();

@@ -90,7 +90,7 @@ export function adminRequestsPage(v: Viewer, s: AdminRequestsState): Html {
   ${historyFilter(t, "/admin/requests", s.query, s.models, extraFields(t, s.query))}
   <p class="muted">${t("operators.requests.hint")}</p>
   ${message("error", s.problem)}
-  ${requestsTable(t, s.requests, { emails: s.emails, keys: s.keys })}
+  ${requestsTable(t, s.requests, { emails: s.emails, keys: s.keys, errorDetails: true })}
   ${pagination(t, "/admin/requests", s.query, s.total, extraParams(s.query))}
 </section>`,
   );

@@ -55,6 +55,12 @@ export function requestDetailPage(v: Viewer, s: RequestDetailState): Html {
     }
     <dt>${t("requestDetail.tokens")}</dt><dd>${tokens}</dd>
     ${r.error_code ? html`<dt>${t("requestDetail.error")}</dt><dd class="error-cell"><span class="mono">${r.error_code}</span>: ${r.error_message ?? ""}</dd>` : ""}
+    ${
+      // The engine's own words about the failure are for admins too (issue 16).
+      v.user.role === "admin" && r.error_detail
+        ? html`<dt>${t("requestDetail.errorDetail")}</dt><dd class="error-cell mono" data-testid="error-detail">${r.error_detail}</dd>`
+        : ""
+    }
   </dl>
 </section>
 <section class="card">

@@ -69,9 +69,10 @@ const STATUS_CLASS: Record<RequestRow["status"], string> = { pending: "warn", su
  * each time links to its request alone (by id, which the filter then shows) (admin);
  * opts.images (request id → image id, the viewer's own kept images) adds an Image column
  * linking to each image's gallery page; opts.detailLinks makes each row's time a link to the
- * request's own page (the viewer's history).
+ * request's own page (the viewer's history); opts.errorDetails adds each failure's detail (the
+ * engine's redacted words: upstream, account, transport error) under its message: admins only.
  */
-export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; keys?: Map<number, string>; images?: Map<string, string>; detailLinks?: boolean } = {}): Html {
+export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?: Map<number, string>; keys?: Map<number, string>; images?: Map<string, string>; detailLinks?: boolean; errorDetails?: boolean } = {}): Html {
   if (rows.length === 0) return html`<p class="muted">${t("history.empty")}</p>`;
   return html`<div class="table-wrap"><table class="requests">
   <thead><tr><th scope="col">${t("history.col.time")}</th>${opts.emails ? html`<th scope="col">${t("history.col.user")}</th>` : ""}${opts.keys ? html`<th scope="col">${t("history.col.key")}</th>` : ""}<th scope="col">${t("history.col.kind")}</th><th scope="col">${t("history.col.model")}</th><th scope="col">${t("history.col.status")}</th><th scope="col">${t("history.col.credits")}</th><th scope="col">${t("history.col.generation")}</th><th scope="col">${t("history.col.prompt")}</th>${opts.images ? html`<th scope="col">${t("history.col.image")}</th>` : ""}<th scope="col">${t("history.col.error")}</th></tr></thead>
@@ -93,10 +94,15 @@ export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?
     <td class="nowrap">${r.generation_ms === null ? "—" : `${(r.generation_ms / 1000).toFixed(2)} s`}</td>
     <td class="prompt" title="${r.prompt ?? ""}">${truncate(r.prompt)}</td>
     ${opts.images ? html`<td class="nowrap">${imageLink(t, opts.images.get(r.id))}</td>` : ""}
-    <td class="error-cell">${r.error_message ?? ""}</td>
+    <td class="error-cell">${r.error_message ?? ""}${opts.errorDetails && r.error_detail ? errorDetail(t, r.error_detail) : ""}</td>
   </tr>`,
   )}</tbody>
 </table></div>`;
+}
+
+/** A failure's detail for admins (issue 16), labelled so it reads apart from what the user was told. */
+export function errorDetail(t: Translator, detail: string): Html {
+  return html`<div class="error-detail muted" data-testid="error-detail">${t("history.errorDetail")}: <span class="mono">${detail}</span></div>`;
 }
 
 function imageLink(t: Translator, imageId: string | undefined): Html {
