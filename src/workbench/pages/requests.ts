@@ -100,9 +100,12 @@ export function requestsTable(t: Translator, rows: RequestRow[], opts: { emails?
 </table></div>`;
 }
 
-/** A failure's detail for admins (issue 16), labelled so it reads apart from what the user was told. */
-export function errorDetail(t: Translator, detail: string): Html {
-  return html`<div class="error-detail muted" data-testid="error-detail">${t("history.errorDetail")}: <span class="mono">${detail}</span></div>`;
+/**
+ * A failure's detail for admins (issue 16), labelled so it reads apart from what the user was
+ * told; folded (a disclosure) so a long transport error does not make every row tall.
+ */
+function errorDetail(t: Translator, detail: string): Html {
+  return html`<details class="error-detail" data-testid="error-detail"><summary>${t("history.errorDetail")}</summary><span class="mono">${detail}</span></details>`;
 }
 
 function imageLink(t: Translator, imageId: string | undefined): Html {
