@@ -112,6 +112,20 @@ describe("refundOnce", () => {
     ]);
   });
 
+  test("the failure's detail (admins only) is written with the refund, and only by the call that refunded", () => {
+    const { store, user, clock } = setup(3);
+    store.credits.chargeForImage(charge("r1", user), clock.now());
+    expect(store.requests.get("r1")?.error_detail).toBeNull();
+    expect(store.credits.refundOnce("r1", { ...FAILED, errorDetail: "upstream 'a': could not reach the upstream: ECONNREFUSED" }, clock.now())).toBe(true);
+    expect(store.requests.get("r1")).toMatchObject({ status: "failed", credits_refunded: 1, error_detail: "upstream 'a': could not reach the upstream: ECONNREFUSED" });
+    expect(store.credits.refundOnce("r1", { ...FAILED, errorDetail: "a later, different detail" }, clock.now())).toBe(false);
+    expect(store.requests.get("r1")?.error_detail).toBe("upstream 'a': could not reach the upstream: ECONNREFUSED");
+    // Without a detail (a validation failure, an interruption) the column stays empty.
+    store.credits.chargeForImage(charge("r2", user), clock.now());
+    expect(store.credits.refundOnce("r2", FAILED, clock.now())).toBe(true);
+    expect(store.requests.get("r2")?.error_detail).toBeNull();
+  });
+
   test("an unknown request or one that succeeded is not refunded", () => {
     const { store, user, clock } = setup(3);
     expect(store.credits.refundOnce("nope", FAILED, clock.now())).toBe(false);
