@@ -45,6 +45,12 @@ export interface CatalogModel {
 /** An image model's price when the configuration names none (the interface's "1 credit per image"). */
 export const DEFAULT_IMAGE_PRICE = 1;
 
+/** The lowest and highest image price in a catalog (what sign-up tells a newcomer); null without image models. */
+export function imagePriceRange(models: readonly CatalogModel[]): { min: number; max: number } | null {
+  const prices = models.filter((m) => m.kind === "image").map((m) => m.price);
+  return prices.length === 0 ? null : { min: Math.min(...prices), max: Math.max(...prices) };
+}
+
 export const BUILTIN_IMAGE = "builtin-image";
 export const BUILTIN_CHAT = "builtin-chat";
 

@@ -155,3 +155,45 @@ describe("the charge and the refund use the price", () => {
     expect(server.balance(userId)).toBe(0);
   });
 });
+
+describe("the workbench words the configured prices", () => {
+  /** A session cookie from the real sign-in form. */
+  async function signIn(email: string, password: string): Promise<string> {
+    const res = await fetch(`${server.url}/signin`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { origin: server.url, "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ email, password }),
+    });
+    expect(res.status).toBe(303);
+    return res.headers.get("set-cookie")!.split(";")[0]!;
+  }
+
+  test("sign-up names the range of image prices (0–3 here), in English and Chinese, and no longer '1 credit' each", async () => {
+    const en = await (await fetch(`${server.url}/signup`)).text();
+    expect(en).toContain("Images cost 0–3 credits depending on the model; chat is free.");
+    expect(en).not.toContain("Each image costs 1 credit");
+    const zh = await (await fetch(`${server.url}/signup`, { headers: { "accept-language": "zh-CN" } })).text();
+    expect(zh).toContain("每张图片消耗 0–3 积分（视模型而定），聊天免费。");
+  });
+
+  test("the playground's model pickers show each image model's price", async () => {
+    const password = "price picker horse";
+    const { email } = await server.userWithKey({ credits: 5, password });
+    const cookie = await signIn(email, password);
+    const page = await (await fetch(`${server.url}/playground`, { headers: { cookie } })).text();
+    const picker = (id: string) => [...page.matchAll(new RegExp(`<select id="${id}"[^>]*>(.*?)</select>`, "gs"))][0]![1]!;
+    for (const id of ["gen-model", "edit-model"]) {
+      const options = [...picker(id).matchAll(/<option value="([^"]+)"[^>]*>([^<]*)<\/option>/g)].map((m) => [m[1], m[2]]);
+      expect(options).toEqual(
+        expect.arrayContaining([
+          ["builtin-image", "builtin-image · 3 credits"],
+          ["priced", "priced · 2 credits"],
+          ["free", "free · 0 credits"],
+          ["plain", "plain · 1 credit"],
+        ]),
+      );
+      expect(options.length).toBe(4);
+    }
+  });
+});

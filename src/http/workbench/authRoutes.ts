@@ -3,6 +3,7 @@ import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import type { SetupResult } from "../../core/signIn";
 import { accountProblemText } from "./accountProblems";
+import { imagePriceRange } from "../../core/models";
 import { registrationClosedPage, setupPage, signInPage, signUpPage } from "../../workbench/pages/auth";
 import { checkViewer, viewerOf, workbenchGuards } from "./guards";
 import { clientAddress, formFields, htmlResponse, redirect, safeNext } from "./respond";
@@ -49,7 +50,7 @@ export function authRoutes(services: Services) {
     .get("/signup", ({ request }) => {
       if (wb.registration !== "open") return htmlResponse(registrationClosedPage(translatorFor(request)), 403);
       if (viewerOf(services, request)) return redirect("/playground");
-      return htmlResponse(signUpPage({ t: translatorFor(request), minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }));
+      return htmlResponse(signUpPage({ t: translatorFor(request), minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits, imagePrices: imagePriceRange(services.catalog.list()) }));
     }, hide)
     .post("/signup", async ({ request, body }) => {
       const t = translatorFor(request);
@@ -57,7 +58,7 @@ export function authRoutes(services: Services) {
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const form = (error: string, status: number) =>
-        htmlResponse(signUpPage({ t, email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }), status);
+        htmlResponse(signUpPage({ t, email, error, minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits, imagePrices: imagePriceRange(services.catalog.list()) }), status);
       const result = await workbench.signIn.signUp(email, f.password ?? "", clientAddress(request));
       if (!result.ok && result.reason === "throttled") {
         return form(t.plural("auth.signUp.throttled", Math.ceil(result.retryAfterMs / 60_000)), 429);

@@ -35,7 +35,15 @@ export function signInPage(s: AuthFormState & { registrationOpen: boolean; setup
   });
 }
 
-export function signUpPage(s: AuthFormState & { minPasswordLength: number; initialCredits: number }): Html {
+/** What images cost, from the configured prices: one price, a range, free, or no images at all. */
+export function priceSentence(t: Translator, prices: { min: number; max: number } | null): string {
+  if (prices === null) return t("auth.signUp.price.chatOnly");
+  if (prices.max === 0) return t("auth.signUp.price.free");
+  if (prices.min === prices.max) return t.plural("auth.signUp.price", prices.min);
+  return t("auth.signUp.price.range", { min: prices.min, max: prices.max });
+}
+
+export function signUpPage(s: AuthFormState & { minPasswordLength: number; initialCredits: number; imagePrices: { min: number; max: number } | null }): Html {
   const t = s.t;
   return page({
     title: t("auth.signUp.title"),
@@ -44,7 +52,7 @@ export function signUpPage(s: AuthFormState & { minPasswordLength: number; initi
     t,
     body: html`<section class="card narrow">
   <h1>${t("auth.signUp.heading")}</h1>
-  <p class="muted">${t.plural("auth.signUp.intro", s.initialCredits)}</p>
+  <p class="muted" data-testid="signup-intro">${t.plural("auth.signUp.intro", s.initialCredits)} ${priceSentence(t, s.imagePrices)}</p>
   ${message("error", s.error)}
   <form method="post" action="/signup" class="stack">
     <label for="email">${t("auth.email")}</label>

@@ -19,6 +19,8 @@ export interface PlaygroundModel {
   qualities: string[];
   /** Its engine's edits keep the image's size: the Edit tab hides Size for it and sends none. */
   editKeepsSize: boolean;
+  /** Credits one request costs (the model's configured price), shown in the model picker. */
+  price: number;
 }
 
 /** Whether a model's engine ignores `size` on edits (ImageEngine.editKeepsImageSize). */
@@ -28,13 +30,13 @@ export function playgroundModels(models: CatalogModel[], editKeepsSize: EditKeep
   return {
     image: models
       .filter((m) => m.kind === "image")
-      .map((m) => ({ id: m.id, sizes: m.sizes ?? DEFAULT_SIZES, qualities: m.qualities ?? DEFAULT_QUALITIES, editKeepsSize: editKeepsSize(m) })),
+      .map((m) => ({ id: m.id, sizes: m.sizes ?? DEFAULT_SIZES, qualities: m.qualities ?? DEFAULT_QUALITIES, editKeepsSize: editKeepsSize(m), price: m.price })),
     chat: models.filter((m) => m.kind === "chat").map((m) => m.id),
   };
 }
 
-function options(values: string[], selected?: string): Html[] {
-  return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${v}</option>`);
+function options(values: string[], selected?: string, label: (value: string) => string = (v) => v): Html[] {
+  return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${label(v)}</option>`);
 }
 
 /**
@@ -47,7 +49,7 @@ function imageFields(t: Translator, prefix: string, m: { image: PlaygroundModel[
   const keepsSize = forEdit && first?.editKeepsSize === true;
   return html`<div class="grid3">
     <div><label for="${prefix}-model">${t("playground.model")}</label>
-      <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id)}</select></div>
+      <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id, (id) => t.plural("playground.modelOption", m.image.find((x) => x.id === id)!.price, { model: id }))}</select></div>
     <div data-size-field${keepsSize ? html` hidden` : ""}><label for="${prefix}-size">${t("playground.size")}</label>
       <select id="${prefix}-size" name="size" data-size-select>${options(first?.sizes ?? DEFAULT_SIZES, first?.sizes.includes("1024x1024") ? "1024x1024" : undefined)}</select></div>
     ${forEdit ? html`<div data-size-kept${keepsSize ? "" : html` hidden`}><span class="label-like">${t("playground.size")}</span><p class="muted" id="${prefix}-size-kept">${t("playground.edit.sizeKept")}</p></div>` : ""}
