@@ -69,9 +69,18 @@ export type RedeemResult =
   | { ok: false; reason: "malformed" }
   | { ok: false; reason: "throttled"; retryAfterMs: number };
 
-/** A batch the rules refuse; the message says what to fix. */
+/** Which rule a refused batch broke; the workbench words it in the page's language. */
+export type BatchProblem = "name" | "credits" | "count" | "expiry";
+
+/** A batch the rules refuse; the (English) message says what to fix, `problem` which rule. */
 export class BatchRejected extends Error {
   override name = "BatchRejected";
+  constructor(
+    readonly problem: BatchProblem,
+    message: string,
+  ) {
+    super(message);
+  }
 }
 
 export interface RedeemLimits {
@@ -133,16 +142,16 @@ export class RedemptionCodes {
   /** Checks the batch, makes its codes and stores their hashes; the codes are returned once. */
   createBatch(input: NewBatch): CreatedBatch {
     const name = input.name.trim();
-    if (name.length < 1 || name.length > MAX_CODE_BATCH_NAME_CHARS) throw new BatchRejected(`Give the batch a name of 1 to ${MAX_CODE_BATCH_NAME_CHARS} characters.`);
+    if (name.length < 1 || name.length > MAX_CODE_BATCH_NAME_CHARS) throw new BatchRejected("name", `Give the batch a name of 1 to ${MAX_CODE_BATCH_NAME_CHARS} characters.`);
     if (!Number.isInteger(input.credits) || input.credits < 1 || input.credits > MAX_CREDIT_GRANT) {
-      throw new BatchRejected(`Each code is worth a whole number of credits from 1 to ${MAX_CREDIT_GRANT}.`);
+      throw new BatchRejected("credits", `Each code is worth a whole number of credits from 1 to ${MAX_CREDIT_GRANT}.`);
     }
     if (!Number.isInteger(input.count) || input.count < 1 || input.count > MAX_CODE_BATCH_SIZE) {
-      throw new BatchRejected(`A batch has from 1 to ${MAX_CODE_BATCH_SIZE} codes.`);
+      throw new BatchRejected("count", `A batch has from 1 to ${MAX_CODE_BATCH_SIZE} codes.`);
     }
     const days = input.expiresInDays;
     if (days !== null && (!Number.isInteger(days) || days < 1 || days > MAX_CODE_EXPIRY_DAYS)) {
-      throw new BatchRejected(`Codes expire after a whole number of days from 1 to ${MAX_CODE_EXPIRY_DAYS}, or never (leave it empty).`);
+      throw new BatchRejected("expiry", `Codes expire after a whole number of days from 1 to ${MAX_CODE_EXPIRY_DAYS}, or never (leave it empty).`);
     }
     const now = this.clock();
     const codes = Array.from({ length: input.count }, generateCode);

@@ -31,6 +31,7 @@ import type { SecretBox } from "./webhooksSecretBox";
 import { webhookHeaders } from "./webhooksSignature";
 import type { AttemptOutcome, NewDelivery, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
 import { systemResolver, type ResolveHost } from "./pinnedFetch";
+import { attemptErrorText, NO_SECRET, SECRET_UNREADABLE } from "./webhooksAttemptError";
 import { checkWebhookTarget, webhookUrlSyntax, type WebhookUrlPolicy } from "./webhooksTarget";
 
 export interface WebhookSettings {
@@ -282,11 +283,11 @@ export class WebhookDispatcher implements TaskEventSink {
     try {
       secret = this.endpoints.secretOf(row.user_id);
     } catch {
-      return failed("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+      return failed(SECRET_UNREADABLE);
     }
-    if (secret === null) return failed("no signing secret: create one on the Webhooks page");
+    if (secret === null) return failed(NO_SECRET);
     const check = await checkWebhookTarget(row.url, this.policy);
-    if (!check.target) return failed(`not sent: ${check.refused}`);
+    if (!check.target) return failed(attemptErrorText.notSent(check.refused));
     const timestamp = Math.floor(this.deps.clock() / 1000);
     return postWebhook(check.target, webhookHeaders(secret, row.event_id, timestamp, row.payload), row.payload, this.deps.settings.attemptTimeoutMs);
   }

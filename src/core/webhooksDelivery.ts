@@ -6,6 +6,7 @@
  * and its first characters kept to show in the workbench.
  */
 import { fetchPinned, type PinnedTarget } from "./pinnedFetch";
+import { attemptErrorText } from "./webhooksAttemptError";
 
 /** Bytes of an answer read before the connection is dropped. */
 export const MAX_RESPONSE_BYTES = 64 * 1024;
@@ -64,14 +65,14 @@ export async function postWebhook(target: PinnedTarget, headers: Record<string, 
     if (status >= 200 && status < 300) return { ok: true, status, error: null, gone: false };
     if (status >= 300 && status < 400) {
       const location = response.headers.get("location");
-      return { ok: false, status, error: `HTTP ${status}: redirects are not followed${location ? ` (to ${excerpt(location)})` : ""}; set the final URL`, gone: false };
+      return { ok: false, status, error: attemptErrorText.redirect(status, location ? excerpt(location) : null), gone: false };
     }
     const said = excerpt(text);
-    return { ok: false, status, error: `HTTP ${status}${said ? `: ${said}` : ""}`, gone: status === 410 };
+    return { ok: false, status, error: attemptErrorText.status(status, said), gone: status === 410 };
   } catch (e) {
     const name = (e as Error).name;
-    if (name === "TimeoutError" || name === "AbortError") return { ok: false, status: null, error: `no answer within ${timeoutMs} ms`, gone: false };
+    if (name === "TimeoutError" || name === "AbortError") return { ok: false, status: null, error: attemptErrorText.timeout(timeoutMs), gone: false };
     const code = (e as { code?: string }).code;
-    return { ok: false, status: null, error: `connection failed${code ? ` (${code})` : ""}: ${excerpt((e as Error).message ?? String(e))}`, gone: false };
+    return { ok: false, status: null, error: attemptErrorText.connection(code, excerpt((e as Error).message ?? String(e))), gone: false };
   }
 }

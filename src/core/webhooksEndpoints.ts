@@ -8,7 +8,7 @@ import type { Clock } from "./clock";
 import { newWebhookSecret } from "./webhooksSignature";
 import { secretContext, type SecretBox } from "./webhooksSecretBox";
 import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
-import { checkWebhookTarget, type WebhookUrlPolicy } from "./webhooksTarget";
+import { checkWebhookTarget, type WebhookUrlPolicy, type WebhookUrlProblem } from "./webhooksTarget";
 
 export interface EndpointView {
   url: string | null;
@@ -21,7 +21,9 @@ export interface DeliveryView {
   attempts: WebhookAttemptRow[];
 }
 
-export type SetUrlResult = { refused: string; secret?: undefined } | { refused?: undefined; url: string; secret: string | null };
+export type SetUrlResult =
+  | { refused: string; reason: WebhookUrlProblem; secret?: undefined }
+  | { refused?: undefined; reason?: undefined; url: string; secret: string | null };
 
 export class WebhookEndpoints {
   constructor(
@@ -47,7 +49,7 @@ export class WebhookEndpoints {
    */
   async setUrl(userId: number, text: string): Promise<SetUrlResult> {
     const check = await checkWebhookTarget(text.trim(), this.policy);
-    if (!check.target) return { refused: check.refused };
+    if (!check.target) return { refused: check.refused, reason: check.reason };
     const url = check.target.url;
     this.records.setEndpointUrl(userId, url, this.clock());
     const secret = this.hasSecret(userId) ? null : this.rotateSecret(userId);

@@ -6,6 +6,7 @@ import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { Db } from "./database";
+import { ENDPOINT_REMOVED } from "../core/webhooksAttemptError";
 import type {
   AttemptOutcome,
   AttemptRecord,
@@ -64,10 +65,10 @@ export class WebhookStore implements WebhookRecords {
       if (url === null) {
         this.db
           .query(
-            `UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL, finished_at = ?2, last_error = 'the endpoint was removed'
+            `UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL, finished_at = ?2, last_error = ?3
               WHERE user_id = ?1 AND source IN ('endpoint', 'test') AND state = 'pending'`,
           )
-          .run(userId, now);
+          .run(userId, now, ENDPOINT_REMOVED);
       } else {
         // OR IGNORE: a pending delivery of the same event to the new URL (a request's own) already covers it.
         this.db

@@ -183,6 +183,7 @@ describe("every page in Chinese", () => {
       ["no webhook url", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "" }, user)],
       ["new secret", await post("/webhooks/secret", { _csrf: userCsrf }, user)],
       ["bad code", await post("/credits/redeem", { _csrf: userCsrf, code: "nope" }, user)],
+      ["wrong code", await post("/credits/redeem", { _csrf: userCsrf, code: "ABCD-EFGH-JKLM-NPQR" }, user)],
       ["no csrf", await post("/keys", { name: "x" }, user)],
     ];
     for (const [what, res] of answers) {
@@ -193,6 +194,29 @@ describe("every page in Chinese", () => {
       const cookie = done.startsWith("/admin") ? admin : user;
       const res = await get(done, cookie);
       expect([done, untranslated(await res.text())]).toEqual([done, []]);
+    }
+  }, 60_000);
+
+  test("refusals that core explains (webhook URL, code batch) are worded in Chinese", async () => {
+    const userCsrf = await csrfOf(user);
+    const adminCsrf = await csrfOf(admin);
+    const refusals: [string, Response, string][] = [
+      ["private webhook url", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "http://127.0.0.1:9/hook" }, user), "Webhook 只能发往公网地址：127.0.0.1 不是公网地址（loopback）。"],
+      ["webhook host resolving to loopback", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "http://localhost:9/hook" }, user), "Webhook 只能发往公网地址：localhost 解析到"],
+      ["webhook url scheme", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "ftp://example.com/hook" }, user), "Webhook URL 必须以 http:// 或 https:// 开头。"],
+      ["webhook url not absolute", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "example.com/hook" }, user), "Webhook URL 必须是以 http:// 或 https:// 开头的完整 URL。"],
+      ["webhook url with password", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "https://me:pw@example.com/hook" }, user), "Webhook URL 不能包含用户名或密码。"],
+      ["test event without endpoint", await post("/webhooks/test", { _csrf: userCsrf }, user), "请先设置端点 URL。"],
+      ["code batch count", await post("/admin/codes", { _csrf: adminCsrf, name: "春季", credits: "2", count: "0", expires_days: "" }, admin), "每个批次包含 1 到 10000 个兑换码。"],
+      ["code batch value", await post("/admin/codes", { _csrf: adminCsrf, name: "春季", credits: "abc", count: "2", expires_days: "" }, admin), "每个兑换码的额度须为 1 到 1000000000 之间的整数。"],
+      ["code batch expiry", await post("/admin/codes", { _csrf: adminCsrf, name: "春季", credits: "2", count: "2", expires_days: "99999" }, admin), "有效期须为 1 到 3650 之间的整数天，或留空表示永不过期。"],
+      ["code batch name", await post("/admin/codes", { _csrf: adminCsrf, name: " ", credits: "2", count: "2", expires_days: "" }, admin), "批次名称须为 1 到 100 个字符。"],
+    ];
+    for (const [what, res, sentence] of refusals) {
+      const text = await res.text();
+      expect([what, res.status]).toEqual([what, 400]);
+      expect([what, decode(text).includes(sentence)]).toEqual([what, true]);
+      expect([what, untranslated(text)]).toEqual([what, []]);
     }
   }, 60_000);
 });

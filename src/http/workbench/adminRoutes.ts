@@ -16,6 +16,7 @@ import { formFields, htmlResponse, redirect } from "./respond";
 import { upstreamViews } from "./upstreamViews";
 import { upstreamIdOf, type CatalogModel } from "../../core/models";
 import { BatchRejected } from "../../core/redemptionCodes";
+import { batchProblemText } from "./batchProblems";
 import { adminCodesPage, type BatchForm } from "../../workbench/pages/adminCodes";
 
 const hide = { detail: { hide: true } };
@@ -246,7 +247,7 @@ export function adminRoutes(services: Services) {
         return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), created }, clock()), 201);
       } catch (e) {
         if (!(e instanceof BatchRejected)) throw e;
-        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), form, error: e.message }, clock()), 400);
+        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), form, error: batchProblemText(viewer.t, e.problem) }, clock()), 400);
       }
     }, { admin: true, ...hide });
 }

@@ -6,6 +6,7 @@ import { webhooksPage, type WebhooksPageState } from "../../workbench/pages/webh
 import type { Viewer } from "../../workbench/layout";
 import type { MessageKey } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
+import { webhookUrlProblemText } from "./webhookProblems";
 import { formFields, htmlResponse, redirect } from "./respond";
 
 const hide = { detail: { hide: true } };
@@ -41,7 +42,7 @@ export function webhooksRoutes(services: Services) {
       const typed = (formFields(body).url ?? "").trim();
       if (typed === "") return render(viewer, { error: viewer.t("webhooks.error.noUrl") }, 400);
       const saved = await webhooks.endpoints.setUrl(viewer.user.id, typed);
-      if (saved.refused !== undefined) return render(viewer, { error: saved.refused, typedUrl: typed }, 400);
+      if (saved.reason !== undefined) return render(viewer, { error: webhookUrlProblemText(viewer.t, saved.reason), typedUrl: typed }, 400);
       // The first endpoint also made the first secret: it exists only in this response.
       if (saved.secret) return render(viewer, { secret: saved.secret, notice: viewer.t("webhooks.notice.saved") }, 201);
       return redirect("/webhooks?done=saved");
@@ -56,7 +57,8 @@ export function webhooksRoutes(services: Services) {
     }, { viewer: true, ...hide })
     .post("/webhooks/test", ({ viewer }) => {
       const refused = webhooks.sendTestEvent(viewer.user.id);
-      if (refused !== null) return render(viewer, { error: refused }, 400);
+      // The only refusal is a missing endpoint.
+      if (refused !== null) return render(viewer, { error: viewer.t("webhooks.error.noEndpoint") }, 400);
       return redirect("/webhooks?done=sent");
     }, { viewer: true, ...hide });
 }

@@ -1,6 +1,7 @@
 /** Webhooks: the endpoint URL, the signing secret (shown once), a test event, the recent deliveries with their attempts. */
 import type { DeliveryView, EndpointView } from "../../core/webhooksEndpoints";
 import type { WebhookAttemptRow, WebhookDeliveryRow } from "../../core/webhooksStore";
+import { classifyAttemptError } from "../../core/webhooksAttemptError";
 import { MAX_WEBHOOK_URL_CHARS } from "../../core/webhooksTarget";
 import { formatTime, html, type Html } from "../html";
 import type { Translator } from "../i18n";
@@ -85,9 +86,33 @@ function stateBadge(t: Translator, d: WebhookDeliveryRow): Html {
   return html`<span class="status warn">${t("webhooks.state.pending")}</span>`;
 }
 
+/**
+ * A stored attempt error in the page's language; raw technical detail (the receiver's answer, a
+ * system message, the refused URL's reason in English) follows as code, not as a sentence.
+ */
+function attemptErrorLine(t: Translator, stored: string): Html {
+  const e = classifyAttemptError(stored);
+  const detail = (d: string | null) => (d ? html` <code class="muted">${d}</code>` : "");
+  switch (e.kind) {
+    case "redirect":
+      return html`${t("webhooks.attemptError.redirect", { status: e.status })}${detail(e.detail)}`;
+    case "status":
+      return html`${t("webhooks.attemptError.status", { status: e.status })}${detail(e.detail)}`;
+    case "timeout":
+      return html`${t("webhooks.attemptError.timeout", { ms: e.ms })}`;
+    case "refused_connection":
+    case "connection":
+    case "not_sent":
+    case "other":
+      return html`${t(`webhooks.attemptError.${e.kind}`)}${detail(e.detail)}`;
+    default:
+      return html`${t(`webhooks.attemptError.${e.kind}`)}`;
+  }
+}
+
 function attemptLine(t: Translator, a: WebhookAttemptRow): Html {
   const code = a.status === null ? t("webhooks.attempt.noAnswer") : String(a.status);
-  const what = a.error === null ? html`<span class="status ok">${code}</span>` : html`<span class="status bad">${code}</span> ${a.error}`;
+  const what = a.error === null ? html`<span class="status ok">${code}</span>` : html`<span class="status bad">${code}</span> ${attemptErrorLine(t, a.error)}`;
   return html`<li>${formatTime(a.attempted_at)} · ${a.duration_ms} ms · ${what}</li>`;
 }
 
@@ -109,7 +134,7 @@ function deliveryRow(t: Translator, view: DeliveryView, open: boolean): Html {
     <dl class="kv">
       <dt>${t("webhooks.fact.eventId")}</dt><dd class="mono">${d.event_id}</dd>
       <dt>${t("webhooks.fact.sentTo")}</dt><dd><span class="mono">${d.url}</span> <span class="muted">(${sourceText(t, d)})</span></dd>
-      ${d.state === "failed" && d.last_error ? html`<dt>${t("webhooks.fact.why")}</dt><dd>${d.last_error}</dd>` : ""}
+      ${d.state === "failed" && d.last_error ? html`<dt>${t("webhooks.fact.why")}</dt><dd>${attemptErrorLine(t, d.last_error)}</dd>` : ""}
       <dt>${t("webhooks.fact.attempts")}</dt><dd>${count === 0 ? html`<span class="muted">${t("webhooks.fact.noAttempts")}</span>` : html`<ol class="attempts">${view.attempts.map((a) => attemptLine(t, a))}</ol>`}</dd>
     </dl>
   </details>
