@@ -62,7 +62,7 @@ function render(locale: "en" | "zh-CN"): string {
 describe("the deliveries table", () => {
   test("in Chinese: each category in Chinese, no English sentence outside code", () => {
     const page = render("zh-CN");
-    for (const words of ["HTTP 302：不跟随重定向，请填写最终 URL", "HTTP 500", "10000 毫秒内无应答", "连接被拒绝", "连接失败", "未发送：该 URL 现在被拒绝", "端点已被移除", "无法用本服务器的密钥打开签名密钥", "没有签名密钥"]) {
+    for (const words of ["HTTP 302：不跟随重定向，请填写最终 URL", "HTTP 500：", "10000 毫秒内无应答", "连接被拒绝", "连接失败", "未发送：该 URL 现在被拒绝", "端点已被移除", "无法用本服务器的密钥打开签名密钥", "没有签名密钥"]) {
       expect([words, page.includes(words)]).toEqual([words, true]);
     }
     const outsideCode = page.replace(/<script[\s\S]*?<\/script>/g, " ").replace(/<code[^>]*>[\s\S]*?<\/code>/g, " ").replace(/<[^>]*>/g, "\n");
@@ -76,7 +76,7 @@ describe("the deliveries table", () => {
 
   test("in English: the stored wording", () => {
     const page = render("en");
-    for (const words of ["HTTP 302: redirects are not followed; set the final URL", "no answer within 10000 ms", "connection refused", "connection failed", "the endpoint was removed", NO_SECRET]) {
+    for (const words of ["HTTP 302: redirects are not followed; set the final URL", "no answer within 10000 ms", "HTTP 500: <code class=\"muted\">Internal Server Error</code>", "connection refused", "connection failed", "the endpoint was removed", NO_SECRET]) {
       expect([words, page.includes(words)]).toEqual([words, true]);
     }
   });

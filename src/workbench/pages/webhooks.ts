@@ -97,7 +97,8 @@ function attemptErrorLine(t: Translator, stored: string): Html {
     case "redirect":
       return html`${t("webhooks.attemptError.redirect", { status: e.status })}${detail(e.detail)}`;
     case "status":
-      return html`${t("webhooks.attemptError.status", { status: e.status })}${detail(e.detail)}`;
+      // "HTTP 503: <what the receiver said>", the same words as stored.
+      return e.detail ? html`${t("webhooks.attemptError.statusSaid", { status: e.status })}${detail(e.detail)}` : html`${t("webhooks.attemptError.status", { status: e.status })}`;
     case "timeout":
       return html`${t("webhooks.attemptError.timeout", { ms: e.ms })}`;
     case "refused_connection":
