@@ -194,6 +194,15 @@ describe("the workbench words the configured prices", () => {
         ]),
       );
       expect(options.length).toBe(4);
+      // Each option carries its submit words, which playground.js puts on the button when it is picked.
+      const verb = id === "gen-model" ? "Generate" : "Edit";
+      expect(picker(id)).toContain(`value="priced" data-submit-label="${verb} (2 credits)"`);
+      expect(picker(id)).toContain(`value="plain" data-submit-label="${verb} (1 credit)"`);
     }
+    // The buttons open with the selected model's price, not a fixed "1 credit".
+    const selected = [...picker("gen-model").matchAll(/<option value="([^"]+)" selected/g)].map((m) => m[1]);
+    expect(selected).toEqual(["builtin-image"]);
+    expect(page).toContain(">Generate (3 credits)</button>");
+    expect(page).toContain(">Edit (3 credits)</button>");
   });
 });

@@ -39,6 +39,9 @@
       if (!m) return;
       fill(form.querySelector("[data-size-select]"), m.sizes, "1024x1024");
       fill(form.querySelector("[data-quality-select]"), m.qualities, "auto");
+      // The submit button names this model's price (the server wrote it on the option).
+      const label = modelSelect.selectedOptions[0]?.dataset.submitLabel;
+      if (label) form.querySelector("button[type=submit]").textContent = label;
       // Edit tab: a model whose edits keep the image's size gets a note instead of a Size it would ignore.
       const kept = form.querySelector("[data-size-kept]");
       if (kept) {

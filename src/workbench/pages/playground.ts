@@ -35,8 +35,8 @@ export function playgroundModels(models: CatalogModel[], editKeepsSize: EditKeep
   };
 }
 
-function options(values: string[], selected?: string, label: (value: string) => string = (v) => v): Html[] {
-  return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${label(v)}</option>`);
+function options(values: string[], selected?: string): Html[] {
+  return values.map((v) => html`<option value="${v}"${v === selected ? html` selected` : ""}>${v}</option>`);
 }
 
 /**
@@ -44,12 +44,20 @@ function options(values: string[], selected?: string, label: (value: string) => 
  * size shows that instead of a Size selector it would ignore; playground.js keeps this in step
  * when the model changes.
  */
+/** The submit button's words for a price ("Generate (2 credits)"); each model option carries its own, for playground.js. */
+function submitLabel(t: Translator, forEdit: boolean, price: number): string {
+  return forEdit ? t.plural("playground.edit.submit", price) : t.plural("playground.generate", price);
+}
+
 function imageFields(t: Translator, prefix: string, m: { image: PlaygroundModel[] }, defaultModel: string | undefined, forEdit = false): Html {
   const first = m.image.find((x) => x.id === defaultModel) ?? m.image[0];
+  const modelOptions = m.image.map(
+    (x) => html`<option value="${x.id}"${x.id === first?.id ? html` selected` : ""} data-submit-label="${submitLabel(t, forEdit, x.price)}">${t.plural("playground.modelOption", x.price, { model: x.id })}</option>`,
+  );
   const keepsSize = forEdit && first?.editKeepsSize === true;
   return html`<div class="grid3">
     <div><label for="${prefix}-model">${t("playground.model")}</label>
-      <select id="${prefix}-model" name="model" data-model-select>${options(m.image.map((x) => x.id), first?.id, (id) => t.plural("playground.modelOption", m.image.find((x) => x.id === id)!.price, { model: id }))}</select></div>
+      <select id="${prefix}-model" name="model" data-model-select>${modelOptions}</select></div>
     <div data-size-field${keepsSize ? html` hidden` : ""}><label for="${prefix}-size">${t("playground.size")}</label>
       <select id="${prefix}-size" name="size" data-size-select>${options(first?.sizes ?? DEFAULT_SIZES, first?.sizes.includes("1024x1024") ? "1024x1024" : undefined)}</select></div>
     ${forEdit ? html`<div data-size-kept${keepsSize ? "" : html` hidden`}><span class="label-like">${t("playground.size")}</span><p class="muted" id="${prefix}-size-kept">${t("playground.edit.sizeKept")}</p></div>` : ""}
@@ -96,6 +104,11 @@ function backgroundChoice(t: Translator, prefix: string): Html {
     </div>`;
 }
 
+/** The price of the model a form opens with (the default image model, else the first); 1 without any. */
+function firstPrice(m: { image: PlaygroundModel[] }, defaultModel: string | undefined): number {
+  return (m.image.find((x) => x.id === defaultModel) ?? m.image[0])?.price ?? 1;
+}
+
 export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageModel: string | undefined, editKeepsSize?: EditKeepsSize): Html {
   const m = playgroundModels(models, editKeepsSize);
   const noImage = m.image.length === 0;
@@ -128,7 +141,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     </fieldset>
     ${backgroundChoice(t, "gen")}
     <p class="msg error" role="alert" hidden data-form-error></p>
-    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${t("playground.generate")}</button>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${submitLabel(t, false, firstPrice(m, defaultImageModel))}</button>
   </form>
   ${resultPanel(t, "gen")}
 </section>
@@ -152,7 +165,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     ${imageFields(t, "edit", m, defaultImageModel, true)}
     ${backgroundChoice(t, "edit")}
     <p class="msg error" role="alert" hidden data-form-error></p>
-    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${t("playground.edit.submit")}</button>
+    <button type="submit" class="primary"${noImage ? html` disabled` : ""}>${submitLabel(t, true, firstPrice(m, defaultImageModel))}</button>
   </form>
   ${resultPanel(t, "edit")}
 </section>
