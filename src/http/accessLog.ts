@@ -34,7 +34,7 @@ export function accessLogFields(input: AccessLogInput, store: Pick<Store, "reque
   // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
   let row: ReturnType<Store["requests"]["recordOf"]>;
   try {
-    row = store.requests.recordOf(meta.recordId ?? meta.id);
+    row = store.requests.recordOf(meta.id);
   } catch {
     return fields; // a log line never fails a request
   }

@@ -2,7 +2,7 @@
  * Per-request facts that the outer server wrapper, the Elysia hooks and the logger share:
  * the request id (also echoed as x-request-id), the start time and, once known, the user.
  */
-import { newId } from "../core/ids";
+import { newTimeOrderedId } from "../core/ids";
 import type { Principal } from "./auth";
 import type { BodyRules } from "./body";
 import { badRequest } from "./errors";
@@ -11,8 +11,6 @@ export interface RequestMeta {
   id: string;
   startedAt: number;
   userId?: number;
-  /** The id of this request's record in the history when it is not `id` (chat: `chatcmpl-…`); the access log reads it. */
-  recordId?: string;
   /** Who the caller is, once authenticated: later steps of the same request reuse it. */
   principal?: Principal;
   /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */
@@ -32,7 +30,7 @@ export interface RequestMeta {
 const metas = new WeakMap<Request, RequestMeta>();
 
 export function attachMeta(request: Request, now = performance.now()): RequestMeta {
-  const meta: RequestMeta = { id: newId("req_"), startedAt: now, reservedBodyBytes: 0 };
+  const meta: RequestMeta = { id: newTimeOrderedId("req_"), startedAt: now, reservedBodyBytes: 0 };
   metas.set(request, meta);
   return meta;
 }

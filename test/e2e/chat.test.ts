@@ -141,7 +141,11 @@ describe("the openai client", () => {
 
     expect(response.status).toBe(200);
     expect(response.headers.get("content-type")).toStartWith("application/json");
-    expect(data.id).toMatch(/^chatcmpl-[A-Za-z0-9]+$/);
+    expect(data.id).toBe(response.headers.get("x-request-id")!);
+    // One id per request: the history row and the access-log line carry the same id.
+    expect(server.services.store.requests.recordOf(data.id)).toMatchObject({ id: data.id, status: "succeeded" });
+    await Bun.sleep(50); // log lines are written in 20 ms batches
+    expect(server.logs.some((line) => line.includes(`"request_id":"${data.id}"`) && line.includes('"path":"/v1/chat/completions"'))).toBe(true);
     expect(data.object).toBe("chat.completion");
     expect(Number.isInteger(data.created)).toBe(true);
     expect(Math.abs(data.created - Date.now() / 1000)).toBeLessThan(600);

@@ -10,7 +10,6 @@ import { CHAT_LIMITS, chatMessagesFrom, chatParamsFrom, findChatRuleViolation } 
 import type { ChatMessage, ChatResult } from "../../../core/engine";
 import type { ClientSignal } from "../../../core/clientSignal";
 import { runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../../core/chatRequests";
-import { newTimeOrderedId } from "../../../core/ids";
 import type { CatalogModel } from "../../../core/models";
 import type { Services } from "../../../services";
 import { apiAuth, assertModelAllowed } from "../../auth";
@@ -90,9 +89,8 @@ export function chatRoutes(deps: ChatDeps) {
         if (model.kind !== "chat") throw notAChatModel(model, catalog.list().filter((m) => m.kind === "chat").map((m) => m.id));
         assertModelAllowed(principal, model.id);
 
-        const id = newTimeOrderedId("chatcmpl-");
-        // The access log reads the outcome from this record.
-        metaOf(request).recordId = id;
+        // One id per request: the completion's id is the x-request-id, the history row's and the log line's.
+        const id = metaOf(request).id;
         const created = Math.floor(clock() / 1000);
         const messages = chatMessagesFrom(body.messages);
         const chat: ChatRequest = {

@@ -190,7 +190,7 @@ export const ChatCompletionRequest = t.Object(
 
 export const ChatCompletion = t.Object(
   {
-    id: t.String({ description: "Unique id of this completion; also the id in the request history.", examples: ["chatcmpl-4fQ8sJ2kLm9XbT1vYc0pRz7a"] }),
+    id: t.String({ description: "The request id: the same as the x-request-id header, the history row and the log line.", examples: ["req_0Ugh3kQx4fQ8sJ2kLm9XbT1v"] }),
     object: t.Literal("chat.completion"),
     created: Integer({ description: "Unix seconds when the request was received." }),
     model: t.String({ description: "The model id as sent (our public id).", examples: ["builtin-chat"] }),
