@@ -5,61 +5,36 @@
  * model, status, dates, request id).
  */
 import { afterEach, describe, expect, test } from "bun:test";
-import { createApp } from "../../src/app";
-import { createServices } from "../../src/services";
-import { loadConfig } from "../../src/config";
-import { addUser, createKey } from "../../src/core/accounts";
-import { createLogger } from "../../src/logger";
-import { createStore, type Store } from "../../src/store";
-import { latestVersion, openDatabase } from "../../src/store/database";
+import { createKey } from "../../src/core/accounts";
 import type { ImageCharge } from "../../src/core/store";
+import { WORKBENCH_PASSWORD, workbenchApp } from "../support/workbenchApp";
 
-const BASE = "http://wb.test";
 // Generous: every test hashes passwords (argon2id), slow on a shared 2-core machine.
 const TIMEOUT_MS = 60_000;
-const PASSWORD = "long enough password";
-let store: Store | undefined;
-afterEach(() => store?.close());
+let app: ReturnType<typeof workbenchApp> | undefined;
+afterEach(() => app?.close());
 
+/** A fresh workbench for one test, closed after it. */
 async function makeApp() {
-  const config = loadConfig({ env: {} });
-  config.workbench.initial_credits = 0;
-  store = createStore(openDatabase(":memory:"), latestVersion());
-  const logs: string[] = [];
-  const services = createServices({ config, store, logger: createLogger((l) => logs.push(l)), clock: Date.now });
-  const app = createApp(services);
-  const handle = (path: string, init: RequestInit = {}) => app.handle(new Request(`${BASE}${path}`, init));
-  const form = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
-    handle(path, { method: "POST", headers: { origin: BASE, "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(fields) });
-  const signIn = async (email: string, password = PASSWORD) => {
-    const res = await form("/signin", { email, password });
-    return res.status === 303 ? res.headers.get("set-cookie")!.split(";")[0]! : null;
-  };
-  const session = async (email: string, role: "user" | "admin" = "user") => {
-    await addUser(store!, Date.now, { email, password: PASSWORD, role });
-    const cookie = (await signIn(email))!;
-    const csrf = /name="csrf-token" content="([^"]+)"/.exec(await (await handle("/credits", { headers: { cookie } })).text())![1]!;
-    const id = store!.users.byEmail(email)!.id;
-    return { cookie, csrf, id, get: (path: string) => handle(path, { headers: { cookie } }), post: (path: string, fields: Record<string, string>) => form(path, { _csrf: csrf, ...fields }, { cookie }) };
-  };
-  return { store: store!, logs, handle, form, signIn, session };
+  app = workbenchApp();
+  return app;
 }
 
 describe("create a user", () => {
   test("with sign-up's password rule, starting credits as a ledger grant by the admin; they can sign in at once", async () => {
     const { store, session, signIn, logs } = await makeApp();
     const admin = await session("boss@example.com", "admin");
-    const made = await admin.post("/admin/users", { email: "new@example.com", password: PASSWORD, credits: "12", role: "user" });
+    const made = await admin.post("/admin/users", { email: "new@example.com", password: WORKBENCH_PASSWORD, credits: "12", role: "user" });
     expect(made.status).toBe(303);
     const user = store.users.byEmail("new@example.com")!;
     expect(made.headers.get("location")).toBe(`/admin/users/${user.id}?done=created`);
     expect(user).toMatchObject({ role: "user", credits: 12 });
     expect(store.credits.ledger(user.id)).toMatchObject([{ kind: "grant", amount: 12, actor: "admin:boss@example.com" }]);
     expect(await signIn("new@example.com")).not.toBeNull();
-    expect(logs.join("\n")).not.toContain(PASSWORD);
+    expect(logs.join("\n")).not.toContain(WORKBENCH_PASSWORD);
 
     const refused = async (fields: Record<string, string>, says: string) => {
-      const res = await admin.post("/admin/users", { email: "x@example.com", password: PASSWORD, credits: "0", role: "user", ...fields });
+      const res = await admin.post("/admin/users", { email: "x@example.com", password: WORKBENCH_PASSWORD, credits: "0", role: "user", ...fields });
       expect(res.status).toBe(400);
       expect(await res.text()).toContain(says);
     };
@@ -71,7 +46,7 @@ describe("create a user", () => {
     expect(store.users.byEmail("x@example.com")).toBeNull();
 
     const plain = await session("plain@example.com");
-    expect((await plain.post("/admin/users", { email: "y@example.com", password: PASSWORD, role: "admin" })).status).toBe(403);
+    expect((await plain.post("/admin/users", { email: "y@example.com", password: WORKBENCH_PASSWORD, role: "admin" })).status).toBe(403);
     expect(store.users.byEmail("y@example.com")).toBeNull();
   }, TIMEOUT_MS);
 });

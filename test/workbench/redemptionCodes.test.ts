@@ -4,39 +4,17 @@
  * rules, concurrent redemptions of one code, the throttle, and no code in any log line.
  */
 import { afterEach, describe, expect, test } from "bun:test";
-import { createApp } from "../../src/app";
-import { createServices } from "../../src/services";
-import { loadConfig } from "../../src/config";
-import { addUser } from "../../src/core/accounts";
-import { createLogger } from "../../src/logger";
-import { createStore, type Store } from "../../src/store";
-import { latestVersion, openDatabase } from "../../src/store/database";
+import { workbenchApp } from "../support/workbenchApp";
 
-const BASE = "http://wb.test";
 // Generous: every test signs users in (argon2id hashing), slow on a shared 2-core machine.
 const TIMEOUT_MS = 60_000;
-let store: Store | undefined;
-afterEach(() => store?.close());
+let app: ReturnType<typeof workbenchApp> | undefined;
+afterEach(() => app?.close());
 
+/** A fresh workbench for one test, closed after it. */
 async function makeApp() {
-  const config = loadConfig({ env: {} });
-  config.workbench.initial_credits = 0;
-  store = createStore(openDatabase(":memory:"), latestVersion());
-  const logs: string[] = [];
-  const services = createServices({ config, store, logger: createLogger((l) => logs.push(l)), clock: Date.now });
-  const app = createApp(services);
-  const handle = (path: string, init: RequestInit = {}) => app.handle(new Request(`${BASE}${path}`, init));
-  const form = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
-    handle(path, { method: "POST", headers: { origin: BASE, "content-type": "application/x-www-form-urlencoded", ...headers }, body: new URLSearchParams(fields) });
-  const session = async (email: string, role: "user" | "admin" = "user") => {
-    await addUser(store!, Date.now, { email, password: "long enough password", role });
-    const cookie = (await form("/signin", { email, password: "long enough password" })).headers.get("set-cookie")!.split(";")[0]!;
-    const page = await (await handle("/credits", { headers: { cookie } })).text();
-    const csrf = /name="csrf-token" content="([^"]+)"/.exec(page)![1]!;
-    const user = store!.users.byEmail(email)!;
-    return { cookie, csrf, id: user.id, post: (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) => form(path, { _csrf: csrf, ...fields }, { cookie, ...headers }) };
-  };
-  return { services, store, logs, handle, form, session };
+  app = workbenchApp();
+  return app;
 }
 
 const codesIn = (page: string) => [...page.matchAll(/\b([2-9A-HJ-NP-Z]{5}(?:-[2-9A-HJ-NP-Z]{5}){3})\b/g)].map((m) => m[1]!);
