@@ -14,9 +14,12 @@ import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
 import { Revisions } from "./revisions";
 import type { AccountStore, FlowStore } from "../core/store";
+import { SqliteClient, type SqlClient } from "./sql";
 
 /** The SQLite store: implements core's store ports (FlowStore, AccountStore) and the rest. */
 export interface Store extends FlowStore, AccountStore {
+  /** The async SQL client every store module is moving to (store/sql.ts); SQLite here, PostgreSQL with [database] url. */
+  sql: SqlClient;
   users: UserStore;
   keys: ApiKeyStore;
   credits: CreditStore;
@@ -42,8 +45,10 @@ export interface Store extends FlowStore, AccountStore {
 export function createStore(db: Db, latest: number): Store {
   const requests = new RequestStore(db);
   const revisions = new Revisions(db);
+  const sql = new SqliteClient(db);
   let closed = false;
   return {
+    sql,
     users: new UserStore(db, revisions),
     keys: new ApiKeyStore(db, revisions),
     credits: new CreditStore(db),
