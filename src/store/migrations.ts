@@ -341,4 +341,20 @@ export const migrations: Migration[] = [
       ALTER TABLE requests ADD COLUMN error_detail TEXT;
     `,
   },
+  {
+    version: 13,
+    name: "instances with heartbeats; every pending request records the instance that runs it",
+    sql: `
+      -- Each server instance beats here; a request whose owner stopped beating is refunded once
+      -- by whichever instance sees it first (core/instances.ts).
+      CREATE TABLE instances (
+        id           TEXT PRIMARY KEY,
+        host         TEXT,
+        started_at   INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+      ) STRICT;
+      ALTER TABLE requests ADD COLUMN owner TEXT;
+      CREATE INDEX requests_pending_owner ON requests(owner) WHERE status = 'pending';
+    `,
+  },
 ];
