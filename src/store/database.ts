@@ -40,24 +40,34 @@ export function latestVersion(list: Migration[] = migrations): number {
   return list.reduce((max, m) => Math.max(max, m.version), 0);
 }
 
+/** Refuses a database whose schema is newer than this binary's migrations (both backends). */
+export function refuseNewerDatabase(current: number, list: Migration[]): void {
+  const latest = latestVersion(list);
+  if (current > latest) {
+    throw new DatabaseTooNewError(
+      `the database is at schema version ${current}, but this binary knows only up to ${latest}; run a newer atelier (or restore a backup)`,
+    );
+  }
+}
+
+/**
+ * Every migration not yet recorded, in order: not just those above the newest applied one, so a
+ * lower number that joined the list later (branches merged out of order) still runs.
+ */
+export function unappliedMigrations(applied: Iterable<number>, list: Migration[]): Migration[] {
+  const done = new Set(applied);
+  return [...list].sort((a, b) => a.version - b.version).filter((m) => !done.has(m.version));
+}
+
 function migrate(db: Db, list: Migration[]): void {
   db.exec(
     "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
   );
   // IMMEDIATE takes the write lock first, so two processes starting together migrate once.
   db.transaction(() => {
-    const current = schemaVersion(db);
-    const latest = latestVersion(list);
-    if (current > latest) {
-      throw new DatabaseTooNewError(
-        `the database is at schema version ${current}, but this binary knows only up to ${latest}; run a newer atelier (or restore a backup)`,
-      );
-    }
-    // Every migration not yet recorded, in order: not just those above the newest applied one,
-    // so a lower number that joined the list later (branches merged out of order) still runs.
-    const applied = new Set(db.query<{ version: number }, []>("SELECT version FROM schema_migrations").all().map((r) => r.version));
-    for (const m of [...list].sort((a, b) => a.version - b.version)) {
-      if (applied.has(m.version)) continue;
+    refuseNewerDatabase(schemaVersion(db), list);
+    const applied = db.query<{ version: number }, []>("SELECT version FROM schema_migrations").all().map((r) => r.version);
+    for (const m of unappliedMigrations(applied, list)) {
       db.exec(m.sql);
       db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(m.version, m.name, Date.now());
     }
