@@ -319,4 +319,18 @@ export const postgresMigrations: Migration[] = [
       ALTER TABLE requests ADD COLUMN error_detail TEXT;
     `,
   },
+  {
+    version: 13,
+    name: "instances with heartbeats; every pending request records the instance that runs it",
+    sql: `
+      CREATE TABLE instances (
+        id           TEXT PRIMARY KEY,
+        host         TEXT,
+        started_at   BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL
+      );
+      ALTER TABLE requests ADD COLUMN owner TEXT;
+      CREATE INDEX requests_pending_owner ON requests(owner) WHERE status = 'pending';
+    `,
+  },
 ];
