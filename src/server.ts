@@ -161,7 +161,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
         await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
         clearTimeout(graceTimer);
         await server.stop(true);
-        services.upstreams.close();
+        await services.upstreams.close();
         services.redis?.close();
         store.close();
         logger.info("stopped");

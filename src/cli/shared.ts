@@ -53,11 +53,17 @@ export function withExistingStore<T>(config: Config, fn: (store: Store) => T): T
     throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
   }
   const store = createStore(openDatabase(config.server.data_dir), latestVersion());
+  let result: T;
   try {
-    return fn(store);
-  } finally {
+    result = fn(store);
+  } catch (e) {
     store.close();
+    throw e;
   }
+  // An async command (the store's modules are moving to the async SQL client) closes it once it is done.
+  if (result instanceof Promise) return result.finally(() => store.close()) as T;
+  store.close();
+  return result;
 }
 
 export function requireUserByEmail(store: Store, email: string) {

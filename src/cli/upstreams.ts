@@ -5,7 +5,7 @@
  * database (throttled, at most every 0.5 s, whenever they change), and this command reads
  * that snapshot: the AS OF column says when it was written. Disabled flags are read from
  * the database directly, so they are always current, and `enable` takes effect in a running
- * server on its next request (the pool re-reads the flags on every pick).
+ * server within 100 ms (the pool re-reads the flags when another process wrote to the store).
  */
 import type { Config } from "../config";
 import { formatStatusTable, storedStatus } from "../engines/status";
@@ -13,18 +13,15 @@ import type { Store } from "../store";
 import { UsageError } from "./args";
 import { enableUpstreamAccount as enableAccount } from "../core/upstreamAccounts";
 
-export function showUpstreams(config: Config, store: Store, now: number, json: boolean): string[] {
-  const status = storedStatus(
-    config,
-    { snapshots: store.upstreams.loadSnapshots(), disabled: (id) => store.upstreams.disabledAccounts(id) },
-    now,
-  );
+export async function showUpstreams(config: Config, store: Store, now: number, json: boolean): Promise<string[]> {
+  const disabled = new Map(await Promise.all(config.upstreams.map(async (u) => [u.id, await store.upstreams.disabledAccounts(u.id)] as const)));
+  const status = storedStatus(config, { snapshots: await store.upstreams.loadSnapshots(), disabled }, now);
   return json ? [JSON.stringify({ object: "list", data: status }, null, 2)] : formatStatusTable(status);
 }
 
 /** The CLI's words for core's enableUpstreamAccount (a running server re-reads the flag itself). */
-export function enableUpstreamAccount(config: Config, store: Store, upstreamId: string, accountId: string): string {
-  const result = enableAccount({ upstreams: config.upstreams, flags: store.upstreams }, upstreamId, accountId);
+export async function enableUpstreamAccount(config: Config, store: Store, upstreamId: string, accountId: string): Promise<string> {
+  const result = await enableAccount({ upstreams: config.upstreams, flags: store.upstreams }, upstreamId, accountId);
   if (!result.ok && result.missing === "upstream") {
     throw new UsageError(`no upstream '${upstreamId}' in the configuration (known: ${config.upstreams.map((u) => u.id).join(", ") || "none"})`);
   }

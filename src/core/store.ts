@@ -332,13 +332,13 @@ export interface AccountSnapshot {
 
 /** Persistence the upstream account pool (engines/pool) needs; store/upstreams implements it. */
 export interface PoolStateStore {
-  disabledAccounts(upstreamId: string): Map<string, DisabledInfo>;
+  disabledAccounts(upstreamId: string): Promise<Map<string, DisabledInfo>>;
   /**
    * Moves when another process committed a write (it may have enabled an account): the pool
    * re-reads the flags only then. Without it the pool re-reads them on every pick.
    */
-  externalRevision?(): number;
-  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void;
+  externalRevision?(): Promise<number>;
+  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): Promise<void>;
   /** Latest in-memory state, for the CLI in another process (written throttled). */
-  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void;
+  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): Promise<void>;
 }

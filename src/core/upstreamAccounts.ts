@@ -13,25 +13,25 @@ export interface ConfiguredUpstream {
 /** The port: the stored disabled flags (store/upstreams.ts implements it). */
 export interface DisabledFlags {
   /** Clears the flag; true if the account was disabled. */
-  enableAccount(upstreamId: string, accountId: string): boolean;
+  enableAccount(upstreamId: string, accountId: string): Promise<boolean>;
 }
 
 /** A running pool (engines/pool.ts); refresh() re-reads the disabled flags. */
 export interface RunningPools {
-  get(upstreamId: string): { refresh(): void } | undefined;
+  get(upstreamId: string): { refresh(): Promise<void> } | undefined;
 }
 
 export type EnableAccountResult = { ok: true; wasDisabled: boolean } | { ok: false; missing: "upstream" | "account" };
 
-export function enableUpstreamAccount(
+export async function enableUpstreamAccount(
   deps: { upstreams: readonly ConfiguredUpstream[]; flags: DisabledFlags; pools?: RunningPools },
   upstreamId: string,
   accountId: string,
-): EnableAccountResult {
+): Promise<EnableAccountResult> {
   const upstream = deps.upstreams.find((u) => u.id === upstreamId);
   if (!upstream) return { ok: false, missing: "upstream" };
   if (!upstream.accounts.some((a) => a.id === accountId)) return { ok: false, missing: "account" };
-  const wasDisabled = deps.flags.enableAccount(upstream.id, accountId);
-  deps.pools?.get(upstream.id)?.refresh();
+  const wasDisabled = await deps.flags.enableAccount(upstream.id, accountId);
+  await deps.pools?.get(upstream.id)?.refresh();
   return { ok: true, wasDisabled };
 }

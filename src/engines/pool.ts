@@ -136,6 +136,12 @@ export class AccountPool {
   /** The store's external revision when the disabled flags were last read, and when it was last checked. */
   private flagsRevision: number | undefined;
   private flagsCheckedAt = -Infinity;
+  /**
+   * A read of the disabled flags under way (the first one starts in the constructor). Every
+   * pick that comes meanwhile awaits the same read, so they resume in arrival order and a
+   * newcomer cannot take capacity ahead of a request that was re-reading the flags.
+   */
+  private flagsReading: Promise<void> | null = null;
 
   constructor(
     readonly upstreamId: string,
@@ -159,7 +165,7 @@ export class AccountPool {
       attempts: 0,
       failures: new Map(),
     }));
-    this.refreshDisabled();
+    void this.readFlags(false);
   }
 
   /**
@@ -193,10 +199,13 @@ export class AccountPool {
       const ticket = {};
       try {
         for (;;) {
-          const now = this.clock();
+          let now = this.clock();
           const until = Math.min(queueDeadline, deadline);
           if (this.queue.length === 0 || this.queue[0] === ticket) {
-            this.refreshDisabledIfChanged(now);
+            if (this.flagsReading || this.flagsDue(now)) {
+              await this.readFlags(this.store.externalRevision !== undefined);
+              now = this.clock();
+            }
             const usable = this.accounts.filter((a) => !a.disabled);
             if (usable.length === 0) {
               fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
@@ -261,6 +270,7 @@ export class AccountPool {
         last = { account: account.cfg.id, failure };
         account.failures.set(failure.kind, (account.failures.get(failure.kind) ?? 0) + 1);
         this.recordFailure(account, failure);
+        if (failure.kind === "auth" && account.disabled) await this.storeDisabled(account, account.disabled);
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
         if (failure.final) fail(this.finalError(failure), account.cfg.id);
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
@@ -337,7 +347,6 @@ export class AccountPool {
     if (f.kind === "auth") {
       const reason = this.redactor.message(`upstream answered ${f.status ?? "401/403"}: ${f.message}`, FAILURE_MESSAGE_CHARS);
       a.disabled = { reason, at: now };
-      this.store.disableAccount(this.upstreamId, a.cfg.id, reason, now);
       this.logger?.warn("upstream account disabled until an admin re-enables it", fields);
       return;
     }
@@ -362,29 +371,46 @@ export class AccountPool {
   }
 
   /**
-   * The flags are re-read only when another process wrote to the store (its external revision
-   * moved), checked at most every FLAGS_CHECK_MS: this process's own changes go through the
-   * pool (a disable) or call refresh() (an enable). A store without a revision is read every time.
+   * The flag was set in memory at once (this process stops using the account); storing it lets
+   * an admin see and clear it, in this process or another. A store that is momentarily away
+   * costs the persistence, not the request.
    */
-  private refreshDisabledIfChanged(now: number): void {
-    if (!this.store.externalRevision) return this.refreshDisabled();
-    if (now - this.flagsCheckedAt < FLAGS_CHECK_MS && now >= this.flagsCheckedAt) return;
+  private async storeDisabled(a: AccountRuntime, info: DisabledInfo): Promise<void> {
+    try {
+      await this.store.disableAccount(this.upstreamId, a.cfg.id, info.reason, info.at);
+    } catch (e) {
+      this.logger?.warn("could not store an upstream account's disabled flag", { upstream: this.upstreamId, account: a.cfg.id, error: this.redactor.message(String(e), FAILURE_MESSAGE_CHARS) });
+    }
+  }
+
+  /**
+   * Whether a pick should look at the flags again. They are re-read only when another process
+   * wrote to the store (its external revision moved), checked at most every FLAGS_CHECK_MS:
+   * this process's own changes go through the pool (a disable) or call refresh() (an enable).
+   * A store without a revision is read on every pick.
+   */
+  private flagsDue(now: number): boolean {
+    if (!this.store.externalRevision) return true;
+    if (now - this.flagsCheckedAt < FLAGS_CHECK_MS && now >= this.flagsCheckedAt) return false;
     this.flagsCheckedAt = now;
-    this.refreshDisabled(true);
+    return true;
+  }
+
+  /** The read under way, or a new one. */
+  private readFlags(onlyIfChanged: boolean): Promise<void> {
+    return (this.flagsReading ??= this.refreshDisabled(onlyIfChanged).finally(() => {
+      this.flagsReading = null;
+    }));
   }
 
   /** Disabled flags live in the store so an admin in another process can clear them. */
-  private refreshDisabled(onlyIfChanged = false): void {
+  private async refreshDisabled(onlyIfChanged = false): Promise<void> {
     let revision: number | undefined;
-    try {
-      revision = this.store.externalRevision?.();
-    } catch {
-      return;
-    }
-    if (onlyIfChanged && revision !== undefined && revision === this.flagsRevision) return;
     let rows: Map<string, DisabledInfo>;
     try {
-      rows = this.store.disabledAccounts(this.upstreamId);
+      revision = await this.store.externalRevision?.();
+      if (onlyIfChanged && revision !== undefined && revision === this.flagsRevision) return;
+      rows = await this.store.disabledAccounts(this.upstreamId);
     } catch {
       return; // keep the last known flags if the store is momentarily unavailable
     }
@@ -433,24 +459,24 @@ export class AccountPool {
     if (this.snapshotTimer || this.closed) return;
     this.snapshotTimer = setTimeout(() => {
       this.snapshotTimer = null;
-      this.persistSnapshot();
+      void this.persistSnapshot();
     }, SNAPSHOT_THROTTLE_MS);
     (this.snapshotTimer as { unref?: () => void }).unref?.();
   }
 
   /** Writes the current state now (also called at start and by tests). */
-  persistSnapshot(): void {
+  async persistSnapshot(): Promise<void> {
     if (this.closed) return;
     try {
-      this.store.saveSnapshot(this.upstreamId, this.snapshot(), this.clock());
+      await this.store.saveSnapshot(this.upstreamId, this.snapshot(), this.clock());
     } catch {
       // The snapshot is informational; a closed or busy database must not break requests.
     }
   }
 
   /** Re-reads the disabled flags from the store (an admin may have changed them). */
-  refresh(): void {
-    this.refreshDisabled();
+  refresh(): Promise<void> {
+    return this.refreshDisabled();
   }
 
   snapshot(): AccountSnapshot[] {
@@ -480,11 +506,16 @@ export class AccountPool {
   }
 
   /** Writes a last snapshot, then stops background writes (the store is about to close). */
-  close(): void {
+  async close(): Promise<void> {
     if (this.closed) return;
-    this.persistSnapshot(); // so `atelier upstreams` shows the state at the stop, not mid-request
     this.closed = true;
     if (this.snapshotTimer) clearTimeout(this.snapshotTimer);
     this.snapshotTimer = null;
+    // So `atelier upstreams` shows the state at the stop, not mid-request.
+    try {
+      await this.store.saveSnapshot(this.upstreamId, this.snapshot(), this.clock());
+    } catch {
+      // The store may already be closing; the snapshot is informational.
+    }
   }
 }

@@ -49,12 +49,11 @@ function fromSnapshot(s: AccountSnapshot, asOf: number | null, redactor: SecretR
 }
 
 /** Inside the server: the pools' own state, after re-reading the disabled flags. */
-export function liveStatus(config: Config, pools: UpstreamPools, now: number): UpstreamStatus[] {
+export async function liveStatus(config: Config, pools: UpstreamPools, now: number): Promise<UpstreamStatus[]> {
   const redactor = SecretRedactor.forUpstreams(config.upstreams);
+  await Promise.all(config.upstreams.map((u) => pools.get(u.id)?.refresh()));
   return config.upstreams.map((u) => {
-    const pool = pools.get(u.id);
-    pool?.refresh();
-    const snaps = pool?.snapshot() ?? [];
+    const snaps = pools.get(u.id)?.snapshot() ?? [];
     return { id: u.id, kind: u.kind, accounts: snaps.map((s) => fromSnapshot(s, now, redactor)) };
   });
 }
@@ -66,12 +65,12 @@ export function liveStatus(config: Config, pools: UpstreamPools, now: number): U
  */
 export function storedStatus(
   config: Config,
-  stored: { snapshots: Map<string, { snapshot: AccountSnapshot; updatedAt: number }>; disabled: (upstreamId: string) => Map<string, DisabledInfo> },
+  stored: { snapshots: Map<string, { snapshot: AccountSnapshot; updatedAt: number }>; disabled: ReadonlyMap<string, Map<string, DisabledInfo>> },
   now: number,
 ): UpstreamStatus[] {
   const redactor = SecretRedactor.forUpstreams(config.upstreams);
   return config.upstreams.map((u) => {
-    const disabled = stored.disabled(u.id);
+    const disabled = stored.disabled.get(u.id) ?? new Map<string, DisabledInfo>();
     return {
       id: u.id,
       kind: u.kind,

@@ -29,8 +29,9 @@ export class UpstreamPools {
     return [...this.byId.values()];
   }
 
-  close(): void {
-    for (const p of this.byId.values()) p.close();
+  /** Writes every pool's last snapshot and stops their background writes. */
+  async close(): Promise<void> {
+    await Promise.all([...this.byId.values()].map((p) => p.close()));
   }
 }
 
@@ -107,7 +108,8 @@ export function registerUpstreamEngines(
         throw new Error(`no engine for upstream kind ${String(unknown)}`);
       }
     }
-    pool.persistSnapshot();
+    // The CLI's view from the start; a store that is away only delays it (the pool retries on change).
+    void pool.persistSnapshot();
   }
   return new UpstreamPools(pools);
 }

@@ -53,7 +53,7 @@ export function createStore(db: Db, latest: number): Store {
     keys: new ApiKeyStore(db, revisions),
     credits: new CreditStore(db),
     requests,
-    upstreams: new UpstreamStateStore(db, revisions),
+    upstreams: new UpstreamStateStore(sql, revisions),
     sessions: new SessionStore(db),
     tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(db),

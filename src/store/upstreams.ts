@@ -1,10 +1,9 @@
 /**
  * Upstream account state that must outlive one process: the disabled flags (so `atelier
  * upstreams enable` in another process reaches the running server) and the pool snapshot the
- * server writes for the CLI. Never holds an account's key.
+ * server writes for the CLI. Never holds an account's key. Portable SQL (SQLite and PostgreSQL).
  */
-import type { Db } from "./database";
-import { Revisions } from "./revisions";
+import type { SqlClient } from "./sql";
 import type { AccountSnapshot, DisabledInfo, PoolStateStore } from "../core/store";
 
 export interface DisabledAccountRow {
@@ -19,56 +18,59 @@ export interface StoredSnapshot {
   updatedAt: number;
 }
 
+/** Moves when another process (a CLI command, a second server) committed a write. */
+export interface ExternalRevision {
+  external(): number | Promise<number>;
+}
+
 export class UpstreamStateStore implements PoolStateStore {
   constructor(
-    private readonly db: Db,
-    private readonly revisions: Revisions = new Revisions(db),
+    private readonly sql: SqlClient,
+    private readonly revisions: ExternalRevision,
   ) {}
 
-  externalRevision(): number {
+  async externalRevision(): Promise<number> {
     return this.revisions.external();
   }
 
-  disabledAccounts(upstreamId: string): Map<string, DisabledInfo> {
-    const rows = this.db
-      .query<DisabledAccountRow, [string]>("SELECT * FROM upstream_disabled_accounts WHERE upstream_id = ?")
-      .all(upstreamId);
+  async disabledAccounts(upstreamId: string): Promise<Map<string, DisabledInfo>> {
+    const rows = await this.sql.all<DisabledAccountRow>("SELECT * FROM upstream_disabled_accounts WHERE upstream_id = ?", [upstreamId]);
     return new Map(rows.map((r) => [r.account_id, { reason: r.reason, at: r.disabled_at }]));
   }
 
-  disableAccount(upstreamId: string, accountId: string, reason: string, at: number): void {
-    this.db
-      .query(
-        `INSERT INTO upstream_disabled_accounts (upstream_id, account_id, reason, disabled_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT (upstream_id, account_id) DO UPDATE SET reason = excluded.reason, disabled_at = excluded.disabled_at`,
-      )
-      .run(upstreamId, accountId, reason, at);
+  async disableAccount(upstreamId: string, accountId: string, reason: string, at: number): Promise<void> {
+    await this.sql.run(
+      `INSERT INTO upstream_disabled_accounts (upstream_id, account_id, reason, disabled_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT (upstream_id, account_id) DO UPDATE SET reason = excluded.reason, disabled_at = excluded.disabled_at`,
+      [upstreamId, accountId, reason, at],
+    );
   }
 
   /** True when the account was disabled (and now is not). */
-  enableAccount(upstreamId: string, accountId: string): boolean {
-    return this.db.query("DELETE FROM upstream_disabled_accounts WHERE upstream_id = ? AND account_id = ?").run(upstreamId, accountId).changes === 1;
+  async enableAccount(upstreamId: string, accountId: string): Promise<boolean> {
+    const r = await this.sql.run("DELETE FROM upstream_disabled_accounts WHERE upstream_id = ? AND account_id = ?", [upstreamId, accountId]);
+    return r.changes === 1;
   }
 
-  listDisabled(): DisabledAccountRow[] {
-    return this.db.query<DisabledAccountRow, []>("SELECT * FROM upstream_disabled_accounts ORDER BY upstream_id, account_id").all();
+  listDisabled(): Promise<DisabledAccountRow[]> {
+    return this.sql.all<DisabledAccountRow>("SELECT * FROM upstream_disabled_accounts ORDER BY upstream_id, account_id");
   }
 
-  saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): void {
-    const upsert = this.db.query(
-      `INSERT INTO upstream_pool_snapshot (upstream_id, account_id, state_json, updated_at) VALUES (?, ?, ?, ?)
-       ON CONFLICT (upstream_id, account_id) DO UPDATE SET state_json = excluded.state_json, updated_at = excluded.updated_at`,
-    );
-    this.db.transaction(() => {
-      for (const a of accounts) upsert.run(upstreamId, a.accountId, JSON.stringify(a), at);
-    })();
+  async saveSnapshot(upstreamId: string, accounts: AccountSnapshot[], at: number): Promise<void> {
+    await this.sql.transaction(async (tx) => {
+      for (const a of accounts) {
+        await tx.run(
+          `INSERT INTO upstream_pool_snapshot (upstream_id, account_id, state_json, updated_at) VALUES (?, ?, ?, ?)
+           ON CONFLICT (upstream_id, account_id) DO UPDATE SET state_json = excluded.state_json, updated_at = excluded.updated_at`,
+          [upstreamId, a.accountId, JSON.stringify(a), at],
+        );
+      }
+    });
   }
 
   /** Snapshots keyed "upstream/account". */
-  loadSnapshots(): Map<string, StoredSnapshot> {
-    const rows = this.db
-      .query<{ upstream_id: string; account_id: string; state_json: string; updated_at: number }, []>("SELECT * FROM upstream_pool_snapshot")
-      .all();
+  async loadSnapshots(): Promise<Map<string, StoredSnapshot>> {
+    const rows = await this.sql.all<{ upstream_id: string; account_id: string; state_json: string; updated_at: number }>("SELECT * FROM upstream_pool_snapshot");
     const out = new Map<string, StoredSnapshot>();
     for (const r of rows) {
       try {

@@ -297,8 +297,8 @@ describe("upstream text that echoes the account's secrets", () => {
       expectClean("GET /admin/api/upstreams", view);
     });
 
-    test("every text column of every table of the database file", () => {
-      for (const p of server.services.upstreams.list()) p.persistSnapshot();
+    test("every text column of every table of the database file", async () => {
+      await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
       const db = new Database(databasePath(server.dataDir), { readonly: true });
       try {
         const tables = db.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table'").all();

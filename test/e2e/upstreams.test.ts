@@ -272,7 +272,7 @@ describe("faults through the server", () => {
 
     // The CLI, reading the same database as another process would, shows it disabled.
     const { config, store } = server.services;
-    const table = showUpstreams(config, store, Date.now(), false).join("\n");
+    const table = (await showUpstreams(config, store, Date.now(), false)).join("\n");
     expect(table).toMatch(/oa401\tx1\t0\t1\t1\tdisabled \(upstream answered 401/);
     for (const s of ALL_SECRETS) expect(table).not.toContain(s);
 
@@ -288,7 +288,7 @@ describe("faults through the server", () => {
     expect(server.balance(u.userId)).toBe(1);
 
     // And through the CLI's code path, writing the database the server reads on every pick.
-    expect(enableUpstreamAccount(config, store, "oa401", "x1")).toContain("enabled oa401/x1");
+    expect(await enableUpstreamAccount(config, store, "oa401", "x1")).toContain("enabled oa401/x1");
     const view2 = await view(admin.key);
     expect(view2.body.data.find((x: { id: string }) => x.id === "oa401").accounts[0].state).toBe("healthy");
     const missing = await fetch(`${server.url}/admin/api/upstreams/oa401/accounts/nope/enable`, { method: "POST", headers: { authorization: `Bearer ${admin.key}` } });
@@ -298,11 +298,11 @@ describe("faults through the server", () => {
 
   test("`atelier upstreams` and `atelier upstreams enable` in another process, against the running server", async () => {
     const u = await server.userWithKey({ credits: 3 });
-    for (let i = 0; i < 3 && !server.services.store.upstreams.disabledAccounts("oa401").has("x1"); i++) {
+    for (let i = 0; i < 3 && !(await server.services.store.upstreams.disabledAccounts("oa401")).has("x1"); i++) {
       await client(u.key).images.generate({ model: "auth-image", prompt: "x", size: "64x64" as "1024x1024" });
     }
-    expect(server.services.store.upstreams.disabledAccounts("oa401").has("x1")).toBe(true);
-    for (const p of server.services.upstreams.list()) p.persistSnapshot();
+    expect((await server.services.store.upstreams.disabledAccounts("oa401")).has("x1")).toBe(true);
+    await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
     const cli = async (...args: string[]) => {
       const proc = Bun.spawn(["bun", "src/main.ts", ...args, "--config", tomlFile, "--data", server.dataDir], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ATELIER_CONFIG: "" } });
       const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
@@ -353,9 +353,9 @@ describe("secrets", () => {
   test("no upstream key or password appears in any log line, response body or history row", async () => {
     expect(bodies.length).toBeGreaterThan(10);
     // The server writes its pool snapshot for the CLI; that must be clean too.
-    for (const p of server.services.upstreams.list()) p.persistSnapshot();
+    await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
     const history = JSON.stringify(server.services.store.requests.list({ limit: 500 }));
-    const snapshots = JSON.stringify([...server.services.store.upstreams.loadSnapshots().values()]);
+    const snapshots = JSON.stringify([...(await server.services.store.upstreams.loadSnapshots()).values()]);
     const haystacks = { logs: server.logs.join("\n"), bodies: bodies.join("\n"), history, snapshots };
     for (const [where, text] of Object.entries(haystacks)) {
       for (const secret of ALL_SECRETS) {

@@ -282,7 +282,7 @@ describe("comfyui faults", () => {
     const img = await engine.generate(job());
     expect(img.trace).toMatchObject({ accountId: "b", attempts: 2 });
     expect(promptsSent().map((r) => r.account)).toEqual(["key-a", "key-b"]);
-    expect(store.upstreams.disabledAccounts("comfy").size).toBe(0);
+    expect((await store.upstreams.disabledAccounts("comfy")).size).toBe(0);
   });
 
   test("an execution error seen only in the history (no websocket) fails the attempt the same way", async () => {
@@ -302,7 +302,7 @@ describe("comfyui faults", () => {
     const refused = build();
     fake.queueFaults("key-a", { kind: "status", status: 401, message: "bad token" });
     expect((await refused.engine.generate(refused.job())).trace).toMatchObject({ accountId: "b", attempts: 2 });
-    expect([...refused.store.upstreams.disabledAccounts("comfy").keys()]).toEqual(["a"]);
+    expect([...(await refused.store.upstreams.disabledAccounts("comfy")).keys()]).toEqual(["a"]);
     expect(refused.logs.some((l) => l.includes("disabled") && l.includes('"account":"a"'))).toBe(true);
   });
 });

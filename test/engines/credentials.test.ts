@@ -125,7 +125,7 @@ upstream = "sd"
       const model = catalog.get(id)!;
       await registry.imageEngine(model)!.generate({ model, prompt: "p", size: { width: 32, height: 32 }, quality: "auto", images: [], extra: {}, signal: new AbortController().signal });
     }
-    pools.close();
+    await pools.close();
     expect(openai.received.map((r) => r.authorization)).toEqual([`Bearer ${KEY}`]);
     expect(webui.received.map((r) => r.authorization)).toEqual([`Bearer ${KEY}`]);
     const warnings = logs.filter((l) => l.includes("only the api_key is sent"));

@@ -227,7 +227,7 @@ describe("refusals and faults", () => {
     fake.alwaysFault(KEY_A, { kind: "status", status: 403, message: `Permission denied for ${KEY_A}` });
     fake.alwaysFault(KEY_B, { kind: "status", status: 400, message: `API key not valid. Please pass a valid API key. (${KEY_B})` });
     const err = await engine.generate(job()).catch((e) => e);
-    const disabled = store.upstreams.disabledAccounts("gem");
+    const disabled = await store.upstreams.disabledAccounts("gem");
     expect(disabled.has("a")).toBe(true);
     expect(disabled.has("b")).toBe(true);
     expect(err.name).toBe("UpstreamUnavailable");
@@ -242,7 +242,7 @@ describe("refusals and faults", () => {
     fake.alwaysFault(KEY_A, { kind: "status", status: 401, message: "unauthenticated" });
     const img = await engine.generate(job());
     expect(img.trace!.accountId).toBe("b");
-    expect(store.upstreams.disabledAccounts("gem").has("a")).toBe(true);
+    expect((await store.upstreams.disabledAccounts("gem")).has("a")).toBe(true);
   });
 
   test("upstream 400 INVALID_ARGUMENT: UpstreamRejected with its message, redacted, no retry; 500 retried elsewhere", async () => {

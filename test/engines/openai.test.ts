@@ -355,7 +355,7 @@ describe("faults", () => {
     fake.queueFaults(KEY_B, { kind: "status", status: 401, message: `Incorrect API key provided: ${KEY_B}` });
     // Whichever is asked first, B's single 401 and A's permanent one leave... both disabled:
     const err = await engine.generate(job()).catch((e) => e);
-    const disabled = store.upstreams.disabledAccounts("oa");
+    const disabled = await store.upstreams.disabledAccounts("oa");
     expect(disabled.has("a")).toBe(true);
     expect(disabled.has("b")).toBe(true);
     expect(err.name).toBe("UpstreamUnavailable");
@@ -366,8 +366,8 @@ describe("faults", () => {
     expect(logs.some((l) => l.includes("disabled") && l.includes('"account":"a"'))).toBe(true);
     // Re-enable B (as core/upstreamAccounts' enable does in this process: the flag, then the pool's
     // refresh; another process's enable is seen through the store's data_version): it serves again, A stays out.
-    store.upstreams.enableAccount("oa", "b");
-    pool.refresh();
+    await store.upstreams.enableAccount("oa", "b");
+    await pool.refresh();
     const img = await engine.generate(job());
     expect(img.trace!.accountId).toBe("b");
   });

@@ -210,7 +210,7 @@ describe("failures", () => {
     const { pool, store, logs, advance } = setup(undefined, undefined, dir);
     const r = await pool.run(scripted({ a: [new AttemptFailure("auth", "credentials refused (401): bad key", undefined, 401)] }).attempt);
     expect(r.value).toBe("b");
-    expect(store.upstreams.disabledAccounts("up").get("a")?.reason).toContain("401");
+    expect((await store.upstreams.disabledAccounts("up")).get("a")?.reason).toContain("401");
     expect(pool.snapshot().find((s) => s.accountId === "a")!.state).toBe("disabled");
     expect(logs.some((l) => l.includes("disabled") && l.includes('"account":"a"'))).toBe(true);
     // Only b serves now.
@@ -220,7 +220,7 @@ describe("failures", () => {
     // Re-enabled through another connection (as the CLI in another process does): used again
     // once the pool's change check comes round (at most 100 ms), without a query on every pick.
     const other = createStore(openDatabase(dir), latestVersion());
-    expect(other.upstreams.enableAccount("up", "a")).toBe(true);
+    expect(await other.upstreams.enableAccount("up", "a")).toBe(true);
     other.close();
     advance(100);
     for (let i = 0; i < 3; i++) await pool.run(attempt);
@@ -235,10 +235,10 @@ describe("failures", () => {
     let reads = 0;
     const flags = new Map<string, { reason: string; at: number }>([["a", { reason: "401", at: 1 }]]);
     const store = {
-      disabledAccounts: () => (reads++, new Map(flags)),
-      disableAccount: () => {},
-      saveSnapshot: () => {},
-      externalRevision: () => revision,
+      disabledAccounts: async () => (reads++, new Map(flags)),
+      disableAccount: async () => {},
+      saveSnapshot: async () => {},
+      externalRevision: async () => revision,
     };
     const pool = new AccountPool("up", [{ id: "a", weight: 1, maxConcurrency: 1 }, { id: "b", weight: 1, maxConcurrency: 1 }], SETTINGS, store, () => now);
     const { calls, attempt } = scripted({});
@@ -277,11 +277,11 @@ describe("failures", () => {
   test("the snapshot reaches the store for the CLI", async () => {
     const { pool, store } = setup();
     await pool.run(scripted({ a: [new AttemptFailure("failed", "upstream answered 502")] }).attempt);
-    pool.persistSnapshot();
-    const rows = store.upstreams.loadSnapshots();
+    await pool.persistSnapshot();
+    const rows = await store.upstreams.loadSnapshots();
     expect(rows.get("up/a")?.snapshot.recentFailures[0]).toMatchObject({ kind: "failed", message: "upstream answered 502" });
     expect(rows.get("up/b")?.snapshot.capacity).toBe(1);
-    pool.close();
+    await pool.close();
   });
 
   test("closing the pool writes the final state, so the CLI does not show a stale mid-request count", async () => {
@@ -289,11 +289,11 @@ describe("failures", () => {
     let release!: () => void;
     const running = pool.run(() => new Promise<string>((r) => (release = () => r("a"))));
     await Bun.sleep(0);
-    pool.persistSnapshot();
-    expect(store.upstreams.loadSnapshots().get("up/a")?.snapshot.inFlight).toBe(1);
+    await pool.persistSnapshot();
+    expect((await store.upstreams.loadSnapshots()).get("up/a")?.snapshot.inFlight).toBe(1);
     release();
     await running;
-    pool.close();
-    expect(store.upstreams.loadSnapshots().get("up/a")?.snapshot.inFlight).toBe(0);
+    await pool.close();
+    expect((await store.upstreams.loadSnapshots()).get("up/a")?.snapshot.inFlight).toBe(0);
   });
 });

@@ -216,7 +216,7 @@ describe.each(KINDS)("%s: outcomes", (kind) => {
     fake.queueSubmitFaults(KEY_B, { status: 403 });
     const err = await engine.generate(job()).catch((e) => e);
     expect(err).toBeInstanceOf(UpstreamUnavailable);
-    const disabled = store.upstreams.disabledAccounts("q");
+    const disabled = await store.upstreams.disabledAccounts("q");
     expect([...disabled.keys()].sort()).toEqual(["a", "b"]);
   });
 

@@ -184,8 +184,8 @@ describe("where the pool and the status views apply it", () => {
       throw new TypeError(`cannot parse ${"z".repeat(290)}${KEY}`);
     }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamFailed);
-    pool.persistSnapshot();
-    const snapshots = JSON.stringify([...store.upstreams.loadSnapshots().values()]);
+    await pool.persistSnapshot();
+    const snapshots = JSON.stringify([...(await store.upstreams.loadSnapshots()).values()]);
     for (const text of [(err as Error).message, logs.join("\n"), snapshots]) expect(fragments(text, KEY)).toEqual([]);
     expect(logs.join("\n")).toContain("zzz");
   });
@@ -196,15 +196,15 @@ describe("where the pool and the status views apply it", () => {
     await pool.run(async () => {
       throw new AttemptFailure("auth", `credentials refused (401): ${"w".repeat(250)}${KEY}`, undefined, 401);
     }).catch(() => {});
-    expect(fragments(store.upstreams.listDisabled()[0]!.reason, KEY)).toEqual([]);
+    expect(fragments((await store.upstreams.listDisabled())[0]!.reason, KEY)).toEqual([]);
 
     // As an older version stored it: cut first, half a key kept.
-    store.upstreams.disableAccount("up", "a", `Incorrect API key provided: ${KEY.slice(0, 20)}`, 1);
-    pool.refresh();
+    await store.upstreams.disableAccount("up", "a", `Incorrect API key provided: ${KEY.slice(0, 20)}`, 1);
+    await pool.refresh();
     expect(pool.snapshot()[0]!.disabledReason).toBe(`Incorrect API key provided: ${REDACTED}`);
     const config = loadConfig({ env: {} });
     config.upstreams = [{ id: "up", kind: "openai", base_url: "http://127.0.0.1:9", accounts: [{ id: "a", api_key: KEY, weight: 1, max_concurrency: 1 }] } as (typeof config.upstreams)[number]];
-    const view = storedStatus(config, { snapshots: new Map(), disabled: (id) => store.upstreams.disabledAccounts(id) }, Date.now());
+    const view = storedStatus(config, { snapshots: new Map(), disabled: new Map([["up", await store.upstreams.disabledAccounts("up")]]) }, Date.now());
     expect(view[0]!.accounts[0]!.disabled_reason).toBe(`Incorrect API key provided: ${REDACTED}`);
   });
 });

@@ -377,14 +377,14 @@ describe("upstream pool page", () => {
     await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
     const cookie = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
     const csrf = await csrfOf(await handle("/admin/upstreams", { headers: { cookie } }));
-    store.upstreams.disableAccount("acme", "acme-main", "key rejected", 1);
-    services.upstreams.get("acme")!.refresh();
+    await store.upstreams.disableAccount("acme", "acme-main", "key rejected", 1);
+    await services.upstreams.get("acme")!.refresh();
     expect(services.upstreams.get("acme")!.snapshot()[0]!.state).toBe("disabled");
 
     const ok = await form("/admin/upstreams/acme/accounts/acme-main/enable", { _csrf: csrf }, { cookie });
     expect(ok.status).toBe(303);
     expect(ok.headers.get("location")).toBe("/admin/upstreams?enabled=1");
-    expect(store.upstreams.disabledAccounts("acme").size).toBe(0);
+    expect((await store.upstreams.disabledAccounts("acme")).size).toBe(0);
     expect(services.upstreams.get("acme")!.snapshot()[0]!.state).toBe("healthy");
     expect(await (await handle("/admin/upstreams?enabled=1", { headers: { cookie } })).text()).toContain("The account is enabled again.");
     expect((await form("/admin/upstreams/acme/accounts/nobody/enable", { _csrf: csrf }, { cookie })).status).toBe(404);

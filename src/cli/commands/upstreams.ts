@@ -14,19 +14,19 @@ In-flight counts and cooldowns are the running server's last snapshot (AS OF); d
 
 ${COMMON_HELP}`;
 
-export function upstreamsCommand(argv: string[], io: Io): number {
+export function upstreamsCommand(argv: string[], io: Io): Promise<number> | number {
   const { values, positionals } = parseCommand(argv, { json: { type: "boolean" } }, USAGE);
   if (values.help) return io.out(USAGE), 0;
   const [sub, upstreamId, accountId] = positionals;
   const config = configFrom(values);
-  return withExistingStore(config, (store) => {
+  return withExistingStore(config, async (store) => {
     if (sub === undefined) {
-      for (const line of showUpstreams(config, store, Date.now(), values.json === true)) io.out(line);
+      for (const line of await showUpstreams(config, store, Date.now(), values.json === true)) io.out(line);
       return 0;
     }
     if (sub !== "enable") throw new UsageError(`unknown command: upstreams ${sub}\n\n${USAGE}`);
     if (!upstreamId || !accountId || positionals.length > 3) throw new UsageError(`upstreams enable takes an upstream id and an account id\n\n${USAGE}`);
-    io.out(enableUpstreamAccount(config, store, upstreamId, accountId));
+    io.out(await enableUpstreamAccount(config, store, upstreamId, accountId));
     return 0;
   });
 }

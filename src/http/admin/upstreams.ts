@@ -32,17 +32,17 @@ export function adminUpstreamsRoutes(deps: AdminUpstreamsDeps) {
     .use(apiAuth(deps.auth))
     .get(
       "/upstreams",
-      ({ principal }) => {
+      async ({ principal }) => {
         requireAdmin(principal);
-        return { object: "list" as const, data: liveStatus(deps.config, deps.upstreams, deps.clock()) };
+        return { object: "list" as const, data: await liveStatus(deps.config, deps.upstreams, deps.clock()) };
       },
       { detail: { hide: true } },
     )
     .post(
       "/upstreams/:upstream/accounts/:account/enable",
-      ({ principal, params }) => {
+      async ({ principal, params }) => {
         requireAdmin(principal);
-        const result = enableUpstreamAccount({ upstreams: deps.config.upstreams, flags: deps.store.upstreams, pools: deps.upstreams }, params.upstream, params.account);
+        const result = await enableUpstreamAccount({ upstreams: deps.config.upstreams, flags: deps.store.upstreams, pools: deps.upstreams }, params.upstream, params.account);
         if (!result.ok && result.missing === "upstream") throw notFound(`No upstream '${params.upstream}' is configured.`, "upstream", "upstream_not_found");
         if (!result.ok) throw notFound(`Upstream '${params.upstream}' has no account '${params.account}'.`, "account", "account_not_found");
         return { upstream: params.upstream, account: params.account, enabled: true, was_disabled: result.wasDisabled };

@@ -226,11 +226,11 @@ export function adminRoutes(services: Services) {
         }),
       );
     }, { admin: true, ...hide })
-    .get("/admin/upstreams", ({ viewer, query }) =>
-      htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services), query.enabled ? viewer.t("admin.upstreams.enabled") : null)), { admin: true, ...hide })
-    .post("/admin/upstreams/:upstream/accounts/:account/enable", ({ viewer, params }) => {
-      const enabled = enableUpstreamAccount({ upstreams: services.config.upstreams, flags: store.upstreams, pools: services.upstreams }, params.upstream, params.account);
-      if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, upstreamViews(services)), 404);
+    .get("/admin/upstreams", async ({ viewer, query }) =>
+      htmlResponse(adminUpstreamsPage(viewer, await upstreamViews(services), query.enabled ? viewer.t("admin.upstreams.enabled") : null)), { admin: true, ...hide })
+    .post("/admin/upstreams/:upstream/accounts/:account/enable", async ({ viewer, params }) => {
+      const enabled = await enableUpstreamAccount({ upstreams: services.config.upstreams, flags: store.upstreams, pools: services.upstreams }, params.upstream, params.account);
+      if (!enabled.ok) return htmlResponse(adminUpstreamsPage(viewer, await upstreamViews(services)), 404);
       return redirect("/admin/upstreams?enabled=1");
     }, { admin: true, ...hide })
     .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list(), engineKindOf)), { admin: true, ...hide })

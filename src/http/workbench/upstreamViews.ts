@@ -7,9 +7,9 @@ import { upstreamIdOf } from "../../core/models";
 import { liveStatus } from "../../engines/status";
 import type { UpstreamView } from "../../workbench/pages/admin";
 
-export function upstreamViews(services: Services): UpstreamView[] {
+export async function upstreamViews(services: Services): Promise<UpstreamView[]> {
   const models = services.catalog.list();
-  const live = liveStatus(services.config, services.upstreams, services.clock());
+  const live = await liveStatus(services.config, services.upstreams, services.clock());
   return services.config.upstreams.map((u) => ({
     id: u.id,
     kind: u.kind,
