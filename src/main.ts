@@ -11,6 +11,7 @@ import { codesCommand } from "./cli/commands/codes";
 import { doctorCommand } from "./cli/commands/doctor";
 import { healthcheckCommand } from "./cli/commands/healthcheck";
 import { keyCommand } from "./cli/commands/key";
+import { migrateStoreCommand } from "./cli/commands/migrateStore";
 import { openapiCommand } from "./cli/commands/openapi";
 import { serveCommand } from "./cli/commands/serve";
 import { upstreamsCommand } from "./cli/commands/upstreams";
@@ -44,6 +45,7 @@ Commands:
   backup <file> [--force]                 consistent copy of the database, also while a server runs
   restore <file>                          put a backup in place (refused while a server runs)
   doctor [--timeout-ms N]                 check config, database, data directory and upstreams
+  migrate-store --to postgres://…         copy the SQLite database into an empty PostgreSQL one, then check it
 
 ${COMMON_HELP}`;
 
@@ -60,6 +62,7 @@ const COMMANDS = new Map<string, Command>([
   ["backup", backupCommand],
   ["restore", restoreCommand],
   ["doctor", doctorCommand],
+  ["migrate-store", migrateStoreCommand],
 ]);
 
 const processIo: Io = { out: (line) => console.log(line), err: (line) => console.error(line) };
