@@ -371,8 +371,10 @@ async function resetSequences(target: SqlQueries): Promise<SequenceReset[]> {
 export async function copySqliteToPostgres(source: Database, target: SqlClient, opts: CopyOptions = {}): Promise<CopyReport> {
   const limits = { batchRows: opts.batchRows ?? DEFAULT_BATCH_ROWS, batchBytes: opts.batchBytes ?? DEFAULT_BATCH_BYTES };
   const known = [...new Set(migrations.map((m) => m.version))].sort((a, b) => a - b);
+  const versionBefore = dataVersion(source);
   // One read transaction: every table is read from the same committed state.
   source.exec("BEGIN");
+  let reading = true;
   try {
     const fromVersions = sqliteVersions(source);
     if (!sameList(fromVersions, known)) {
@@ -387,7 +389,9 @@ export async function copySqliteToPostgres(source: Database, target: SqlClient, 
     }
     return await target.transaction(async (tx) => {
       const plans = await planCopy(source, tx);
-      // No other writer while the copy runs (an instance started on the target too early waits).
+      // No other writer while the copy runs; an instance already busy on the target makes it
+      // fail after a while instead of waiting for ever.
+      await tx.run("SET LOCAL lock_timeout = '10s'");
       await tx.run(`LOCK TABLE ${plans.map((p) => quoteName(p.name)).join(", ")} IN EXCLUSIVE MODE`);
       const occupied: string[] = [];
       for (const p of plans) if (await tx.get(`SELECT 1 AS one FROM ${quoteName(p.name)} LIMIT 1`)) occupied.push(p.name);
@@ -401,12 +405,24 @@ export async function copySqliteToPostgres(source: Database, target: SqlClient, 
       }
       await checkRowCounts(source, tx, tables);
       const balancesChecked = await checkBalances(tx);
+      source.exec("COMMIT");
+      reading = false;
+      // Rows another process (a server started meanwhile, a CLI command) committed after the
+      // snapshot would be missing from the copy: then nothing is kept.
+      if (dataVersion(source) !== versionBefore) {
+        throw new StoreCopyError("the SQLite database changed while it was copied (a server or a command wrote to it), nothing was kept: stop it and run again");
+      }
       const sequences = await resetSequences(tx);
       return { schemaVersion: Math.max(0, ...known), tables, sequences, balancesChecked };
     });
   } finally {
-    source.exec("ROLLBACK");
+    if (reading) source.exec("ROLLBACK");
   }
+}
+
+/** Changes whenever another connection commits to the database (SQLite's PRAGMA data_version). */
+function dataVersion(source: Database): number {
+  return source.query<{ data_version: number }, []>("PRAGMA data_version").get()!.data_version;
 }
 
 /**

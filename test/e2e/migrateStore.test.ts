@@ -75,11 +75,11 @@ function copyOfDeployment(change?: (db: Database) => void): string {
   const dir = tempDir("atelier-migrate-copy-");
   scratch.push(dir);
   copyDatabaseInto(databasePath(dataDir), databasePath(dir));
-  if (change) {
-    const db = new Database(databasePath(dir), { strict: true });
-    change(db);
-    db.close();
-  }
+  const db = new Database(databasePath(dir), { strict: true });
+  // WAL, as the server keeps it (VACUUM INTO writes a rollback-journal database).
+  db.exec("PRAGMA journal_mode = WAL");
+  change?.(db);
+  db.close();
   return dir;
 }
 
@@ -311,12 +311,20 @@ describe("refusals and failures leave the target without a row", () => {
     "a SQLite database at another schema version is refused, and left as it was (not migrated)",
     async () => {
       const dir = copyOfDeployment((db) => db.exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"));
-      const versionsBefore = new Database(databasePath(dir), { readonly: true }).query("SELECT COUNT(*) AS n FROM schema_migrations").get();
+      const versions = () => {
+        const db = new Database(databasePath(dir), { readonly: true, strict: true });
+        try {
+          return db.query<{ version: number }, []>("SELECT version FROM schema_migrations ORDER BY version").all();
+        } finally {
+          db.close();
+        }
+      };
+      const before = versions();
       const r = await attempt(dir);
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/the SQLite database is at schema version \d+ \(\d+ migrations\), this binary's is \d+/);
       expect(r.rows).toBe(0);
-      expect(new Database(databasePath(dir), { readonly: true }).query("SELECT COUNT(*) AS n FROM schema_migrations").get()).toEqual(versionsBefore);
+      expect(versions()).toEqual(before);
     },
     TIMEOUT_MS,
   );
@@ -376,6 +384,32 @@ test(
       } finally {
         source.close();
       }
+    } finally {
+      await target.close();
+    }
+  },
+  TIMEOUT_MS,
+);
+
+test(
+  "a write to the SQLite database while it is copied (a server started meanwhile, say): nothing is kept",
+  async () => {
+    const dir = copyOfDeployment();
+    const pg = await freshPostgres();
+    const target = await openPostgres(pg.url);
+    try {
+      // The copy's snapshot is taken before its first await; the write lands after it.
+      const copying = copyDatabaseFileToPostgres(databasePath(dir), target, { batchRows: 1 });
+      const writer = new Database(databasePath(dir), { strict: true });
+      writer.exec("PRAGMA busy_timeout = 5000");
+      writer.query("INSERT INTO sessions (id_hash, user_id, csrf_token, created_at, expires_at) SELECT 'late', MIN(id), 'csrf', 0, 1 FROM users").run();
+      writer.close();
+      await expect(copying).rejects.toThrow("the SQLite database changed while it was copied");
+      const source = new Database(databasePath(dir), { readonly: true });
+      const tables = sqliteTables(source);
+      source.close();
+      expect(tables.length).toBeGreaterThan(10);
+      expect(await postgresRowCount(target, tables)).toBe(0);
     } finally {
       await target.close();
     }
