@@ -33,7 +33,7 @@ function passwordOf(url: string): string | null {
 }
 
 /** The driver's words, unless they contain the password (they do not today; that is not promised). */
-function causeWithoutSecret(e: unknown, url: string): string {
+export function causeWithoutSecret(e: unknown, url: string): string {
   const message = e instanceof Error ? e.message : String(e);
   const password = passwordOf(url);
   const state = postgresState(e);
