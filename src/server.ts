@@ -9,7 +9,7 @@ import { createApp } from "./app";
 import { corsHeadersForError } from "./http/cors";
 import { apiErrorOf } from "./http/errorMapping";
 import { createServices, type Services } from "./services";
-import type { Config } from "./config";
+import { refusePostgresUntilWired, type Config } from "./config";
 import type { Logger } from "./logger";
 import { openDatabase, latestVersion } from "./store/database";
 import { createStore } from "./store";
@@ -39,6 +39,7 @@ export interface StartOptions {
 }
 
 export async function startServer(config: Config, logger: Logger, options: StartOptions = {}): Promise<RunningServer> {
+  refusePostgresUntilWired(config);
   const db = openDatabase(config.server.data_dir);
   const store = createStore(db, latestVersion());
   const services = createServices({ config, store, logger });

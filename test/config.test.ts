@@ -163,3 +163,25 @@ describe("[redis]", () => {
     expect(message).not.toContain("hunter2secret");
   });
 });
+
+describe("[database] url", () => {
+  test("unset by default (SQLite in data_dir); the file, with ${ENV} for the password, or ATELIER_DATABASE_URL sets it, the environment winning", () => {
+    expect(loadConfig({ env: {} }).database).toEqual({ busy_wait_ms: 10_000 });
+    const fromFile = loadConfig({ file: file('[database]\nurl = "postgres://atelier:${PG_PASSWORD}@db.internal:5432/atelier"\n'), env: { PG_PASSWORD: "s3cret" } });
+    expect(fromFile.database).toEqual({ busy_wait_ms: 10_000, url: "postgres://atelier:s3cret@db.internal:5432/atelier" });
+    const fromEnv = loadConfig({ file: file('[database]\nurl = "postgres://db.internal/atelier"\n'), env: { ATELIER_DATABASE_URL: "postgresql://other.internal:6432/atelier" } });
+    expect(fromEnv.database.url).toBe("postgresql://other.internal:6432/atelier");
+    expect(loadConfig({ env: { ATELIER_DATABASE_URL: "postgres://db/atelier" } }).database.url).toBe("postgres://db/atelier");
+  });
+
+  test("a URL that is not postgres://, or does not parse, is refused without echoing it (it may carry a password)", () => {
+    const wrongScheme = errorOf('[database]\nurl = "mysql://root:hunter2secret@db:3306/atelier"\n');
+    expect(wrongScheme).toContain("database.url");
+    expect(wrongScheme).not.toContain("hunter2secret");
+    const unparsable = errorOf('[database]\nurl = "postgres://root:hunter2secret@db:notaport/atelier"\n');
+    expect(unparsable).toContain("database.url: not a valid URL");
+    expect(unparsable).not.toContain("hunter2secret");
+    const unsetSecret = errorOf('[database]\nurl = "postgres://root:${NO_SUCH_PG_PASSWORD}@db/atelier"\n');
+    expect(unsetSecret).toContain("NO_SUCH_PG_PASSWORD is not set");
+  });
+});

@@ -3,7 +3,7 @@
  * store of a data directory that must already exist, and the formats of the listings.
  */
 import { existsSync } from "node:fs";
-import { loadConfig, type Config } from "../config";
+import { loadConfig, refusePostgresUntilWired, type Config } from "../config";
 import { createStore, type Store } from "../store";
 import { databasePath, latestVersion, openDatabase } from "../store/database";
 import { CliError } from "./args";
@@ -48,6 +48,7 @@ export function configWithoutUpstreamSecrets(options: DataOptions): Config {
  * empty one and answer "no user with email …".
  */
 export function withExistingStore<T>(config: Config, fn: (store: Store) => T): T {
+  refusePostgresUntilWired(config);
   const file = databasePath(config.server.data_dir);
   if (!existsSync(file)) {
     throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
