@@ -144,7 +144,18 @@ const Tasks = T.Object(
 
 const Storage = T.Object(
   {
+    kind: T.Union([T.Literal("files"), T.Literal("s3")], {
+      default: "files",
+      description: "files: the bytes in a folder (dir); s3: in an S3-compatible bucket (bucket, endpoint, region, credentials), which several instances can share.",
+    }),
     dir: T.Optional(T.String({ description: "Where generated images are kept (default: data_dir/images), content-addressed in sharded folders." })),
+    bucket: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the bucket." })),
+    endpoint: T.Optional(T.String({ description: "kind = \"s3\": http(s) address of the S3-compatible service (default: AWS S3 for the region)." })),
+    region: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the bucket's region (default us-east-1)." })),
+    access_key_id: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the access key id (use ${ENV})." })),
+    secret_access_key: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the secret access key (use ${ENV}); never logged or shown." })),
+    prefix: T.String({ default: "", description: "kind = \"s3\": put in front of every object key, e.g. \"atelier/\"." }),
+    timeout_ms: T.Integer({ minimum: 100, default: 10_000, description: "kind = \"s3\": the longest one call to the bucket may take before it counts as failed." }),
     retention_days: T.Integer({ minimum: 0, default: 30, description: "Days a generated image is kept; 0 keeps it until max_bytes evicts it." }),
     max_bytes: T.Integer({ minimum: 0, default: 0, description: "Total size of kept images; past it the oldest expire first. 0: no limit." }),
     url_ttl_s: T.Integer({ minimum: 1, maximum: 7 * 86_400, default: 3_600, description: "How long a `response_format: \"url\"` link works (OpenAI's last 60 minutes)." }),
@@ -337,7 +348,7 @@ function describeProblem(error: ValueError): string {
 /** ", got <value>" for the error message; never for secrets, and short. */
 function shownValue(error: ValueError): string {
   if (error.value === undefined) return " (missing)";
-  if (/(api_key|password|secret|token|redis\/url|database\/url)$/i.test(error.path)) return ""; // a Redis or PostgreSQL URL may carry a password
+  if (/(api_key|password|secret|secret_access_key|access_key_id|token|redis\/url|database\/url)$/i.test(error.path)) return ""; // a Redis or PostgreSQL URL may carry a password
   const text = JSON.stringify(error.value) ?? String(error.value);
   return `, got ${text.length > 60 ? `${text.slice(0, 57)}...` : text}`;
 }
@@ -389,6 +400,7 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   config.server.data_dir = resolve(config.server.data_dir);
   if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
+  checkStorage(config.storage);
   checkComfyModels(config, file);
   if (deferred?.length) deferredSecrets.set(config, deferred);
   return config;
@@ -405,6 +417,24 @@ export function refusePostgresUntilWired(config: Config): void {
       "database.url: this build cannot keep its store in PostgreSQL yet (the store's modules are being converted); unset [database] url and ATELIER_DATABASE_URL to use SQLite in data_dir",
     );
   }
+}
+
+const S3_KEYS = ["bucket", "endpoint", "region", "access_key_id", "secret_access_key"] as const;
+
+/** [storage]: kind = "s3" needs its bucket and credentials; the other kind's keys are refused rather than ignored. */
+function checkStorage(storage: Config["storage"]): void {
+  if (storage.kind === "files") {
+    const stray = S3_KEYS.find((k) => storage[k] !== undefined) ?? (storage.prefix !== "" ? "prefix" : undefined);
+    if (stray) throw new ConfigError(`storage.${stray}: only with kind = "s3" (kind is "files")`);
+    return;
+  }
+  if (storage.dir !== undefined) throw new ConfigError('storage.dir: only with kind = "files" (kind is "s3": the bytes go to the bucket)');
+  for (const k of ["bucket", "access_key_id", "secret_access_key"] as const) {
+    if (storage[k] === undefined) throw new ConfigError(`storage.${k}: required with kind = "s3"`);
+  }
+  // The value is not echoed: an address may carry credentials.
+  if (storage.endpoint !== undefined && !isHttpUrl(storage.endpoint)) throw new ConfigError("storage.endpoint: must be an absolute http:// or https:// URL");
+  if (storage.prefix.startsWith("/") || storage.prefix.split("/").includes("..")) throw new ConfigError('storage.prefix: must not start with "/" or contain ".."');
 }
 
 function isHttpUrl(value: string): boolean {

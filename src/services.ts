@@ -27,11 +27,12 @@ import { WebhookDispatcher } from "./core/webhooks";
 import { SecretBox } from "./core/webhooksSecretBox";
 import { loadWebhookSecretKey } from "./store/webhooks";
 import { join } from "node:path";
-import { ImageArchive, ImageSweeper } from "./core/imageArchive";
+import { ImageArchive, ImageSweeper, type ImageBlobStore } from "./core/imageArchive";
 import { ImageLinks } from "./core/imageLinks";
 import { ImageThumbnails } from "./core/imageThumbnails";
 import { decodeImageOffThread, encodePng } from "./core/image/codec";
 import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
+import { S3ImageBlobs } from "./store/s3ImageBlobs";
 import { Metrics } from "./http/metrics";
 
 export interface AppDeps {
@@ -66,6 +67,8 @@ export interface Services {
   tasks: TaskRunner;
   /** Every successful image, kept ([storage]); its sweep is started and stopped by the server. */
   images: ImageArchive;
+  /** With [storage] kind = "s3": one small call that resolves when the bucket answers (readiness reports it). */
+  imageStorageProbe: ((timeoutMs: number) => Promise<void>) | undefined;
   imageSweeper: ImageSweeper;
   /** Signed, expiring links to kept images (`response_format: "url"`). */
   imageLinks: ImageLinks;
@@ -116,10 +119,29 @@ function connectRedis(config: Config): RedisClient | undefined {
   return url === undefined ? undefined : new RedisClient(url, { connectionTimeout: 2_000 });
 }
 
-/** The image archive from [storage]: files under storage.dir (default data_dir/images), rows in the database. */
-function createImageArchive(deps: AppDeps, clock: Clock): ImageArchive {
-  const { server, storage } = deps.config;
-  const blobs = server.data_dir === ":memory:" && storage.dir === undefined ? new MemoryImageBlobs(clock) : new FileImageBlobs(storage.dir ?? join(server.data_dir, "images"));
+/**
+ * Where the archive's bytes live ([storage] kind): files under storage.dir (default
+ * data_dir/images; in memory for a `:memory:` server), or an S3-compatible bucket.
+ */
+function createImageBlobs(config: Config, clock: Clock): ImageBlobStore {
+  const { server, storage } = config;
+  if (storage.kind === "s3") {
+    return new S3ImageBlobs({
+      bucket: storage.bucket!,
+      endpoint: storage.endpoint,
+      region: storage.region,
+      accessKeyId: storage.access_key_id!,
+      secretAccessKey: storage.secret_access_key!,
+      prefix: storage.prefix,
+      timeoutMs: storage.timeout_ms,
+    });
+  }
+  return server.data_dir === ":memory:" && storage.dir === undefined ? new MemoryImageBlobs(clock) : new FileImageBlobs(storage.dir ?? join(server.data_dir, "images"));
+}
+
+/** The image archive from [storage]: the bytes in its blob store, rows in the database. */
+function createImageArchive(deps: AppDeps, blobs: ImageBlobStore, clock: Clock): ImageArchive {
+  const { storage } = deps.config;
   return new ImageArchive({
     records: deps.store.images,
     blobs,
@@ -163,7 +185,8 @@ export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   deps.store.requests.onDroppedRows = (count, error) => deps.logger.error("chat history rows could not be written and were dropped", { count, error: String(error) });
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
-  const images = createImageArchive(deps, clock);
+  const imageBlobs = createImageBlobs(deps.config, clock);
+  const images = createImageArchive(deps, imageBlobs, clock);
   const redis = connectRedis(deps.config);
   const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {
     config: deps.config,
@@ -179,6 +202,7 @@ export function createServices(deps: AppDeps): Services {
     gates: createGates(deps.config.limits, redis, deps.config.redis.key_prefix),
     redis,
     images,
+    imageStorageProbe: imageBlobs instanceof S3ImageBlobs ? (timeoutMs) => imageBlobs.probe(timeoutMs) : undefined,
     imageSweeper: new ImageSweeper(images, deps.config.storage.sweep_interval_s * 1000, deps.logger),
     imageLinks: new ImageLinks(imageLinkKey(deps.store, clock), deps.config.storage.url_ttl_s * 1000, clock),
     thumbnails: new ImageThumbnails({

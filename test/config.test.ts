@@ -185,3 +185,38 @@ describe("[database] url", () => {
     expect(unsetSecret).toContain("NO_SUCH_PG_PASSWORD is not set");
   });
 });
+
+describe("[storage] kind", () => {
+  const s3 = (extra = "") =>
+    `[storage]\nkind = "s3"\nbucket = "imgs"\nendpoint = "http://127.0.0.1:9000"\naccess_key_id = "\${S3_ID}"\nsecret_access_key = "\${S3_SECRET}"\n${extra}`;
+
+  test("files by default (today's folder); s3 takes its bucket and credentials through ${ENV}", () => {
+    const none = loadConfig({ env: {} });
+    expect(none.storage).toMatchObject({ kind: "files", prefix: "", timeout_ms: 10_000 });
+    expect(none.storage.bucket).toBeUndefined();
+    const c = loadConfig({ file: file(s3('prefix = "atelier/"\n')), env: { S3_ID: "AKIDEXAMPLE", S3_SECRET: "s3cr3t-from-env" } });
+    expect(c.storage).toMatchObject({ kind: "s3", bucket: "imgs", endpoint: "http://127.0.0.1:9000", access_key_id: "AKIDEXAMPLE", secret_access_key: "s3cr3t-from-env", prefix: "atelier/" });
+  });
+
+  test("s3 without its bucket or credentials, with a folder, or with a bad endpoint is refused; s3 keys under files too", () => {
+    const env = { S3_ID: "AKIDEXAMPLE", S3_SECRET: "s3cr3t-from-env" };
+    expect(errorOf('[storage]\nkind = "s3"\naccess_key_id = "a"\nsecret_access_key = "b"\n')).toContain('storage.bucket: required with kind = "s3"');
+    expect(errorOf('[storage]\nkind = "s3"\nbucket = "x"\nsecret_access_key = "b"\n')).toContain("storage.access_key_id: required");
+    expect(errorOf('[storage]\nkind = "s3"\nbucket = "x"\naccess_key_id = "a"\n')).toContain("storage.secret_access_key: required");
+    expect(errorOf(s3('dir = "/tmp/x"\n'), env)).toContain('storage.dir: only with kind = "files"');
+    expect(errorOf(s3('prefix = "/abs/"\n'), env)).toContain("storage.prefix");
+    expect(errorOf('[storage]\nbucket = "imgs"\n')).toContain('storage.bucket: only with kind = "s3"');
+    expect(errorOf('[storage]\nkind = "minio"\n')).toContain('must be one of "files", "s3"');
+    expect(errorOf(s3(), { S3_ID: "AKIDEXAMPLE" })).toContain("environment variable S3_SECRET is not set");
+  });
+
+  test("neither an endpoint (it may carry credentials) nor a wrong-typed secret is echoed", () => {
+    const env = { S3_ID: "AKIDEXAMPLE", S3_SECRET: "s3cr3t-from-env" };
+    const endpoint = errorOf(s3().replace("http://127.0.0.1:9000", "ftp://user:pw-in-url@host"), env);
+    expect(endpoint).toContain("storage.endpoint");
+    expect(endpoint).not.toContain("pw-in-url");
+    const typed = errorOf('[storage]\nkind = "s3"\nbucket = "x"\naccess_key_id = 12345678\nsecret_access_key = 987654321\n');
+    expect(typed).toContain("storage.access_key_id");
+    expect(typed).not.toContain("12345678");
+  });
+});

@@ -54,6 +54,11 @@ export interface ImageBlobStore {
   list(): AsyncIterable<{ key: string; modifiedAt: number }>;
 }
 
+/** The blob store failed or did not answer in time (a bucket's outage): the bytes cannot be kept or read right now. */
+export class ImageStorageUnavailable extends Error {
+  override name = "ImageStorageUnavailable";
+}
+
 /** The rows (implemented in store/images.ts). */
 export interface ImageRecords {
   insert(row: ArchivedImage): void;

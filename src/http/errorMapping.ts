@@ -25,6 +25,7 @@ import {
 } from "../core/engine";
 import { DEFAULT_TOP_UP_MESSAGE } from "../config";
 import { UsageQueryError } from "../core/usage";
+import { ImageStorageUnavailable } from "../core/imageArchive";
 import type { Logger } from "../logger";
 import { isDatabaseBusy } from "../store/busy";
 import { DatabaseBusyError, KeyCreditCapReached } from "../core/store";
@@ -35,6 +36,7 @@ import {
   clientClosedRequest,
   databaseBusy,
   gateUnavailable,
+  imageStorageUnavailable,
   insufficientCredits,
   keyCreditCapReached,
   methodNotAllowed,
@@ -66,6 +68,7 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
   }
   if (e instanceof GateUnavailable) return gateUnavailable();
+  if (e instanceof ImageStorageUnavailable) return imageStorageUnavailable();
   if (e instanceof ClientDisconnected) return clientClosedRequest();
   if (e instanceof TaskCanceled) return new ApiError(409, "invalid_request_error", e.message, null, "task_canceled");
   if (e instanceof TaskNotCancelable) return new ApiError(409, "invalid_request_error", `This task cannot be canceled: ${e.message}.`, null, "task_not_cancelable");

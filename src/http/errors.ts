@@ -132,6 +132,12 @@ export const databaseBusy = () => {
   return new ApiError(503, "server_error", "The database is busy with another process's write; nothing was changed. Retry shortly.", null, "database_busy", err.headers);
 };
 
+/** The kept images' storage (an S3 bucket) failed or did not answer: the image exists but cannot be served now. */
+export const imageStorageUnavailable = () => {
+  const err = tooManyRequests("", "storage_unavailable", 5000);
+  return new ApiError(503, "server_error", "The image storage is unreachable right now; retry shortly.", null, "storage_unavailable", err.headers);
+};
+
 /** 499 (nginx's "client closed request"): logged and recorded; nobody is there to read it. */
 export const clientClosedRequest = () => new ApiError(499, "invalid_request_error", "The client closed the connection.", null, "client_disconnected");
 

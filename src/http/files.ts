@@ -68,14 +68,14 @@ export function imageFilesRoutes(deps: ImageFilesDeps) {
           expires: t.Optional(t.String({ description: "Unix seconds after which the link stops working." })),
           signature: t.Optional(t.String({ description: "The link's signature (HMAC-SHA256, base64url)." })),
         }),
-        response: errorResponses(403, 404),
+        response: errorResponses(403, 404, 503),
         detail: {
           tags: ["Images"],
           summary: "Download a kept image",
           description:
             "The link in `data[0].url` of a `response_format: url` answer. Needs no key: the signature is the permission, until `expires` (`[storage] url_ttl_s`, default 1 hour). " +
             "Answers the bytes with their Content-Type, Content-Length, an ETag (their sha256) and `Cache-Control: private, max-age=<seconds left>, immutable`; 304 on a matching If-None-Match. " +
-            "403 `link_expired` or `invalid_signature` for an expired or altered link; 404 `image_not_found` once retention has deleted the image.",
+            "403 `link_expired` or `invalid_signature` for an expired or altered link; 404 `image_not_found` once retention has deleted the image; 503 `storage_unavailable` while the image storage (an S3 bucket) does not answer.",
           operationId: "downloadImage",
           security: [],
           responses: {

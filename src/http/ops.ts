@@ -22,7 +22,20 @@ async function redisAnswers(redis: RedisClient): Promise<boolean> {
   }
 }
 
-export function opsRoutes(deps: { store: Store; redis?: RedisClient | undefined }) {
+/** Longest wait for the image bucket's answer before /readyz calls it unreachable. */
+const STORAGE_PROBE_TIMEOUT_MS = 2_000;
+
+/** True when the image bucket answers a one-key listing in time with the configured credentials. */
+async function storageAnswers(probe: (timeoutMs: number) => Promise<void>): Promise<boolean> {
+  try {
+    await probe(STORAGE_PROBE_TIMEOUT_MS);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function opsRoutes(deps: { store: Store; redis?: RedisClient | undefined; imageStorageProbe?: ((timeoutMs: number) => Promise<void>) | undefined }) {
   return new Elysia({ name: "ops" })
     .use(sharedModels)
     .get("/healthz", () => ({ status: "ok" as const, version: VERSION, commit: buildCommit() }), {
@@ -44,11 +57,29 @@ export function opsRoutes(deps: { store: Store; redis?: RedisClient | undefined 
         if (deps.redis && !(await redisAnswers(deps.redis))) {
           throw new ApiError(503, "server_error", "Redis (the shared concurrency gate, [redis] url) is unreachable.", null, "not_ready");
         }
+        // The image bucket is reported, not required: without it images are still delivered
+        // inline (only keeping them and their links fail), so taking every instance out of
+        // the load balancer would turn a degraded service into no service.
+        if (deps.imageStorageProbe) return { status: "ready" as const, storage: (await storageAnswers(deps.imageStorageProbe)) ? ("ok" as const) : ("unreachable" as const) };
         return { status: "ready" as const };
       },
       {
-        response: { 200: t.Object({ status: t.Literal("ready") }), ...errorResponses(503) },
-        detail: { tags: ["Operations"], summary: "Readiness", description: "200 when the database answers and all migrations are applied, and, with [redis] url set, Redis answers." },
+        response: {
+          200: t.Object({
+            status: t.Literal("ready"),
+            storage: t.Optional(
+              t.Union([t.Literal("ok"), t.Literal("unreachable")], {
+                description: "With [storage] kind = \"s3\" only: whether the image bucket answers with the configured credentials. Unreachable does not make the service unready: images are then delivered inline, without a kept copy or link.",
+              }),
+            ),
+          }),
+          ...errorResponses(503),
+        },
+        detail: {
+          tags: ["Operations"],
+          summary: "Readiness",
+          description: "200 when the database answers and all migrations are applied, and, with [redis] url set, Redis answers. With [storage] kind = \"s3\", `storage` reports the image bucket.",
+        },
       },
     );
 }
