@@ -4,6 +4,9 @@
  */
 import { describe, expect, test } from "bun:test";
 import { SQL } from "bun";
+import { latestVersion } from "../../src/store/database";
+import { postgresMigrations } from "../../src/store/postgresMigrations";
+import { postgresSchemaVersion } from "../../src/store/postgresDatabase";
 import { startPostgres } from "./postgresServer";
 
 describe("startPostgres", () => {
@@ -26,6 +29,22 @@ describe("startPostgres", () => {
       expect(left).toEqual([]);
     } finally {
       await admin.close();
+    }
+  });
+
+  test("{ migrated: true } gives each caller its own database at the latest schema, writable independently", async () => {
+    const [a, b] = await Promise.all([startPostgres({ migrated: true }), startPostgres({ migrated: true })]);
+    try {
+      const ca = a.client();
+      const cb = b.client();
+      expect(await postgresSchemaVersion(ca)).toBe(latestVersion(postgresMigrations));
+      expect(await postgresSchemaVersion(cb)).toBe(latestVersion(postgresMigrations));
+      await ca.run("INSERT INTO users (email, credits, created_at) VALUES ('a@example.com', 1, 0)");
+      expect(await ca.get("SELECT COUNT(*) AS n FROM users")).toEqual({ n: 1 });
+      expect(await cb.get("SELECT COUNT(*) AS n FROM users")).toEqual({ n: 0 });
+    } finally {
+      await a.stop();
+      await b.stop();
     }
   });
 });
