@@ -45,7 +45,7 @@ Commands:
   backup <file> [--force]                 consistent copy of the database, also while a server runs
   restore <file>                          put a backup in place (refused while a server runs)
   doctor [--timeout-ms N]                 check config, database, data directory and upstreams
-  migrate-store --to postgres://…         copy the SQLite database into an empty PostgreSQL one, then check it
+  migrate-store [--to postgres://…]       copy the SQLite database into an empty PostgreSQL one, then check it
 
 ${COMMON_HELP}`;
 

@@ -249,11 +249,11 @@ describe("a SQLite deployment copied into an empty PostgreSQL database", () => {
   });
 
   test(
-    "a second run against the now non-empty target is refused (exit 1) and changes nothing",
+    "a second run against the now non-empty target (named by ATELIER_DATABASE_URL this time) is refused (exit 1) and changes nothing",
     async () => {
       const target = pg.client();
       const before = await postgresRowCount(target, tables);
-      const r = await atelier(dataDir, "migrate-store", "--to", pg.url);
+      const r = await runAtelier(ATELIER_FROM_SOURCE, ["migrate-store", "--data", dataDir], { env: { ATELIER_DATABASE_URL: pg.url } });
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/the PostgreSQL database is not empty \(rows in [a-z_, ]*\busers\b/);
       expect(await postgresRowCount(target, tables)).toBe(before);
@@ -354,7 +354,7 @@ describe("refusals and failures leave the target without a row", () => {
     async () => {
       const missing = await atelier(dataDir, "migrate-store");
       expect(missing.code).toBe(2);
-      expect(missing.stderr).toContain("migrate-store needs --to postgres://");
+      expect(missing.stderr).toContain("migrate-store needs --to postgres://… (or [database] url, or ATELIER_DATABASE_URL)");
       const wrongScheme = await atelier(dataDir, "migrate-store", "--to", "mysql://root:pw@127.0.0.1/db");
       expect(wrongScheme.code).toBe(2);
       expect(wrongScheme.stderr).toContain("--to must be a postgres:// or postgresql:// URL");

@@ -12,7 +12,7 @@ import { CliError, COMMON_HELP, noPositionals, parseCommand, UsageError } from "
 import { runningServerPid } from "../serverLock";
 import { configWithoutUpstreamSecrets, type Io } from "../shared";
 
-const USAGE = `Usage: atelier migrate-store --to postgres://USER:PASSWORD@HOST:PORT/DATABASE
+const USAGE = `Usage: atelier migrate-store [--to postgres://USER:PASSWORD@HOST:PORT/DATABASE]
 
 Copies every table of data_dir/atelier.db into an empty PostgreSQL database, in one
 transaction (a failure leaves it empty), after migrating it to this binary's schema. Then
@@ -21,12 +21,14 @@ and makes the id sequences continue after the copied ids. Stop the server first;
 database is only read. Kept image files (data_dir/images) and webhook-secrets.key stay where
 they are: the instances that use the PostgreSQL database need them too.
 
-  --to URL   the PostgreSQL database (postgres:// or postgresql://); its password is never printed
+  --to URL   the PostgreSQL database (postgres:// or postgresql://); its password is never
+             printed. Default: the configured [database] url (or ATELIER_DATABASE_URL), which
+             keeps the password out of the command line
 
 ${COMMON_HELP}`;
 
 function targetUrl(raw: string | undefined): string {
-  if (!raw) throw new UsageError(`migrate-store needs --to postgres://…\n\n${USAGE}`);
+  if (!raw) throw new UsageError(`migrate-store needs --to postgres://… (or [database] url, or ATELIER_DATABASE_URL)\n\n${USAGE}`);
   let url: URL;
   try {
     url = new URL(raw);
@@ -53,8 +55,9 @@ export async function migrateStoreCommand(argv: string[], io: Io): Promise<numbe
   const { values, positionals } = parseCommand(argv, { to: { type: "string" } }, USAGE);
   if (values.help) return io.out(USAGE), 0;
   noPositionals("migrate-store", positionals, USAGE);
-  const url = targetUrl(values.to);
-  const dataDir = configWithoutUpstreamSecrets(values).server.data_dir;
+  const config = configWithoutUpstreamSecrets(values);
+  const url = targetUrl(values.to ?? config.database.url);
+  const dataDir = config.server.data_dir;
   const pid = runningServerPid(dataDir);
   if (pid !== undefined) throw new CliError(`a server (pid ${pid}) is running on ${dataDir}; stop it first, then copy`);
   const file = databasePath(dataDir);
