@@ -78,7 +78,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     let path: string | undefined;
     let response: Response;
     try {
-      meta.clientAddress = server.requestIP(request)?.address;
+      meta.clientAddress = () => server.requestIP(request)?.address;
       path = pathOf(request);
       const isApi = path.startsWith("/v1/");
       if (LONG_RUNNING.test(path)) server.timeout(request, 0);
@@ -86,7 +86,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
       guarded = guardBody(request, rules, services.budget);
       // An API request with a body proves who it is before we read (and buffer) any of it.
       if (isApi && meta.bodyUnread) authenticateApiRequest(guarded, services.auth);
-      await admitDeclaredBody(guarded, services.budget, rules.maxBytes, request.signal);
+      // The signal is read only if the body has to wait for the budget (reading it costs every request).
+      await admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
       response = await app.handle(guarded);
     } catch (e) {
       const err = apiErrorOf(e) ?? serverError();
@@ -100,8 +101,6 @@ export async function startServer(config: Config, logger: Logger, options: Start
     response.headers.set("x-request-id", meta.id);
     // The unread rest of a body would be taken for the next request on this connection.
     if (meta.bodyUnread) response.headers.set("connection", "close");
-    // @elysiajs/cors echoes a preflight's requested headers verbatim, "undefined" when it asked for none.
-    if (response.headers.get("access-control-allow-headers") === "undefined") response.headers.delete("access-control-allow-headers");
     services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
     if (serverConfig.log_requests) {
       const durationMs = performance.now() - meta.startedAt;

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { createLogger, prettyLine } from "../src/logger";
+import { createLogger, jsonLine, prettyLine } from "../src/logger";
 
 const capture = (format?: "json" | "pretty") => {
   const lines: string[] = [];
@@ -68,6 +68,26 @@ describe("batched standard output", () => {
     } finally {
       closeSync(fd);
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("json lines", () => {
+  test("are the same text as stringifying the spread object, for any fields", () => {
+    const ts = "2026-01-02T03:04:05.678Z";
+    const cases: Record<string, unknown>[] = [
+      {},
+      { request_id: "req_1", status: 200, duration_ms: 1.5, user_id: null, key_prefix: "sk-atl-ab", skipped: undefined },
+      { msg: "overridden", nested: { a: [1, "two", { three: true }] } },
+      { level: "error", ts: "then", "quote\"key": "line\nbreak \u2028 end" },
+      { only: undefined },
+    ];
+    for (const fields of cases) {
+      for (const msg of ["request", 'a "quoted"\nmessage']) {
+        const line = jsonLine(ts, "info", msg, fields);
+        expect(line).toBe(JSON.stringify({ ts, level: "info", msg, ...fields }));
+        expect(JSON.parse(line)).toEqual(JSON.parse(JSON.stringify({ ts, level: "info", msg, ...fields })));
+      }
     }
   });
 });

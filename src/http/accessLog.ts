@@ -39,12 +39,10 @@ export function accessLogFields(input: AccessLogInput, store: Pick<Store, "reque
     return fields; // a log line never fails a request
   }
   if (!row) return fields;
-  return {
-    ...fields,
-    model: row.model,
-    credits_charged: row.credits_charged,
-    credits_refunded: row.credits_refunded,
-    upstream: row.upstream_id === null ? null : row.account_id === null ? row.upstream_id : `${row.upstream_id}/${row.account_id}`,
-    outcome: row.status,
-  };
+  fields.model = row.model;
+  fields.credits_charged = row.credits_charged;
+  fields.credits_refunded = row.credits_refunded;
+  fields.upstream = row.upstream_id === null ? null : row.account_id === null ? row.upstream_id : `${row.upstream_id}/${row.account_id}`;
+  fields.outcome = row.status;
+  return fields;
 }

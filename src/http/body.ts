@@ -11,6 +11,7 @@ import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
+import { signalOf, type ClientSignal } from "../core/clientSignal";
 
 const serverBusy = () => tooManyRequests("The server is receiving too many large request bodies at once; retry shortly.", "server_busy", 1000);
 
@@ -56,12 +57,14 @@ export class BodyBudget {
   /**
    * Reserves n bytes for a declared body, waiting in order behind the bodies already waiting
    * until they fit, at most queueTimeoutMs (then 429 server_busy; at once for a body larger than
-   * the whole budget). A client that goes away while waiting leaves the queue.
+   * the whole budget). A client that goes away while waiting leaves the queue. `client` may be a
+   * getter (core/clientSignal): it is read only when the body has to wait, not on every request.
    */
-  async admit(request: Request, n: number, maxBytes = this.maxBodyBytes, signal?: AbortSignal): Promise<void> {
+  async admit(request: Request, n: number, maxBytes = this.maxBodyBytes, client?: ClientSignal): Promise<void> {
     if (metaOf(request).reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
     if (this.waiting.length === 0 && this.inflight + n <= this.maxInflightBytes) return this.take(request, n);
     if (n > this.maxInflightBytes || this.queueTimeoutMs === 0) throw serverBusy();
+    const signal = signalOf(client);
     await new Promise<void>((resolve, reject) => {
       const leave = (error: Error) => {
         const at = this.waiting.indexOf(waiter);
@@ -132,7 +135,7 @@ export interface BodyRules {
  * (and reserved whole otherwise, waiting for room in the budget), so Bun never has to answer
  * with its own empty 413.
  */
-export async function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number, signal?: AbortSignal): Promise<void> {
+export async function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number, signal?: ClientSignal): Promise<void> {
   const declared = request.headers.get("content-length");
   if (declared === null) return;
   const n = Number(declared);
@@ -347,8 +350,10 @@ export function acceptApiBody(auth: ApiAuthDeps, ...accepted: BodyKind[]) {
 /** acceptApiBody with the image data URLs of JSON bodies decoded as they stream in (see acceptBodyWithUploads). */
 export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null, ...accepted: BodyKind[]) {
   const parse = acceptBodyWithUploads(uploads, accepted);
-  return function parseApiBody(ctx: { request: Request }): Promise<unknown> {
-    authenticateApiRequest(ctx.request, auth);
-    return parse(ctx);
+  // Destructured, never passed on whole: Elysia infers from the hook's source what the context
+  // needs, and a context handed to another function makes every route parse cookies, query and headers.
+  return function parseApiBody({ request }: { request: Request }): Promise<unknown> {
+    authenticateApiRequest(request, auth);
+    return parse({ request });
   };
 }

@@ -20,6 +20,7 @@ import type { AccountPool } from "../engines/pool";
 import type { Store } from "../store";
 import { notFound, unauthorized } from "./errors";
 import { metaOf } from "./requestMeta";
+import { RequestMetrics } from "./requestMetrics";
 
 export interface MetricsSettings {
   /** The bearer token a scrape must send; without one, /metrics answers 404. */
@@ -42,8 +43,7 @@ const LEDGER_KINDS: LedgerRow["kind"][] = ["charge", "refund", "grant", "deduct"
 
 export class Metrics {
   readonly registry = new Registry();
-  private readonly requests: Counter<"route" | "method" | "status">;
-  private readonly duration: Histogram<"route" | "method">;
+  private readonly requests: RequestMetrics;
   private readonly imageSeconds: Histogram<"route" | "phase">;
   private readonly invariant: Gauge;
   private readonly credits: Counter<"kind">;
@@ -58,8 +58,7 @@ export class Metrics {
   ) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: "atelier_process_" });
-    this.requests = new Counter({ name: "atelier_http_requests_total", help: "HTTP requests answered, by route pattern, method and status.", labelNames: ["route", "method", "status"], registers });
-    this.duration = new Histogram({ name: "atelier_http_request_duration_seconds", help: "Time to answer an HTTP request, by route pattern.", labelNames: ["route", "method"], buckets: LATENCY_BUCKETS, registers });
+    this.requests = new RequestMetrics(this.registry, LATENCY_BUCKETS);
     this.imageSeconds = new Histogram({
       name: "atelier_image_phase_duration_seconds",
       help: "Charged image requests: time in the gate's queue, in generation, and upstream (the successful or last attempt).",
@@ -130,8 +129,7 @@ export class Metrics {
   }
 
   observeRequest(route: string, method: string, status: number, seconds: number): void {
-    this.requests.inc({ route, method, status: String(status) });
-    this.duration.observe({ route, method }, seconds);
+    this.requests.observe(route, method, status, seconds);
   }
 
   observeImage(t: ImageTimings): void {

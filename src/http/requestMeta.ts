@@ -13,8 +13,11 @@ export interface RequestMeta {
   userId?: number;
   /** Who the caller is, once authenticated: later steps of the same request reuse it. */
   principal?: Principal;
-  /** The peer address as the socket saw it (set by the server wrapper; absent under app.handle()). */
-  clientAddress?: string;
+  /**
+   * The peer address as the socket saw it, looked up on first use (set by the server wrapper;
+   * absent under app.handle()): only the sign-in and redemption forms need it, every request would pay.
+   */
+  clientAddress?: () => string | undefined;
   /** The URL's path, parsed once for the hooks that route on it (CORS, 405, logging). */
   path?: string;
   /** The route pattern Elysia matched (e.g. /v1/images/tasks/:id), for metrics labels; unset when none matched. */

@@ -34,7 +34,7 @@ export function formFields(body: unknown): Record<string, string> {
 
 /** The socket's peer address; never a client-supplied header, which would let a guesser rotate addresses. */
 export function clientAddress(request: Request): string {
-  return metaOf(request).clientAddress ?? "unknown";
+  return metaOf(request).clientAddress?.() ?? "unknown";
 }
 
 /** A page that only says what went wrong; `who` is the viewer, or (signed out) the request's language. */

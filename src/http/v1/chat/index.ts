@@ -33,9 +33,19 @@ function notAChatModel(model: CatalogModel, chatModels: string[]): ApiError {
 }
 
 /** The start of the last user message (a tool conversation may end with a tool's answer). */
-function historyPromptOf(messages: ChatMessage[]): string {
+export function historyPromptOf(messages: ChatMessage[]): string {
   const lastUser = messages.findLast((m) => m.role === "user")?.content ?? "";
-  return [...lastUser].slice(0, HISTORY_PROMPT_CHARS).join("");
+  // A string has at least as many UTF-16 units as characters: a short one is kept whole without splitting it.
+  if (lastUser.length <= HISTORY_PROMPT_CHARS) return lastUser;
+  let end = 0;
+  let chars = 0;
+  while (end < lastUser.length && chars < HISTORY_PROMPT_CHARS) {
+    const code = lastUser.charCodeAt(end);
+    // A high surrogate followed by a low one is one character (never cut between the two).
+    end += code >= 0xd800 && code <= 0xdbff && end + 1 < lastUser.length && (lastUser.charCodeAt(end + 1) & 0xfc00) === 0xdc00 ? 2 : 1;
+    chars++;
+  }
+  return lastUser.slice(0, end);
 }
 
 /** choices[0].message in OpenAI's shape: tool_calls only when the model made some. */
