@@ -245,7 +245,7 @@ const Redis = T.Object(
       T.String({
         pattern: "^rediss?://",
         description:
-          "redis:// or rediss:// address of a Redis server that holds the image and chat concurrency gates (slots and queue) for every instance sharing it (also ATELIER_REDIS_URL). Unset: each process keeps its own gate in memory.",
+          "redis:// or rediss:// address of a Redis server that holds the image and chat concurrency gates (slots and queue) and the upstream pools' in-flight counts, cooldowns and probes for every instance sharing it (also ATELIER_REDIS_URL). Unset: each process keeps them in memory.",
       }),
     ),
     key_prefix: T.String({ default: "atelier:", description: "Start of every key Atelier writes in Redis (several deployments can share one server)." }),

@@ -8,6 +8,7 @@ import { BackgroundWork } from "./core/background";
 import { LocalGate, type Gate, type GateLimits } from "./core/gate";
 import { RedisGate } from "./core/redisGate";
 import { RedisClient } from "bun";
+import { RedisPoolState } from "./engines/redisPoolState";
 import { ModelCatalog } from "./core/models";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
 import { BuiltinImageEngine } from "./engines/builtin/imageEngine";
@@ -214,7 +215,10 @@ export function createServices(deps: AppDeps): Services {
   };
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
-  const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger });
+  // With [redis] url every instance shares each account's in-flight count, rests and probes.
+  const keyPrefix = deps.config.redis.key_prefix;
+  const poolState = redis ? (upstreamId: string) => new RedisPoolState(redis, { keyPrefix: `${keyPrefix}pool:${upstreamId}:` }) : undefined;
+  const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger, ...(poolState ? { poolState } : {}) });
   const httpInFlight = { count: 0 };
   const metrics = new Metrics(
     { store: deps.store, gates: services.gates, pools: () => upstreams.list(), inFlight: () => httpInFlight.count },

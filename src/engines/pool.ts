@@ -20,6 +20,11 @@
  *   (engines redact what they build too; this also covers errors an attempt did not expect,
  *   and disabled reasons an older version stored).
  *
+ * - In-flight counts, rests, failure counts and probes live in a PoolState: this process's
+ *   memory by default, Redis with [redis] url (engines/redisPoolState.ts), so several instances
+ *   share them; the policy above stays here. A shared state that does not answer ends the
+ *   request with UpstreamUnavailable (503, refunded), never a hang.
+ *
  * No HTTP and no SQLite here: attempts are callbacks, persistence is a small interface.
  */
 import { SecretRedactor } from "./redact";
@@ -27,6 +32,7 @@ import type { UpstreamTrace } from "../core/engine";
 import type { AccountFailure, AccountHealth, AccountSnapshot, AttemptFailureKind, DisabledInfo, PoolStateStore } from "../core/store";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
 import type { Clock } from "../core/clock";
+import { LocalPoolState, type AccountLease, type PoolState, type SharedAccountState } from "./poolState";
 
 
 export interface PoolAccountConfig {
@@ -101,14 +107,9 @@ const SNAPSHOT_THROTTLE_MS = 500;
 /** Longest an account enabled by another process (`atelier upstreams enable`) stays unused. */
 const FLAGS_CHECK_MS = 100;
 
+/** What this process keeps about an account (the counts that instances share are in the PoolState). */
 interface AccountRuntime {
   cfg: PoolAccountConfig;
-  inFlight: number;
-  coolingUntil: number;
-  consecutiveFailures: number;
-  rateLimitStreak: number;
-  /** After a failure cooldown: admit one request, whose outcome decides. */
-  probeNeeded: boolean;
   recentFailures: AccountFailure[];
   disabled: DisabledInfo | null;
   /** Smooth weighted round robin counter, for ties. */
@@ -151,14 +152,10 @@ export class AccountPool {
     private readonly clock: Clock,
     private readonly logger?: PoolLogger,
     private readonly redactor: SecretRedactor = new SecretRedactor([]),
+    private readonly state: PoolState = new LocalPoolState(),
   ) {
     this.accounts = accounts.map((cfg) => ({
       cfg,
-      inFlight: 0,
-      coolingUntil: 0,
-      consecutiveFailures: 0,
-      rateLimitStreak: 0,
-      probeNeeded: false,
       recentFailures: [],
       disabled: null,
       wrr: 0,
@@ -194,6 +191,7 @@ export class AccountPool {
     while (attempts < this.settings.maxAttempts) {
       if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
       let account: AccountRuntime | null = null;
+      let lease: AccountLease | null = null;
       // Wait for capacity, first come first served: only the request at the head of the wait
       // queue picks (re-reading the disabled flags and cooldowns), the others just wait.
       const ticket = {};
@@ -210,12 +208,32 @@ export class AccountPool {
             if (usable.length === 0) {
               fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
             }
-            account = this.pick(now, tried);
-            if (account) break;
-            if (usable.every((a) => a.coolingUntil > now)) {
+            let view: Map<string, SharedAccountState>;
+            try {
+              view = await this.state.read(this.accountIds, now);
+            } catch (e) {
+              fail(this.stateUnavailable(e));
+            }
+            now = this.clock();
+            const chosen = this.pick(now, tried, view!);
+            if (chosen) {
+              try {
+                lease = await this.state.take(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
+              } catch (e) {
+                fail(this.stateUnavailable(e));
+              }
+              if (lease) {
+                account = chosen;
+                break;
+              }
+              // Taken meanwhile (by a request of this or another instance): look again.
+              if (this.clock() < until) continue;
+            }
+            const coolingUntil = (a: AccountRuntime) => view!.get(a.cfg.id)?.coolingUntil ?? 0;
+            if (usable.every((a) => coolingUntil(a) > now)) {
               // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
               if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
-              const earliest = Math.min(...usable.map((a) => a.coolingUntil));
+              const earliest = Math.min(...usable.map(coolingUntil));
               fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
             }
           }
@@ -232,12 +250,11 @@ export class AccountPool {
         if (at >= 0) this.queue.splice(at, 1);
         if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
       }
-      if (!account) break;
+      if (!account || !lease) break;
 
       attempts++;
       account.attempts++;
       tried.add(account.cfg.id);
-      account.inFlight++;
       this.changed();
       const attemptStart = this.clock();
       const attemptDeadline = Math.min(deadline, attemptStart + this.settings.attemptTimeoutMs);
@@ -255,7 +272,7 @@ export class AccountPool {
       try {
         const value = await attempt({ account: account.cfg, signal: attemptAbort.signal, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
-        this.recordSuccess(account);
+        await this.recordSuccess(account);
         return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
       } catch (e) {
         latencyMs = this.clock() - attemptStart;
@@ -269,7 +286,7 @@ export class AccountPool {
         );
         last = { account: account.cfg.id, failure };
         account.failures.set(failure.kind, (account.failures.get(failure.kind) ?? 0) + 1);
-        this.recordFailure(account, failure);
+        await this.recordFailure(account, failure);
         if (failure.kind === "auth" && account.disabled) await this.storeDisabled(account, account.disabled);
         if (failure.kind === "rejected") fail(new UpstreamRejected(failure.message), account.cfg.id);
         if (failure.final) fail(this.finalError(failure), account.cfg.id);
@@ -277,11 +294,22 @@ export class AccountPool {
       } finally {
         clearTimeout(timer);
         signal?.removeEventListener("abort", onRequestAbort);
-        account.inFlight--;
+        this.state.release(lease);
         this.changed();
       }
     }
     return fail(last ? this.finalError(last.failure) : new UpstreamFailed("no attempt was made"));
+  }
+
+  private get accountIds(): string[] {
+    return this.accounts.map((a) => a.cfg.id);
+  }
+
+  /** The shared state (Redis) did not answer: the request ends cleanly, refunded by the flow. */
+  private stateUnavailable(e: unknown): EngineError {
+    const why = e instanceof Error ? e.message : String(e);
+    this.logger?.warn("upstream pool state unavailable", { upstream: this.upstreamId, error: this.redactor.message(why, FAILURE_MESSAGE_CHARS) });
+    return new UpstreamUnavailable(`the shared state of upstream '${this.upstreamId}' is unavailable: ${why}`);
   }
 
   /** The failure with its message redacted (the same object when there was nothing to remove). */
@@ -296,8 +324,9 @@ export class AccountPool {
     if (f.kind === "rate_limited") {
       const now = this.clock();
       // The earliest recovery among resting accounts; if one is not resting, try again soon.
-      const resting = this.accounts.filter((a) => !a.disabled && a.coolingUntil > now);
-      const earliest = resting.length === this.accounts.filter((a) => !a.disabled).length && resting.length > 0 ? Math.min(...resting.map((a) => a.coolingUntil)) : now + RATE_LIMIT_BASE_MS;
+      const until = (a: AccountRuntime) => this.state.known(a.cfg.id).coolingUntil;
+      const resting = this.accounts.filter((a) => !a.disabled && until(a) > now);
+      const earliest = resting.length === this.accounts.filter((a) => !a.disabled).length && resting.length > 0 ? Math.min(...resting.map(until)) : now + RATE_LIMIT_BASE_MS;
       return new UpstreamRateLimited(`upstream '${this.upstreamId}': ${f.message}`, Math.max(1, earliest - now));
     }
     if (f.kind === "auth" && this.accounts.every((a) => a.disabled)) {
@@ -306,18 +335,19 @@ export class AccountPool {
     return new UpstreamFailed(`upstream '${this.upstreamId}': ${f.message}`);
   }
 
-  private capacity(a: AccountRuntime, now: number): number {
-    if (a.disabled || a.coolingUntil > now) return 0;
-    return a.probeNeeded ? 1 : a.cfg.maxConcurrency;
+  private capacity(a: AccountRuntime, s: SharedAccountState, now: number): number {
+    if (a.disabled || s.coolingUntil > now) return 0;
+    return s.probeNeeded ? 1 : a.cfg.maxConcurrency;
   }
 
   /** Least loaded by weight, untried accounts first, weighted round robin between equals. */
-  private pick(now: number, tried: Set<string>): AccountRuntime | null {
-    const free = this.accounts.filter((a) => a.inFlight < this.capacity(a, now));
+  private pick(now: number, tried: Set<string>, view: Map<string, SharedAccountState>): AccountRuntime | null {
+    const stateOf = (a: AccountRuntime) => view.get(a.cfg.id) ?? this.state.known(a.cfg.id);
+    const free = this.accounts.filter((a) => stateOf(a).inFlight < this.capacity(a, stateOf(a), now));
     if (free.length === 0) return null;
     const untried = free.filter((a) => !tried.has(a.cfg.id));
     const pool = untried.length > 0 ? untried : free;
-    const load = (a: AccountRuntime) => a.inFlight / a.cfg.weight;
+    const load = (a: AccountRuntime) => stateOf(a).inFlight / a.cfg.weight;
     const best = Math.min(...pool.map(load));
     const ties = pool.filter((a) => load(a) === best);
     const total = ties.reduce((s, a) => s + a.cfg.weight, 0);
@@ -330,14 +360,20 @@ export class AccountPool {
     return chosen;
   }
 
-  private recordSuccess(a: AccountRuntime): void {
-    if (a.probeNeeded) this.logger?.info("upstream account healthy again", { upstream: this.upstreamId, account: a.cfg.id });
-    a.consecutiveFailures = 0;
-    a.rateLimitStreak = 0;
-    a.probeNeeded = false;
+  /** Clears the account's failure counts (only when there are any: a healthy account costs no write). */
+  private async recordSuccess(a: AccountRuntime): Promise<void> {
+    const before = this.state.known(a.cfg.id);
+    if (before.consecutiveFailures === 0 && before.rateLimitStreak === 0 && !before.probeNeeded) return;
+    try {
+      await this.state.succeeded(a.cfg.id);
+    } catch (e) {
+      this.stateUnavailable(e); // logged; the answer stands
+      return;
+    }
+    if (before.probeNeeded) this.logger?.info("upstream account healthy again", { upstream: this.upstreamId, account: a.cfg.id });
   }
 
-  private recordFailure(a: AccountRuntime, f: AttemptFailure): void {
+  private async recordFailure(a: AccountRuntime, f: AttemptFailure): Promise<void> {
     const now = this.clock();
     if (f.kind === "rejected") return; // the request was at fault, not the account
     const message = this.redactor.message(f.message, FAILURE_MESSAGE_CHARS);
@@ -350,23 +386,26 @@ export class AccountPool {
       this.logger?.warn("upstream account disabled until an admin re-enables it", fields);
       return;
     }
-    if (f.kind === "rate_limited") {
-      a.rateLimitStreak++;
-      const backoff = Math.min(RATE_LIMIT_BASE_MS * 2 ** (a.rateLimitStreak - 1), this.settings.rateLimitCooldownMaxMs);
-      const ms = f.retryAfterMs !== undefined ? f.retryAfterMs : backoff;
-      a.coolingUntil = Math.max(a.coolingUntil, now + ms);
-      this.logger?.warn("upstream account rate limited; cooling down", { ...fields, cooling_ms: ms });
-      return;
-    }
-    a.consecutiveFailures++;
-    if (a.probeNeeded || a.consecutiveFailures >= this.settings.failureThreshold) {
-      const over = Math.max(0, a.consecutiveFailures - this.settings.failureThreshold);
-      const ms = Math.min(this.settings.failureCooldownMs * 2 ** over, this.settings.failureCooldownMaxMs);
-      a.coolingUntil = Math.max(a.coolingUntil, now + ms);
-      a.probeNeeded = true;
-      this.logger?.warn("upstream account failing; cooling down before a probe", { ...fields, consecutive_failures: a.consecutiveFailures, cooling_ms: ms });
-    } else {
-      this.logger?.warn("upstream attempt failed", fields);
+    try {
+      if (f.kind === "rate_limited") {
+        const { count: streak } = await this.state.failed(a.cfg.id, "rate_limited");
+        const backoff = Math.min(RATE_LIMIT_BASE_MS * 2 ** (streak - 1), this.settings.rateLimitCooldownMaxMs);
+        const ms = f.retryAfterMs !== undefined ? f.retryAfterMs : backoff;
+        await this.state.coolDown(a.cfg.id, ms, false, now);
+        this.logger?.warn("upstream account rate limited; cooling down", { ...fields, cooling_ms: ms });
+        return;
+      }
+      const { count, probeNeeded } = await this.state.failed(a.cfg.id, "failed");
+      if (probeNeeded || count >= this.settings.failureThreshold) {
+        const over = Math.max(0, count - this.settings.failureThreshold);
+        const ms = Math.min(this.settings.failureCooldownMs * 2 ** over, this.settings.failureCooldownMaxMs);
+        await this.state.coolDown(a.cfg.id, ms, true, now);
+        this.logger?.warn("upstream account failing; cooling down before a probe", { ...fields, consecutive_failures: count, cooling_ms: ms });
+      } else {
+        this.logger?.warn("upstream attempt failed", fields);
+      }
+    } catch (e) {
+      this.stateUnavailable(e); // logged; the request goes on with what it has
     }
   }
 
@@ -419,10 +458,7 @@ export class AccountPool {
       const row = rows.get(a.cfg.id) ?? null;
       if (a.disabled && !row) {
         // Re-enabled by an admin: start fresh.
-        a.consecutiveFailures = 0;
-        a.rateLimitStreak = 0;
-        a.probeNeeded = false;
-        a.coolingUntil = 0;
+        await this.state.reset(a.cfg.id).catch((e) => this.stateUnavailable(e));
         this.logger?.info("upstream account re-enabled", { upstream: this.upstreamId, account: a.cfg.id });
       }
       a.disabled = row && { ...row, reason: this.redactor.message(row.reason, FAILURE_MESSAGE_CHARS) };
@@ -437,9 +473,11 @@ export class AccountPool {
         signal?.removeEventListener("abort", done);
         resolve();
       };
-      // Also wake when a cooldown ends, since that frees capacity without a release.
+      // Also wake when a cooldown ends, since that frees capacity without a release, and, with a
+      // shared state, every pollMs (another instance's release is not signalled here).
       const now = this.clock();
-      const nextRecovery = Math.min(...this.accounts.filter((a) => a.coolingUntil > now).map((a) => a.coolingUntil - now));
+      const rests = this.accounts.map((a) => this.state.known(a.cfg.id).coolingUntil).filter((t) => t > now);
+      const nextRecovery = Math.min(...rests.map((t) => t - now), this.state.pollMs ?? Infinity);
       const timer = setTimeout(done, Math.max(1, Math.min(ms, nextRecovery)));
       this.waiters.add(done);
       signal?.addEventListener("abort", done, { once: true });
@@ -475,26 +513,27 @@ export class AccountPool {
   }
 
   /** Re-reads the disabled flags from the store (an admin may have changed them). */
-  refresh(): Promise<void> {
-    return this.refreshDisabled();
+  async refresh(): Promise<void> {
+    await Promise.all([this.refreshDisabled(), this.state.read(this.accountIds, this.clock()).catch(() => undefined)]);
   }
 
   snapshot(): AccountSnapshot[] {
     const now = this.clock();
     return this.accounts.map((a) => {
-      const cooling = a.coolingUntil > now;
-      const state: AccountHealth = a.disabled ? "disabled" : cooling ? "cooling" : a.probeNeeded ? "probing" : "healthy";
+      const s = this.state.known(a.cfg.id);
+      const cooling = s.coolingUntil > now;
+      const state: AccountHealth = a.disabled ? "disabled" : cooling ? "cooling" : s.probeNeeded ? "probing" : "healthy";
       return {
         upstreamId: this.upstreamId,
         accountId: a.cfg.id,
         weight: a.cfg.weight,
         capacity: a.cfg.maxConcurrency,
-        inFlight: a.inFlight,
+        inFlight: s.inFlight,
         state,
-        coolingUntil: cooling ? a.coolingUntil : null,
+        coolingUntil: cooling ? s.coolingUntil : null,
         disabledReason: a.disabled?.reason ?? null,
         disabledAt: a.disabled?.at ?? null,
-        consecutiveFailures: a.consecutiveFailures,
+        consecutiveFailures: s.consecutiveFailures,
         recentFailures: [...a.recentFailures],
       };
     });
@@ -511,6 +550,7 @@ export class AccountPool {
     this.closed = true;
     if (this.snapshotTimer) clearTimeout(this.snapshotTimer);
     this.snapshotTimer = null;
+    this.state.close();
     // So `atelier upstreams` shows the state at the stop, not mid-request.
     try {
       await this.store.saveSnapshot(this.upstreamId, this.snapshot(), this.clock());

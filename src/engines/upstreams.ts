@@ -16,6 +16,7 @@ import { ReplicateTranslator } from "./replicate";
 import { BflTranslator } from "./bfl";
 import { GeminiEngine } from "./gemini";
 import type { Clock } from "../core/clock";
+import { LocalPoolState, type PoolState } from "./poolState";
 
 /** The pools by upstream id, for the admin route and for a graceful stop. */
 export class UpstreamPools {
@@ -42,6 +43,7 @@ export function poolFor(
   clock: Clock,
   logger?: PoolLogger,
   redactor: SecretRedactor = SecretRedactor.forUpstreams(config.upstreams),
+  state: PoolState = new LocalPoolState(),
 ): AccountPool {
   return new AccountPool(
     upstream.id,
@@ -60,13 +62,20 @@ export function poolFor(
     clock,
     logger,
     redactor,
+    state,
   );
 }
 
 export function registerUpstreamEngines(
   config: Config,
   registry: EngineRegistry,
-  deps: { store: PoolStateStore; clock: Clock; logger?: PoolLogger; /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number; /** comfyui history polling (tests shorten it). */ comfyPollMs?: number; /** fal/replicate/bfl: the first status poll (tests shorten it). */ queuePollMs?: number },
+  deps: {
+    store: PoolStateStore;
+    clock: Clock;
+    logger?: PoolLogger;
+    /** Where each pool keeps its in-flight counts and rests: memory by default, Redis with [redis] url (services.ts). */
+    poolState?: (upstreamId: string) => PoolState;
+    /** sdwebui progress polling (tests shorten it). */ progressPollMs?: number; /** comfyui history polling (tests shorten it). */ comfyPollMs?: number; /** fal/replicate/bfl: the first status poll (tests shorten it). */ queuePollMs?: number },
 ): UpstreamPools {
   const pools = new Map<string, AccountPool>();
   // Every account secret of every upstream: no upstream's text may leak any of them.
@@ -75,7 +84,7 @@ export function registerUpstreamEngines(
     for (const a of upstream.accounts) {
       if (sendsOnlyApiKey(a)) deps.logger?.warn("upstream account sets api_key and username/password; only the api_key is sent", { upstream: upstream.id, account: a.id });
     }
-    const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger, redactor);
+    const pool = poolFor(upstream, config, deps.store, deps.clock, deps.logger, redactor, deps.poolState?.(upstream.id));
     pools.set(upstream.id, pool);
     // One case per engine kind (config.ts Upstream.kind lists them).
     switch (upstream.kind) {

@@ -9,6 +9,12 @@ export interface TestRedis {
   url: string;
   port: number;
   client(): RedisClient;
+  /** Freezes the server (SIGSTOP): connections stay open and nothing answers, the worst case for a hang. */
+  pause(): void;
+  /** Lets a paused server answer again (SIGCONT). */
+  resume(): void;
+  /** Kills the server and starts a fresh one (empty) on the same port: clients must reconnect. */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -23,15 +29,15 @@ async function freePort(): Promise<number> {
   });
 }
 
-export async function startRedis(): Promise<TestRedis> {
-  const port = await freePort();
-  const proc = Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"], {
+function spawnRedis(port: number) {
+  return Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"], {
     stdout: "ignore",
     stderr: "inherit",
   });
-  const url = `redis://127.0.0.1:${port}`;
-  const clients: RedisClient[] = [];
-  // Ready when it answers PING (bounded: 100 tries, 50 ms apart).
+}
+
+/** Ready when it answers PING (bounded: 100 tries, 50 ms apart). */
+async function untilAnswering(url: string, port: number): Promise<void> {
   for (let i = 0; ; i++) {
     const probe = new RedisClient(url, { connectionTimeout: 500, autoReconnect: false });
     try {
@@ -43,9 +49,29 @@ export async function startRedis(): Promise<TestRedis> {
       probe.close();
     }
   }
+}
+
+export async function startRedis(): Promise<TestRedis> {
+  const port = await freePort();
+  let proc = spawnRedis(port);
+  const url = `redis://127.0.0.1:${port}`;
+  const clients: RedisClient[] = [];
+  await untilAnswering(url, port);
   return {
     url,
     port,
+    pause() {
+      proc.kill("SIGSTOP");
+    },
+    resume() {
+      proc.kill("SIGCONT");
+    },
+    async restart() {
+      proc.kill("SIGKILL");
+      await proc.exited;
+      proc = spawnRedis(port);
+      await untilAnswering(url, port);
+    },
     client() {
       const c = new RedisClient(url, { connectionTimeout: 1000 });
       clients.push(c);
@@ -53,6 +79,7 @@ export async function startRedis(): Promise<TestRedis> {
     },
     async stop() {
       for (const c of clients) c.close();
+      proc.kill("SIGCONT");
       proc.kill();
       await proc.exited;
     },
