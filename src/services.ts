@@ -157,9 +157,16 @@ function createImageArchive(deps: AppDeps, blobs: ImageBlobStore, clock: Clock):
 const THUMBNAIL_CACHE_BYTES = 32 * 1024 * 1024;
 
 /** The key that signs image links: made on first use and kept in the database, so restarts and other processes agree. */
-function imageLinkKey(store: Store, clock: Clock): () => Uint8Array {
-  let key: Uint8Array | undefined;
-  return () => (key ??= store.secrets.getOrCreate("image_links", clock()));
+function imageLinkKey(store: Store, clock: Clock): () => Promise<Uint8Array> {
+  let key: Promise<Uint8Array> | undefined;
+  return () => {
+    // A failed read is not kept: the next link asks the database again.
+    key ??= store.secrets.getOrCreate("image_links", clock()).catch((e: unknown) => {
+      key = undefined;
+      throw e;
+    });
+    return key;
+  };
 }
 
 /** Webhooks from [webhooks]: secrets sealed under the configured key or data_dir/webhook-secrets.key. */

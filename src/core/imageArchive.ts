@@ -61,20 +61,20 @@ export class ImageStorageUnavailable extends Error {
 
 /** The rows (implemented in store/images.ts). */
 export interface ImageRecords {
-  insert(row: ArchivedImage): void;
-  get(id: string): ArchivedImage | null;
+  insert(row: ArchivedImage): Promise<void>;
+  get(id: string): Promise<ArchivedImage | null>;
   /** Expires (expires_at = now) the oldest unexpired images until the unexpired total is at most maxBytes; returns how many. */
-  expireOverBudget(maxBytes: number, now: number): number;
+  expireOverBudget(maxBytes: number, now: number): Promise<number>;
   /** Up to `limit` images expired at `now`, oldest first. */
-  expired(now: number, limit: number): ArchivedImage[];
+  expired(now: number, limit: number): Promise<ArchivedImage[]>;
   /** Deletes the rows in one transaction; returns the content addresses (sha256 and mime) no row references any more. */
-  remove(ids: string[]): { sha256: string; mime: ImageMime }[];
+  remove(ids: string[]): Promise<{ sha256: string; mime: ImageMime }[]>;
   /** Whether any row references these bytes. */
-  referenced(sha256: string): boolean;
+  referenced(sha256: string): Promise<boolean>;
   /** The distinct contents, by sha256, after `after`, `limit` at a time. */
-  contents(after: string, limit: number): { sha256: string; mime: ImageMime }[];
+  contents(after: string, limit: number): Promise<{ sha256: string; mime: ImageMime }[]>;
   /** Deletes every row of these bytes (their file is lost); returns how many. */
-  removeContent(sha256: string): number;
+  removeContent(sha256: string): Promise<number>;
 }
 
 /** What the image flow needs: keep one image. */
@@ -151,16 +151,16 @@ export class ImageArchive implements ImageKeeper {
         createdAt: now,
         expiresAt: settings.retentionDays > 0 ? now + settings.retentionDays * 86_400_000 : null,
       };
-      records.insert(row);
+      await records.insert(row);
       // Over budget, the oldest expire at once (their links stop working); the sweep deletes them.
-      if (settings.maxBytes > 0) records.expireOverBudget(settings.maxBytes, now);
+      if (settings.maxBytes > 0) await records.expireOverBudget(settings.maxBytes, now);
       return row;
     });
   }
 
   /** The image and its bytes, or null when it does not exist, has expired or its file is gone. */
   async open(id: string): Promise<{ image: ArchivedImage; bytes: Uint8Array } | null> {
-    const image = this.deps.records.get(id);
+    const image = await this.deps.records.get(id);
     if (!image || (image.expiresAt !== null && image.expiresAt <= this.deps.clock())) return null;
     const bytes = await this.deps.blobs.read(blobKey(image.sha256, image.mime));
     return bytes ? { image, bytes } : null;
@@ -172,9 +172,9 @@ export class ImageArchive implements ImageKeeper {
    * the image does not exist or is not theirs.
    */
   async deleteForUser(id: string, userId: number): Promise<boolean> {
-    const image = this.deps.records.get(id);
+    const image = await this.deps.records.get(id);
     if (!image || image.userId !== userId) return false;
-    const unreferenced = this.deps.records.remove([id]);
+    const unreferenced = await this.deps.records.remove([id]);
     for (const c of unreferenced) await this.removeIfUnreferenced(c.sha256, c.mime);
     return true;
   }
@@ -189,13 +189,13 @@ export class ImageArchive implements ImageKeeper {
     const { records, blobs, clock, settings, logger } = this.deps;
     const report: SweepReport = { expired: 0, orphanFiles: 0, orphanRows: 0 };
     const now = clock();
-    if (settings.maxBytes > 0) records.expireOverBudget(settings.maxBytes, now);
+    if (settings.maxBytes > 0) await records.expireOverBudget(settings.maxBytes, now);
 
     // Expired rows, then the files they alone referenced.
     for (;;) {
-      const batch = records.expired(now, BATCH);
+      const batch = await records.expired(now, BATCH);
       if (batch.length === 0) break;
-      const unreferenced = records.remove(batch.map((r) => r.id));
+      const unreferenced = await records.remove(batch.map((r) => r.id));
       report.expired += batch.length;
       for (const c of unreferenced) await this.removeIfUnreferenced(c.sha256, c.mime);
       if (batch.length < BATCH) break;
@@ -211,7 +211,7 @@ export class ImageArchive implements ImageKeeper {
     // Repair: rows whose file is gone (lost outside us): their links could only fail.
     let after = "";
     for (;;) {
-      const page = records.contents(after, BATCH);
+      const page = await records.contents(after, BATCH);
       for (const c of page) {
         const lost = await this.locked(c.sha256, async () => ((await blobs.exists(blobKey(c.sha256, c.mime))) ? 0 : records.removeContent(c.sha256)));
         report.orphanRows += lost;
@@ -225,7 +225,7 @@ export class ImageArchive implements ImageKeeper {
 
   private removeIfUnreferenced(sha256: string, mime: ImageMime): Promise<boolean> {
     return this.locked(sha256, async () => {
-      if (this.deps.records.referenced(sha256)) return false;
+      if (await this.deps.records.referenced(sha256)) return false;
       await this.deps.blobs.remove(blobKey(sha256, mime));
       return true;
     });

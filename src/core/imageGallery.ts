@@ -21,14 +21,14 @@ export interface ImageUsage {
 /** Read queries over the archive's rows (implemented in store/images.ts). */
 export interface ImageListing {
   /** The user's unexpired images, newest first. */
-  listForUser(userId: number, now: number, limit: number, offset: number): GalleryImage[];
-  countForUser(userId: number, now: number): number;
+  listForUser(userId: number, now: number, limit: number, offset: number): Promise<GalleryImage[]>;
+  countForUser(userId: number, now: number): Promise<number>;
   /** One of the user's unexpired images, or null (another user's image is null too). */
-  getForUser(id: string, userId: number, now: number): GalleryImage | null;
+  getForUser(id: string, userId: number, now: number): Promise<GalleryImage | null>;
   /** request id → the (first) unexpired image it made, for these requests of this user. */
-  imageIdsForRequests(userId: number, requestIds: string[], now: number): Map<string, string>;
+  imageIdsForRequests(userId: number, requestIds: string[], now: number): Promise<Map<string, string>>;
   /** Rows kept per user (expired rows not yet swept included: they still take space). */
-  usageByUser(): Map<number, ImageUsage>;
+  usageByUser(): Promise<Map<number, ImageUsage>>;
 }
 
 /** "1.2 MB": decimal units, one decimal from kB up. */

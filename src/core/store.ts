@@ -279,7 +279,7 @@ export interface FlowStore {
    * while another process holds the write lock; DatabaseBusyError after maxWaitMs (Infinity
    * retries until it lands).
    */
-  whenWritable<T>(write: () => T, opts: { maxWaitMs: number }): Promise<T>;
+  whenWritable<T>(write: () => T | Promise<T>, opts: { maxWaitMs: number }): Promise<T>;
 }
 
 /** What accounts (users and API keys) need from storage. */

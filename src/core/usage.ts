@@ -105,11 +105,11 @@ export function totalsOf(rows: UsageCounts[]): UsageCounts {
 
 /** What the usage report needs from storage. */
 export interface UsageSource {
-  usage(userId: number, range: UsageRange, groupBy: UsageGroup): UsageRow[];
+  usage(userId: number, range: UsageRange, groupBy: UsageGroup): Promise<UsageRow[]>;
 }
 
 /** The report: grouped rows (every day for group_by=day) and their totals. */
-export function usageReport(source: UsageSource, userId: number, range: UsageRange, groupBy: UsageGroup): { rows: UsageRow[]; totals: UsageCounts } {
-  const rows = source.usage(userId, range, groupBy);
+export async function usageReport(source: UsageSource, userId: number, range: UsageRange, groupBy: UsageGroup): Promise<{ rows: UsageRow[]; totals: UsageCounts }> {
+  const rows = await source.usage(userId, range, groupBy);
   return { rows: groupBy === "day" ? fillDays(range, rows) : rows, totals: totalsOf(rows) };
 }

@@ -95,6 +95,8 @@ export class WebhookDispatcher implements TaskEventSink {
   readonly endpoints: WebhookEndpoints;
   private readonly policy: WebhookUrlPolicy;
   private readonly inflight = new Set<Promise<void>>();
+  /** Events being written (the endpoint read, then the insert); idle() and stop() wait for them too. */
+  private readonly recording = new Set<Promise<void>>();
   private running = false;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private lastPrune = 0;
@@ -106,41 +108,47 @@ export class WebhookDispatcher implements TaskEventSink {
 
   // ---- recording events ------------------------------------------------------------------
 
-  taskFinished(event: TaskEvent): void {
-    try {
-      const now = this.deps.clock();
-      const body = eventBody(event.type, now, webhookTask(event.task));
-      const base = { eventId: taskEventId(event.type, event.task.id), userId: event.userId, eventType: event.type, payload: body };
-      const deliveries: NewDelivery[] = [];
-      const endpointUrl = this.deps.records.endpoint(event.userId)?.url ?? null;
-      if (endpointUrl !== null) deliveries.push({ ...base, source: "endpoint", url: endpointUrl });
-      if (event.webhookUrl !== undefined && event.webhookUrl !== endpointUrl) {
-        const syntax = webhookUrlSyntax(event.webhookUrl);
-        if (syntax.url) deliveries.push({ ...base, source: "request", url: syntax.url.href });
-        else this.deps.logger.warn("task webhook_url not usable", { task_id: event.task.id, problem: syntax.problem });
-      }
-      if (deliveries.length > 0) this.record(deliveries, now, event.task.id);
-    } catch (e) {
-      this.deps.logger.error("task webhook not recorded", { task_id: event.task?.id, error: String(e) });
-    }
+  /**
+   * Records the event's deliveries (the task has finished either way): never rejects, errors are
+   * logged. The task runner does not wait for it; stop() and idle() do.
+   */
+  taskFinished(event: TaskEvent): Promise<void> {
+    const work: Promise<void> = this.recordTaskEvent(event)
+      .catch((e) => this.deps.logger.error("task webhook not recorded", { task_id: event.task?.id ?? null, error: String(e) }))
+      .finally(() => this.recording.delete(work));
+    this.recording.add(work);
+    return work;
   }
 
-  /** A `webhook.test` event to the user's endpoint; the reason when there is none. */
-  sendTestEvent(userId: number): string | null {
-    const url = this.deps.records.endpoint(userId)?.url ?? null;
+  private async recordTaskEvent(event: TaskEvent): Promise<void> {
+    const now = this.deps.clock();
+    const body = eventBody(event.type, now, webhookTask(event.task));
+    const base = { eventId: taskEventId(event.type, event.task.id), userId: event.userId, eventType: event.type, payload: body };
+    const deliveries: NewDelivery[] = [];
+    const endpointUrl = (await this.deps.records.endpoint(event.userId))?.url ?? null;
+    if (endpointUrl !== null) deliveries.push({ ...base, source: "endpoint", url: endpointUrl });
+    if (event.webhookUrl !== undefined && event.webhookUrl !== endpointUrl) {
+      const syntax = webhookUrlSyntax(event.webhookUrl);
+      if (syntax.url) deliveries.push({ ...base, source: "request", url: syntax.url.href });
+      else this.deps.logger.warn("task webhook_url not usable", { task_id: event.task.id, problem: syntax.problem });
+    }
+    if (deliveries.length > 0) await this.record(deliveries, now);
+  }
+
+  /** A `webhook.test` event to the user's endpoint, recorded; the reason when there is none. */
+  async sendTestEvent(userId: number): Promise<string | null> {
+    const url = (await this.deps.records.endpoint(userId))?.url ?? null;
     if (url === null) return "Set an endpoint URL first.";
     const now = this.deps.clock();
     const payload = eventBody(TEST_EVENT_TYPE, now, { message: "A test event from the Atelier workbench." });
-    this.record([{ eventId: newId("msg_"), userId, eventType: TEST_EVENT_TYPE, source: "test", url, payload }], now);
+    await this.record([{ eventId: newId("msg_"), userId, eventType: TEST_EVENT_TYPE, source: "test", url, payload }], now);
     return null;
   }
 
-  private record(deliveries: NewDelivery[], now: number, taskId?: string): void {
-    // The first try runs now, synchronously; only a locked database makes it wait (and retry).
-    this.deps
-      .whenWritable(() => this.deps.records.enqueue(deliveries, now), { maxWaitMs: Infinity })
-      .then(() => this.wake())
-      .catch((e) => this.deps.logger.error("task webhook not recorded", { task_id: taskId ?? null, error: String(e) }));
+  private async record(deliveries: NewDelivery[], now: number): Promise<void> {
+    // Only a locked database makes it wait (and retry).
+    await this.deps.whenWritable(() => this.deps.records.enqueue(deliveries, now), { maxWaitMs: Infinity });
+    this.wake();
   }
 
   /**
@@ -151,7 +159,7 @@ export class WebhookDispatcher implements TaskEventSink {
   async checkWebhookUrl(url: string, userId: number): Promise<string | null> {
     const syntax = webhookUrlSyntax(url);
     if (!syntax.url) return syntax.problem;
-    if (!this.endpoints.hasSecret(userId)) return "A webhook_url needs a signing secret to sign with: create one on the workbench's Webhooks page first.";
+    if (!(await this.endpoints.hasSecret(userId))) return "A webhook_url needs a signing secret to sign with: create one on the workbench's Webhooks page first.";
     const check = await checkWebhookTarget(url, this.policy);
     return check.refused ?? null;
   }
@@ -170,7 +178,7 @@ export class WebhookDispatcher implements TaskEventSink {
     this.running = false;
     clearTimeout(this.timer);
     this.timer = undefined;
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    await this.idle();
   }
 
   /** Looks for due deliveries now (after an event is recorded). */
@@ -187,19 +195,19 @@ export class WebhookDispatcher implements TaskEventSink {
   private tick(): void {
     this.timer = undefined;
     if (!this.running) return;
-    void this.claimAndDeliver().then((started) => {
+    void this.claimAndDeliver().then(async (started) => {
       const { concurrency, pollIntervalMs } = this.deps.settings;
       // Full: a finished attempt wakes the worker. Some started: look again at once for more.
       if (this.inflight.size >= concurrency) this.schedule(pollIntervalMs);
-      else this.schedule(started > 0 ? 0 : this.untilNextLook());
+      else this.schedule(started > 0 ? 0 : await this.untilNextLook());
     });
   }
 
   /** Until the earliest pending delivery is due, within [MIN_LOOK_MS, pollIntervalMs]. */
-  private untilNextLook(): number {
+  private async untilNextLook(): Promise<number> {
     const { pollIntervalMs } = this.deps.settings;
     try {
-      const due = this.deps.records.nextDue();
+      const due = await this.deps.records.nextDue();
       if (due === null) return pollIntervalMs;
       return Math.min(pollIntervalMs, Math.max(MIN_LOOK_MS, due - this.deps.clock()));
     } catch {
@@ -216,7 +224,7 @@ export class WebhookDispatcher implements TaskEventSink {
     const free = settings.concurrency - this.inflight.size;
     if (free <= 0) return 0;
     const now = clock();
-    this.pruneNow(now);
+    await this.pruneNow(now);
     let claimed: WebhookDeliveryRow[];
     try {
       // No waiting for another process's lock here: the next look comes soon anyway.
@@ -235,16 +243,16 @@ export class WebhookDispatcher implements TaskEventSink {
     return claimed.length;
   }
 
-  /** Resolves when no attempt is in flight. */
+  /** Resolves when no event is being recorded and no attempt is in flight. */
   async idle(): Promise<void> {
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    while (this.inflight.size > 0 || this.recording.size > 0) await Promise.allSettled([...this.recording, ...this.inflight]);
   }
 
-  private pruneNow(now: number): void {
+  private async pruneNow(now: number): Promise<void> {
     if (now - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = now;
     try {
-      this.deps.records.pruneFinished(now - DELIVERY_RETENTION_MS);
+      await this.deps.records.pruneFinished(now - DELIVERY_RETENTION_MS);
     } catch {
       // Housekeeping only: a locked database tries again in an hour.
     }
@@ -281,7 +289,7 @@ export class WebhookDispatcher implements TaskEventSink {
     const failed = (error: string): AttemptAnswer => ({ ok: false, status: null, error, gone: false });
     let secret: string | null;
     try {
-      secret = this.endpoints.secretOf(row.user_id);
+      secret = await this.endpoints.secretOf(row.user_id);
     } catch {
       return failed(SECRET_UNREADABLE);
     }

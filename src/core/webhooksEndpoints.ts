@@ -33,13 +33,13 @@ export class WebhookEndpoints {
     private readonly clock: Clock,
   ) {}
 
-  view(userId: number): EndpointView {
-    const row = this.records.endpoint(userId);
+  async view(userId: number): Promise<EndpointView> {
+    const row = await this.records.endpoint(userId);
     return { url: row?.url ?? null, secretCreatedAt: row?.secret_created_at ?? null };
   }
 
-  hasSecret(userId: number): boolean {
-    return (this.records.endpoint(userId)?.secret_sealed ?? null) !== null;
+  async hasSecret(userId: number): Promise<boolean> {
+    return ((await this.records.endpoint(userId))?.secret_sealed ?? null) !== null;
   }
 
   /**
@@ -51,33 +51,33 @@ export class WebhookEndpoints {
     const check = await checkWebhookTarget(text.trim(), this.policy);
     if (!check.target) return { refused: check.refused, reason: check.reason };
     const url = check.target.url;
-    this.records.setEndpointUrl(userId, url, this.clock());
-    const secret = this.hasSecret(userId) ? null : this.rotateSecret(userId);
+    await this.records.setEndpointUrl(userId, url, this.clock());
+    const secret = (await this.hasSecret(userId)) ? null : await this.rotateSecret(userId);
     return { url, secret };
   }
 
   /** Removes the endpoint; its pending deliveries fail. The secret stays (per-request URLs use it). */
-  clear(userId: number): void {
-    this.records.setEndpointUrl(userId, null, this.clock());
+  async clear(userId: number): Promise<void> {
+    await this.records.setEndpointUrl(userId, null, this.clock());
   }
 
   /** Makes a new secret, replacing the old one at once (retries are signed with the new one); returns it, to show once. */
-  rotateSecret(userId: number): string {
+  async rotateSecret(userId: number): Promise<string> {
     const secret = newWebhookSecret();
-    this.records.setSecret(userId, this.box.seal(secret, secretContext(userId)), this.clock());
+    await this.records.setSecret(userId, this.box.seal(secret, secretContext(userId)), this.clock());
     return secret;
   }
 
   /** The user's secret in plain text, to sign with; null when there is none. Throws when it cannot be opened (another key). */
-  secretOf(userId: number): string | null {
-    const sealed = this.records.endpoint(userId)?.secret_sealed ?? null;
+  async secretOf(userId: number): Promise<string | null> {
+    const sealed = (await this.records.endpoint(userId))?.secret_sealed ?? null;
     return sealed === null ? null : this.box.open(sealed, secretContext(userId));
   }
 
   /** The user's latest deliveries, newest first, each with its attempts in order. */
-  deliveries(userId: number, limit: number): DeliveryView[] {
-    const deliveries = this.records.recentDeliveries(userId, limit);
-    const attempts = this.records.attemptsOf(deliveries.map((d) => d.id));
+  async deliveries(userId: number, limit: number): Promise<DeliveryView[]> {
+    const deliveries = await this.records.recentDeliveries(userId, limit);
+    const attempts = await this.records.attemptsOf(deliveries.map((d) => d.id));
     return deliveries.map((delivery) => ({ delivery, attempts: attempts.filter((a) => a.delivery_id === delivery.id) }));
   }
 }

@@ -69,26 +69,26 @@ export interface AttemptRecord {
 export type AttemptOutcome = { state: "delivered" } | { state: "pending"; nextAttemptAt: number } | { state: "failed"; reason?: string };
 
 export interface WebhookRecords {
-  endpoint(userId: number): WebhookEndpointRow | null;
+  endpoint(userId: number): Promise<WebhookEndpointRow | null>;
   /**
    * Sets (or clears, with null) the endpoint URL. Pending deliveries to the endpoint follow it:
    * to the new URL, or failed ("the endpoint was removed") when it is cleared.
    */
-  setEndpointUrl(userId: number, url: string | null, now: number): void;
-  setSecret(userId: number, sealed: string, now: number): void;
+  setEndpointUrl(userId: number, url: string | null, now: number): Promise<void>;
+  setSecret(userId: number, sealed: string, now: number): Promise<void>;
   /** Adds deliveries due at `now`, all or none; one per event and URL (a repeated event is ignored). Returns how many were new. */
-  enqueue(deliveries: NewDelivery[], now: number): number;
+  enqueue(deliveries: NewDelivery[], now: number): Promise<number>;
   /**
    * Takes up to `limit` due deliveries for an attempt: their next_attempt_at moves to
    * `leaseUntil`, so a crash during the attempt means it is made again after that (at least once).
    */
-  claimDue(now: number, limit: number, leaseUntil: number): WebhookDeliveryRow[];
+  claimDue(now: number, limit: number, leaseUntil: number): Promise<WebhookDeliveryRow[]>;
   /** One attempt and its consequence, in one transaction. */
-  recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): void;
+  recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): Promise<void>;
   /** When the earliest pending delivery is due, or null. */
-  nextDue(): number | null;
-  recentDeliveries(userId: number, limit: number): WebhookDeliveryRow[];
-  attemptsOf(deliveryIds: number[]): WebhookAttemptRow[];
+  nextDue(): Promise<number | null>;
+  recentDeliveries(userId: number, limit: number): Promise<WebhookDeliveryRow[]>;
+  attemptsOf(deliveryIds: number[]): Promise<WebhookAttemptRow[]>;
   /** Deletes delivered and failed deliveries (and their attempts) finished before `before`. */
-  pruneFinished(before: number): number;
+  pruneFinished(before: number): Promise<number>;
 }

@@ -42,7 +42,7 @@ export function imageFilesRoutes(deps: ImageFilesDeps) {
     .get(
       "/:file",
       async ({ params, query, request }) => {
-        const link = deps.imageLinks.check(params.file, query.expires ?? null, query.signature ?? null);
+        const link = await deps.imageLinks.check(params.file, query.expires ?? null, query.signature ?? null);
         if (!link.ok) {
           throw imageLinkRefused(link.reason);
         }

@@ -25,18 +25,18 @@ export interface BusyRetryOptions {
 }
 
 /**
- * Runs `write` (one synchronous transaction, all or nothing) until it does not meet the lock.
+ * Runs `write` (one transaction, all or nothing; synchronous or async) until it does not meet the lock.
  * Any other error is thrown at once. Backoff doubles from 2 ms to 250 ms, with jitter so that
  * waiting requests do not retry in lockstep.
  */
-export async function retryWhileBusy<T>(write: () => T, opts: BusyRetryOptions): Promise<T> {
+export async function retryWhileBusy<T>(write: () => T | Promise<T>, opts: BusyRetryOptions): Promise<T> {
   const sleep = opts.sleep ?? ((ms: number) => Bun.sleep(ms));
   const now = opts.now ?? (() => performance.now());
   const started = now();
   let delay = 2;
   for (;;) {
     try {
-      return write();
+      return await write();
     } catch (e) {
       if (!isDatabaseBusy(e)) throw e;
       const waited = now() - started;

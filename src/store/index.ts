@@ -9,7 +9,7 @@ import { SessionStore } from "./sessions";
 import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
 import { SqliteRedemptionStore } from "./redemptionCodes";
-import { SqliteImageRecords, ServerSecretStore } from "./images";
+import { ImageRecords, ServerSecretStore } from "./images";
 import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
 import { Revisions } from "./revisions";
@@ -31,7 +31,7 @@ export interface Store extends FlowStore, AccountStore {
   /** Redemption code batches and their hashed codes. */
   redemptions: SqliteRedemptionStore;
   /** The image archive's rows (the bytes: store/imageFiles.ts). */
-  images: SqliteImageRecords;
+  images: ImageRecords;
   secrets: ServerSecretStore;
   /** The usage report (core/usage) over the request history. */
   usage: UsageStore;
@@ -56,11 +56,11 @@ export function createStore(db: Db, latest: number): Store {
     upstreams: new UpstreamStateStore(sql, revisions),
     sessions: new SessionStore(db),
     tasks: new SqliteTaskStore(db),
-    webhooks: new WebhookStore(db),
+    webhooks: new WebhookStore(sql),
     redemptions: new SqliteRedemptionStore(db),
-    images: new SqliteImageRecords(db),
-    secrets: new ServerSecretStore(db),
-    usage: new UsageStore(db, () => requests.flushChats()),
+    images: new ImageRecords(sql),
+    secrets: new ServerSecretStore(sql),
+    usage: new UsageStore(sql, () => requests.flushChats()),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
     ready() {
       try {

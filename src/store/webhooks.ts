@@ -1,11 +1,11 @@
 /**
- * Webhooks on SQLite: endpoints with their sealed secrets, deliveries and attempts (migration 4),
+ * Webhooks in the database: endpoints with their sealed secrets, deliveries and attempts (migration 4),
  * and the key that seals the secrets, kept in a file beside the database (never in it).
  */
 import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import type { Db } from "./database";
+import { forUpdate, type SqlClient } from "./sql";
 import { ENDPOINT_REMOVED } from "../core/webhooksAttemptError";
 import type {
   AttemptOutcome,
@@ -48,104 +48,119 @@ export function loadWebhookSecretKey(dataDir: string): Uint8Array {
 }
 
 export class WebhookStore implements WebhookRecords {
-  constructor(private readonly db: Db) {}
+  constructor(private readonly sql: SqlClient) {}
 
-  endpoint(userId: number): WebhookEndpointRow | null {
-    return this.db.query<WebhookEndpointRow, [number]>("SELECT * FROM webhook_endpoints WHERE user_id = ?").get(userId);
+  endpoint(userId: number): Promise<WebhookEndpointRow | null> {
+    return this.sql.get<WebhookEndpointRow>("SELECT * FROM webhook_endpoints WHERE user_id = ?", [userId]);
   }
 
-  setEndpointUrl(userId: number, url: string | null, now: number): void {
-    this.db.transaction(() => {
-      this.db
-        .query(
-          `INSERT INTO webhook_endpoints (user_id, url, updated_at) VALUES (?1, ?2, ?3)
-           ON CONFLICT (user_id) DO UPDATE SET url = ?2, updated_at = ?3`,
-        )
-        .run(userId, url, now);
+  async setEndpointUrl(userId: number, url: string | null, now: number): Promise<void> {
+    await this.sql.transaction(async (tx) => {
+      await tx.run(
+        `INSERT INTO webhook_endpoints (user_id, url, updated_at) VALUES (?, ?, ?)
+         ON CONFLICT (user_id) DO UPDATE SET url = excluded.url, updated_at = excluded.updated_at`,
+        [userId, url, now],
+      );
       if (url === null) {
-        this.db
-          .query(
-            `UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL, finished_at = ?2, last_error = ?3
-              WHERE user_id = ?1 AND source IN ('endpoint', 'test') AND state = 'pending'`,
-          )
-          .run(userId, now, ENDPOINT_REMOVED);
-      } else {
-        // OR IGNORE: a pending delivery of the same event to the new URL (a request's own) already covers it.
-        this.db
-          .query("UPDATE OR IGNORE webhook_deliveries SET url = ?2 WHERE user_id = ?1 AND source IN ('endpoint', 'test') AND state = 'pending'")
-          .run(userId, url);
+        await tx.run(
+          `UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL, finished_at = ?, last_error = ?
+            WHERE user_id = ? AND source IN ('endpoint', 'test') AND state = 'pending'`,
+          [now, ENDPOINT_REMOVED, userId],
+        );
+        return;
       }
-    }).immediate();
+      // Each pending delivery follows the endpoint, unless one of the same event to the new URL
+      // (a request's own) already covers it: one row at a time, so two of one event never collide.
+      const pending = await tx.all<{ id: number }>(
+        `SELECT id FROM webhook_deliveries WHERE user_id = ? AND source IN ('endpoint', 'test') AND state = 'pending' ORDER BY id${forUpdate(tx)}`,
+        [userId],
+      );
+      for (const { id } of pending) {
+        await tx.run(
+          `UPDATE webhook_deliveries SET url = ? WHERE id = ? AND NOT EXISTS (
+             SELECT 1 FROM webhook_deliveries same WHERE same.event_id = webhook_deliveries.event_id AND same.url = ?)`,
+          [url, id, url],
+        );
+      }
+    });
   }
 
-  setSecret(userId: number, sealed: string, now: number): void {
-    this.db
-      .query(
-        `INSERT INTO webhook_endpoints (user_id, secret_sealed, secret_created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-         ON CONFLICT (user_id) DO UPDATE SET secret_sealed = ?2, secret_created_at = ?3, updated_at = ?3`,
-      )
-      .run(userId, sealed, now);
-  }
-
-  enqueue(deliveries: NewDelivery[], now: number): number {
-    const insert = this.db.query(
-      `INSERT OR IGNORE INTO webhook_deliveries (event_id, user_id, event_type, source, url, payload, state, attempts, next_attempt_at, created_at)
-       VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)`,
+  async setSecret(userId: number, sealed: string, now: number): Promise<void> {
+    await this.sql.run(
+      `INSERT INTO webhook_endpoints (user_id, secret_sealed, secret_created_at, updated_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT (user_id) DO UPDATE SET secret_sealed = excluded.secret_sealed, secret_created_at = excluded.secret_created_at, updated_at = excluded.updated_at`,
+      [userId, sealed, now, now],
     );
-    return this.db
-      .transaction(() => deliveries.reduce((n, d) => n + insert.run(d.eventId, d.userId, d.eventType, d.source, d.url, d.payload, now, now).changes, 0))
-      .immediate();
   }
 
-  claimDue(now: number, limit: number, leaseUntil: number): WebhookDeliveryRow[] {
-    return this.db
-      .query<WebhookDeliveryRow, [number, number, number]>(
-        `UPDATE webhook_deliveries SET next_attempt_at = ?3
-          WHERE id IN (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2)
-          RETURNING *`,
-      )
-      .all(now, limit, leaseUntil);
+  enqueue(deliveries: NewDelivery[], now: number): Promise<number> {
+    return this.sql.transaction(async (tx) => {
+      let added = 0;
+      for (const d of deliveries) {
+        const { changes } = await tx.run(
+          `INSERT INTO webhook_deliveries (event_id, user_id, event_type, source, url, payload, state, attempts, next_attempt_at, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (event_id, url) DO NOTHING`,
+          [d.eventId, d.userId, d.eventType, d.source, d.url, d.payload, now, now],
+        );
+        added += changes;
+      }
+      return added;
+    });
   }
 
-  recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): void {
-    this.db.transaction(() => {
-      this.db
-        .query("INSERT INTO webhook_attempts (delivery_id, attempted_at, status, error, duration_ms) VALUES (?, ?, ?, ?, ?)")
-        .run(deliveryId, attempt.at, attempt.status, attempt.error, Math.max(0, Math.round(attempt.durationMs)));
-      const finishedAt = outcome.state === "pending" ? null : attempt.at + Math.max(0, Math.round(attempt.durationMs));
-      const error = outcome.state === "failed" && outcome.reason ? outcome.reason : attempt.error;
-      this.db
-        .query(
-          `UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?2, last_error = ?3, state = ?4, next_attempt_at = ?5, finished_at = ?6
-            WHERE id = ?1 AND state = 'pending'`,
-        )
-        .run(deliveryId, attempt.status, error, outcome.state, outcome.state === "pending" ? outcome.nextAttemptAt : null, finishedAt);
-    }).immediate();
+  claimDue(now: number, limit: number, leaseUntil: number): Promise<WebhookDeliveryRow[]> {
+    // The due rows are picked once, in a WITH: PostgreSQL would run an `id IN (SELECT … LIMIT)`
+    // again for every row it joins, each run taking more. There, SKIP LOCKED leaves rows another
+    // instance is claiming to it, and the outer WHERE repeats the due test, so a row whose lock
+    // this claim waited for is taken only if still due. SQLite's write lock serialises claims.
+    const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+    return this.sql.all<WebhookDeliveryRow>(
+      `WITH due AS (
+         SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?${skipLocked})
+       UPDATE webhook_deliveries SET next_attempt_at = ?
+        WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
+        RETURNING *`,
+      [now, limit, leaseUntil, now],
+    );
   }
 
-  nextDue(): number | null {
-    return this.db.query<{ t: number | null }, []>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE state = 'pending'").get()?.t ?? null;
+  async recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): Promise<void> {
+    const durationMs = Math.max(0, Math.round(attempt.durationMs));
+    const finishedAt = outcome.state === "pending" ? null : attempt.at + durationMs;
+    const error = outcome.state === "failed" && outcome.reason ? outcome.reason : attempt.error;
+    await this.sql.transaction(async (tx) => {
+      await tx.run("INSERT INTO webhook_attempts (delivery_id, attempted_at, status, error, duration_ms) VALUES (?, ?, ?, ?, ?)", [
+        deliveryId,
+        attempt.at,
+        attempt.status,
+        attempt.error,
+        durationMs,
+      ]);
+      await tx.run(
+        `UPDATE webhook_deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, state = ?, next_attempt_at = ?, finished_at = ?
+          WHERE id = ? AND state = 'pending'`,
+        [attempt.status, error, outcome.state, outcome.state === "pending" ? outcome.nextAttemptAt : null, finishedAt, deliveryId],
+      );
+    });
   }
 
-  recentDeliveries(userId: number, limit: number): WebhookDeliveryRow[] {
-    return this.db.query<WebhookDeliveryRow, [number, number]>("SELECT * FROM webhook_deliveries WHERE user_id = ? ORDER BY id DESC LIMIT ?").all(userId, limit);
+  async nextDue(): Promise<number | null> {
+    return (await this.sql.get<{ t: number | null }>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE state = 'pending'"))?.t ?? null;
   }
 
-  attemptsOf(deliveryIds: number[]): WebhookAttemptRow[] {
+  recentDeliveries(userId: number, limit: number): Promise<WebhookDeliveryRow[]> {
+    return this.sql.all<WebhookDeliveryRow>("SELECT * FROM webhook_deliveries WHERE user_id = ? ORDER BY id DESC LIMIT ?", [userId, limit]);
+  }
+
+  async attemptsOf(deliveryIds: number[]): Promise<WebhookAttemptRow[]> {
     if (deliveryIds.length === 0) return [];
-    return this.db
-      .query<WebhookAttemptRow, number[]>(`SELECT * FROM webhook_attempts WHERE delivery_id IN (${deliveryIds.map(() => "?").join(", ")}) ORDER BY id`)
-      .all(...deliveryIds);
+    return this.sql.all<WebhookAttemptRow>(`SELECT * FROM webhook_attempts WHERE delivery_id IN (${deliveryIds.map(() => "?").join(", ")}) ORDER BY id`, deliveryIds);
   }
 
-  pruneFinished(before: number): number {
-    return this.db
-      .transaction(() => {
-        this.db
-          .query("DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM webhook_deliveries WHERE state != 'pending' AND finished_at < ?)")
-          .run(before);
-        return this.db.query("DELETE FROM webhook_deliveries WHERE state != 'pending' AND finished_at < ?").run(before).changes;
-      })
-      .immediate();
+  pruneFinished(before: number): Promise<number> {
+    return this.sql.transaction(async (tx) => {
+      await tx.run("DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM webhook_deliveries WHERE state != 'pending' AND finished_at < ?)", [before]);
+      return (await tx.run("DELETE FROM webhook_deliveries WHERE state != 'pending' AND finished_at < ?", [before])).changes;
+    });
   }
 }

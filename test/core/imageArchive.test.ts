@@ -58,7 +58,7 @@ describe("put", () => {
     expect(row.id).toMatch(/^img_/);
     expect(files()).toEqual([`${sha.slice(0, 2)}/${sha.slice(2, 4)}/${sha}.png`]);
     expect(new Uint8Array(readFileSync(join(dir, blobKey(sha, "image/png")))) as Uint8Array).toEqual(bytes);
-    expect(store.images.get(row.id)).toEqual(row);
+    expect(await store.images.get(row.id)).toEqual(row);
     const opened = await archive().open(row.id);
     expect(opened?.bytes).toEqual(bytes);
   });
@@ -83,7 +83,7 @@ describe("put", () => {
     blobs.exists = async () => false;
     await expect(archive({}, blobs).put(image(bytes))).rejects.toThrow();
     expect(files().filter((f) => f.includes(".tmp-"))).toEqual([]);
-    expect(store.images.referenced(sha)).toBe(false);
+    expect(await store.images.referenced(sha)).toBe(false);
   });
 
   test("retention_days 0 keeps an image without an expiry", async () => {
@@ -109,7 +109,7 @@ describe("retention and max_bytes", () => {
     expect(await a.open(old.id)).toBeNull();
     expect(await a.open(fresh.id)).not.toBeNull();
     expect(await a.sweep()).toEqual({ expired: 1, orphanFiles: 0, orphanRows: 0 });
-    expect(store.images.get(old.id)).toBeNull();
+    expect(await store.images.get(old.id)).toBeNull();
     expect(files()).toEqual([blobKey(fresh.sha256, "image/png")]);
   });
 
@@ -119,7 +119,7 @@ describe("retention and max_bytes", () => {
     const kept = await archive({ retentionDays: 0 }).put(image(png(8), "req_b"));
     now += 2 * DAY;
     await short.sweep();
-    expect(store.images.get(expiring.id)).toBeNull();
+    expect(await store.images.get(expiring.id)).toBeNull();
     expect((await short.open(kept.id))?.bytes).toEqual(png(8));
   });
 
@@ -159,7 +159,7 @@ describe("repair", () => {
     rmSync(join(dir, blobKey(row.sha256, "image/png")));
     expect(await a.open(row.id)).toBeNull();
     expect(await a.sweep()).toEqual({ expired: 0, orphanFiles: 0, orphanRows: 1 });
-    expect(store.images.get(row.id)).toBeNull();
+    expect(await store.images.get(row.id)).toBeNull();
     expect(warnings).toHaveLength(1);
   });
 
@@ -174,7 +174,7 @@ describe("repair", () => {
       return FileImageBlobs.prototype.remove.call(failing, key);
     };
     await expect(archive({ retentionDays: 1 }, failing).sweep()).rejects.toThrow("crash");
-    expect(rows.map((r) => store.images.get(r.id))).toEqual([null, null]);
+    expect(await Promise.all(rows.map((r) => store.images.get(r.id)))).toEqual([null, null]);
     expect(files()).toHaveLength(1); // a file without a row
     expect(await archive({ retentionDays: 1 }).sweep()).toMatchObject({ orphanFiles: 1 });
     expect(files()).toEqual([]);
@@ -204,20 +204,20 @@ describe("repair", () => {
 });
 
 describe("links", () => {
-  test("a link works until it expires and refuses any change", () => {
-    const links = new ImageLinks(() => new Uint8Array(32).fill(7), 3_600_000, clock);
-    const { path } = links.pathFor({ id: "img_abc", mime: "image/png" });
+  test("a link works until it expires and refuses any change", async () => {
+    const links = new ImageLinks(async () => new Uint8Array(32).fill(7), 3_600_000, clock);
+    const { path } = await links.pathFor({ id: "img_abc", mime: "image/png" });
     const url = new URL(path, "http://x");
     const file = url.pathname.split("/").pop()!;
     const expires = url.searchParams.get("expires");
     const signature = url.searchParams.get("signature");
-    expect(links.check(file, expires, signature)).toEqual({ ok: true, id: "img_abc" });
-    expect(links.check("img_abd.png", expires, signature)).toEqual({ ok: false, reason: "bad_signature" });
-    expect(links.check("img_abc.jpg", expires, signature)).toEqual({ ok: false, reason: "bad_signature" });
-    expect(links.check(file, String(Number(expires) + 1), signature)).toEqual({ ok: false, reason: "bad_signature" });
-    expect(links.check(file, expires, signature!.slice(0, -1) + (signature!.endsWith("A") ? "B" : "A"))).toEqual({ ok: false, reason: "bad_signature" });
-    expect(links.check(file, null, signature)).toEqual({ ok: false, reason: "malformed" });
+    expect(await links.check(file, expires, signature)).toEqual({ ok: true, id: "img_abc" });
+    expect(await links.check("img_abd.png", expires, signature)).toEqual({ ok: false, reason: "bad_signature" });
+    expect(await links.check("img_abc.jpg", expires, signature)).toEqual({ ok: false, reason: "bad_signature" });
+    expect(await links.check(file, String(Number(expires) + 1), signature)).toEqual({ ok: false, reason: "bad_signature" });
+    expect(await links.check(file, expires, signature!.slice(0, -1) + (signature!.endsWith("A") ? "B" : "A"))).toEqual({ ok: false, reason: "bad_signature" });
+    expect(await links.check(file, null, signature)).toEqual({ ok: false, reason: "malformed" });
     now += 3_600_000;
-    expect(links.check(file, expires, signature)).toEqual({ ok: false, reason: "expired" });
+    expect(await links.check(file, expires, signature)).toEqual({ ok: false, reason: "expired" });
   });
 });

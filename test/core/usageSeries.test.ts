@@ -44,13 +44,13 @@ describe("store: usage per day by model and by key", () => {
     const twoDaysAgo = utcDay(NOW - 2 * DAY_MS);
     const pick = (rows: UsageDailyRow[]) => rows.map((r) => [r.day, r.group, r.images, r.failed, r.credits_spent]);
 
-    expect(pick(store.usage.usageDaily(user.id, range, "model"))).toEqual([
+    expect(pick(await store.usage.usageDaily(user.id, range, "model"))).toEqual([
       [twoDaysAgo, "m/cheap", 1, 0, 1],
       [twoDaysAgo, "m/dear", 1, 0, 3],
       [today, "m/cheap", 2, 0, 2],
       [today, "m/dear", 1, 1, 3],
     ]);
-    const byKey = store.usage.usageDaily(user.id, range, "key");
+    const byKey = await store.usage.usageDaily(user.id, range, "key");
     expect(pick(byKey).sort()).toEqual(
       [
         [twoDaysAgo, a.prefix, 1, 0, 3],
@@ -63,8 +63,8 @@ describe("store: usage per day by model and by key", () => {
 
     // Summed over the days, each group equals the 30-day breakdown; the days equal the daily report.
     for (const by of ["model", "key"] as const) {
-      const daily = store.usage.usageDaily(user.id, range, by);
-      for (const g of store.usage.usage(user.id, range, by)) {
+      const daily = await store.usage.usageDaily(user.id, range, by);
+      for (const g of await store.usage.usage(user.id, range, by)) {
         const mine = daily.filter((r) => r.group === g.group);
         expect([g.images, g.failed, g.credits_spent]).toEqual([
           mine.reduce((s, r) => s + r.images, 0),
@@ -72,7 +72,7 @@ describe("store: usage per day by model and by key", () => {
           mine.reduce((s, r) => s + r.credits_spent, 0),
         ]);
       }
-      const days = fillDays(range, store.usage.usage(user.id, range, "day"));
+      const days = fillDays(range, await store.usage.usage(user.id, range, "day"));
       for (const d of days) expect(daily.filter((r) => r.day === d.group).reduce((s, r) => s + r.credits_spent, 0)).toBe(d.credits_spent);
     }
   });

@@ -126,11 +126,11 @@ describe("recording events", () => {
   test("one delivery per task outcome and URL; the body is {type, timestamp, data} without image bytes", async () => {
     setup();
     const { userId } = await userWithEndpoint();
-    dispatcher.taskFinished(event(userId));
-    dispatcher.taskFinished(event(userId)); // the same outcome again: nothing new
-    dispatcher.taskFinished(event(userId, "req_task1", { type: "image.task.failed" })); // another outcome is another event
+    await dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId)); // the same outcome again: nothing new
+    await dispatcher.taskFinished(event(userId, "req_task1", { type: "image.task.failed" })); // another outcome is another event
     await Bun.sleep(0);
-    const rows = deliveriesOf(userId).map((d) => d.delivery);
+    const rows = (await deliveriesOf(userId)).map((d) => d.delivery);
     expect(rows.length).toBe(2);
     const succeeded = rows.find((r) => r.event_type === "image.task.succeeded")!;
     expect(succeeded.event_id).toBe(taskEventId("image.task.succeeded", "req_task1"));
@@ -150,15 +150,15 @@ describe("recording events", () => {
   test("a user with no endpoint and no webhook_url records nothing; a request's webhook_url is a delivery of its own", async () => {
     setup();
     const bare = addUser(store, 0);
-    dispatcher.taskFinished(event(bare));
-    expect(deliveriesOf(bare)).toEqual([]);
+    await dispatcher.taskFinished(event(bare));
+    expect(await deliveriesOf(bare)).toEqual([]);
 
     const { userId } = await userWithEndpoint();
-    dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://per-request.test:${port()}/mine?task=2` }));
+    await dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://per-request.test:${port()}/mine?task=2` }));
     // The same URL as the endpoint is one delivery, not two.
-    dispatcher.taskFinished(event(userId, "req_3", { webhookUrl: `http://hooks.test:${port()}/hook` }));
-    dispatcher.taskFinished(event(userId, "req_4", { webhookUrl: "not a url" }));
-    const rows = deliveriesOf(userId).map((d) => [d.delivery.source, d.delivery.url, JSON.parse(d.delivery.payload).data.id]);
+    await dispatcher.taskFinished(event(userId, "req_3", { webhookUrl: `http://hooks.test:${port()}/hook` }));
+    await dispatcher.taskFinished(event(userId, "req_4", { webhookUrl: "not a url" }));
+    const rows = (await deliveriesOf(userId)).map((d) => [d.delivery.source, d.delivery.url, JSON.parse(d.delivery.payload).data.id]);
     expect(rows).toEqual([
       ["endpoint", `http://hooks.test:${port()}/hook`, "req_4"],
       ["endpoint", `http://hooks.test:${port()}/hook`, "req_3"],
@@ -173,6 +173,7 @@ describe("recording events", () => {
     const { userId } = await userWithEndpoint();
     store.close();
     expect(() => dispatcher.taskFinished(event(userId))).not.toThrow();
+    await dispatcher.idle();
     expect(logs.some((l) => l.includes("task webhook not recorded"))).toBe(true);
     store = memoryStore();
   });
@@ -182,7 +183,7 @@ describe("attempts", () => {
   test("a signed POST to the pinned address with the original Host; 2xx delivers", async () => {
     setup();
     const { userId, secret } = await userWithEndpoint("/hook?from=atelier");
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     expect(await deliverDue()).toBe(1);
     expect(hits.length).toBe(1);
     const hit = hits[0]!;
@@ -193,7 +194,7 @@ describe("attempts", () => {
     expect(hit.headers["webhook-id"]).toBe(taskEventId("image.task.succeeded", "req_task1"));
     expect(hit.headers["webhook-timestamp"]).toBe(String(Math.floor(clock.now() / 1000)));
     expect(verifyStandardWebhook(secret, hit.headers, hit.body, Math.floor(clock.now() / 1000))).toBe(true);
-    const [d] = deliveriesOf(userId);
+    const [d] = await deliveriesOf(userId);
     expect(d!.delivery.state).toBe("delivered");
     expect(d!.delivery.attempts).toBe(1);
     expect(d!.delivery.next_attempt_at).toBeNull();
@@ -205,9 +206,9 @@ describe("attempts", () => {
     setup();
     const { userId, secret } = await userWithEndpoint();
     answers = [() => new Response("boom", { status: 500 }), () => new Response("busy", { status: 503 })];
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     await deliverDue();
-    let [d] = deliveriesOf(userId);
+    let [d] = await deliveriesOf(userId);
     expect(d!.delivery.state).toBe("pending");
     expect(d!.delivery.next_attempt_at).toBe(clock.now() + 5_000);
     expect(d!.delivery.last_error).toBe("HTTP 500: boom");
@@ -216,11 +217,11 @@ describe("attempts", () => {
     expect(await deliverDue()).toBe(0);
     clock.advance(1);
     expect(await deliverDue()).toBe(1);
-    [d] = deliveriesOf(userId);
+    [d] = await deliveriesOf(userId);
     expect(d!.delivery.next_attempt_at).toBe(clock.now() + 300_000);
     clock.advance(300_000);
     await deliverDue();
-    [d] = deliveriesOf(userId);
+    [d] = await deliveriesOf(userId);
     expect(d!.delivery.state).toBe("delivered");
     expect(d!.attempts.map((a) => a.status)).toEqual([500, 503, 200]);
     expect(new Set(hits.map((h) => h.headers["webhook-id"])).size).toBe(1);
@@ -234,12 +235,12 @@ describe("attempts", () => {
     setup({ retryDelaysMs: [10, 10] });
     const { userId } = await userWithEndpoint();
     answers = [0, 1, 2].map(() => () => new Response("no", { status: 500 }));
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     for (let i = 0; i < 3; i++) {
       await deliverDue();
       clock.advance(10);
     }
-    let [d] = deliveriesOf(userId);
+    let [d] = await deliveriesOf(userId);
     expect(d!.delivery.state).toBe("failed");
     expect(d!.delivery.attempts).toBe(3);
     expect(d!.delivery.last_error).toBe("HTTP 500: no (gave up after 3 attempts)");
@@ -247,9 +248,9 @@ describe("attempts", () => {
     expect(logs.some((l) => l.includes("webhook delivery failed"))).toBe(true);
 
     answers = [() => new Response("gone", { status: 410 })];
-    dispatcher.taskFinished(event(userId, "req_gone"));
+    await dispatcher.taskFinished(event(userId, "req_gone"));
     await deliverDue();
-    [d] = deliveriesOf(userId);
+    [d] = await deliveriesOf(userId);
     expect(d!.delivery.state).toBe("failed");
     expect(d!.delivery.attempts).toBe(1);
     expect(d!.delivery.last_error).toContain("410 Gone: no further attempts");
@@ -267,11 +268,11 @@ describe("attempts", () => {
       () => new Response("x".repeat(5_000_000), { status: 500 }),
     ];
     for (const id of ["req_a", "req_b", "req_c"]) {
-      dispatcher.taskFinished(event(userId, id));
+      await dispatcher.taskFinished(event(userId, id));
       await deliverDue();
     }
     expect(hits.map((h) => h.path)).toEqual(["/hook", "/hook", "/hook"]);
-    const errors = deliveriesOf(userId).map((d) => d.attempts[0]!.error!).reverse();
+    const errors = (await deliveriesOf(userId)).map((d) => d.attempts[0]!.error!).reverse();
     expect(errors[0]).toBe(`HTTP 302: redirects are not followed (to http://127.0.0.1:${port()}/elsewhere); set the final URL`);
     expect(errors[1]).toBe("no answer within 300 ms");
     expect(errors[2]).toBe(`HTTP 500: ${"x".repeat(200)}…`);
@@ -281,15 +282,51 @@ describe("attempts", () => {
   test("a crash during an attempt: the claim's lease runs out and the attempt is made again", async () => {
     setup();
     const { userId } = await userWithEndpoint();
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     // Claimed by a process that then died before recording anything.
-    const claimed = store.webhooks.claimDue(clock.now(), 10, clock.now() + 32_000);
+    const claimed = await store.webhooks.claimDue(clock.now(), 10, clock.now() + 32_000);
     expect(claimed.length).toBe(1);
     expect(await deliverDue()).toBe(0);
     clock.advance(32_000);
     expect(await deliverDue()).toBe(1);
-    expect(deliveriesOf(userId)[0]!.delivery.state).toBe("delivered");
+    expect((await deliveriesOf(userId))[0]!.delivery.state).toBe("delivered");
     expect(hits.length).toBe(1);
+  });
+
+  test("two dispatchers on one store (two instances) never attempt the same delivery at once: each is claimed by one", async () => {
+    setup({ concurrency: 3 });
+    const { userId } = await userWithEndpoint();
+    const other = makeDispatcher({ concurrency: 3 });
+    const open = new Map<string, number>();
+    let overlapping = 0;
+    const slow: Answer = async (hit) => {
+      const id = hit.headers["webhook-id"]!;
+      if ((open.get(id) ?? 0) > 0) overlapping++;
+      open.set(id, (open.get(id) ?? 0) + 1);
+      await Bun.sleep(20);
+      open.set(id, open.get(id)! - 1);
+      return new Response("ok");
+    };
+    const EVENTS = 12;
+    answers = Array.from({ length: EVENTS }, () => slow);
+    for (let i = 0; i < EVENTS; i++) await dispatcher.taskFinished(event(userId, `req_two${i}`));
+    const claimedBy = [0, 0];
+    for (let round = 0; round < EVENTS; round++) {
+      // Both look at the same moment, and again while the other's attempts are still running.
+      const [a, b] = await Promise.all([dispatcher.claimAndDeliver(), other.claimAndDeliver()]);
+      claimedBy[0]! += a;
+      claimedBy[1]! += b;
+      if (a + b === 0) break;
+      await Promise.all([dispatcher.idle(), other.idle()]);
+    }
+    expect(claimedBy[0]! + claimedBy[1]!).toBe(EVENTS);
+    expect(claimedBy[0]).toBeGreaterThan(0);
+    expect(claimedBy[1]).toBeGreaterThan(0);
+    expect(overlapping).toBe(0);
+    expect(hits.length).toBe(EVENTS);
+    expect(new Set(hits.map((h) => h.headers["webhook-id"])).size).toBe(EVENTS);
+    const rows = await deliveriesOf(userId);
+    expect(rows.map((d) => [d.delivery.state, d.delivery.attempts, d.attempts.length])).toEqual(Array.from({ length: EVENTS }, () => ["delivered", 1, 1]));
   });
 
   test("no more than `concurrency` attempts at once", async () => {
@@ -304,13 +341,13 @@ describe("attempts", () => {
       return new Response("ok");
     };
     answers = [slow, slow, slow, slow, slow];
-    for (let i = 0; i < 5; i++) dispatcher.taskFinished(event(userId, `req_c${i}`));
+    for (let i = 0; i < 5; i++) await dispatcher.taskFinished(event(userId, `req_c${i}`));
     expect(await dispatcher.claimAndDeliver()).toBe(2);
     expect(await dispatcher.claimAndDeliver()).toBe(0);
     await dispatcher.idle();
     while ((await deliverDue()) > 0);
     expect(most).toBe(2);
-    expect(deliveriesOf(userId).every((d) => d.delivery.state === "delivered")).toBe(true);
+    expect((await deliveriesOf(userId)).every((d) => d.delivery.state === "delivered")).toBe(true);
   });
 
   test("the worker's own timer delivers at once and retries when due (start/stop)", async () => {
@@ -329,10 +366,10 @@ describe("attempts", () => {
     answers = [() => new Response("first fails", { status: 500 })];
     dispatcher.start();
     dispatcher.start();
-    dispatcher.taskFinished(event(userId));
-    for (let i = 0; i < 100 && deliveriesOf(userId)[0]?.delivery.state !== "delivered"; i++) await Bun.sleep(20);
+    await dispatcher.taskFinished(event(userId));
+    for (let i = 0; i < 100 && (await deliveriesOf(userId))[0]?.delivery.state !== "delivered"; i++) await Bun.sleep(20);
     await dispatcher.stop();
-    const [d] = deliveriesOf(userId);
+    const [d] = await deliveriesOf(userId);
     expect(d!.attempts.map((a) => a.status)).toEqual([500, 200]);
     expect(d!.attempts[1]!.attempted_at - d!.attempts[0]!.attempted_at).toBeGreaterThanOrEqual(100);
   });
@@ -344,23 +381,23 @@ describe("endpoints and secrets", () => {
     const userId = addUser(store, 0);
     const refused = await dispatcher.endpoints.setUrl(userId, `http://127.0.0.1:${port()}/hook`);
     expect(refused.refused).toBe("Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
-    expect(dispatcher.endpoints.view(userId)).toEqual({ url: null, secretCreatedAt: null });
+    expect(await dispatcher.endpoints.view(userId)).toEqual({ url: null, secretCreatedAt: null });
     expect((await dispatcher.endpoints.setUrl(userId, "ftp://example.com")).refused).toContain("http://");
 
     const open = makeDispatcher({ allowPrivateAddresses: true });
     const first = await open.endpoints.setUrl(userId, ` http://hooks.test:${port()}/a `);
     expect(first.secret).toMatch(/^whsec_/);
-    expect(open.endpoints.view(userId)).toEqual({ url: `http://hooks.test:${port()}/a`, secretCreatedAt: clock.now() });
+    expect(await open.endpoints.view(userId)).toEqual({ url: `http://hooks.test:${port()}/a`, secretCreatedAt: clock.now() });
     // A second URL keeps the secret.
     const second = await open.endpoints.setUrl(userId, `http://hooks.test:${port()}/b`);
     expect(second.secret).toBeNull();
-    expect(open.endpoints.secretOf(userId)).toBe(first.secret!);
+    expect(await open.endpoints.secretOf(userId)).toBe(first.secret!);
   });
 
   test("secrets are stored sealed: the database holds neither the secret nor its key bytes", async () => {
     setup();
     const { userId, secret } = await userWithEndpoint();
-    const rotated = dispatcher.endpoints.rotateSecret(userId);
+    const rotated = await dispatcher.endpoints.rotateSecret(userId);
     expect(rotated).not.toBe(secret);
     const dump = JSON.stringify(rawDb(store).query("SELECT * FROM webhook_endpoints").all());
     for (const s of [secret, rotated]) {
@@ -368,28 +405,28 @@ describe("endpoints and secrets", () => {
       expect(dump).not.toContain(s.slice(6, 30));
     }
     expect(dump).toContain('"secret_sealed":"v1.');
-    expect(dispatcher.endpoints.secretOf(userId)).toBe(rotated);
+    expect(await dispatcher.endpoints.secretOf(userId)).toBe(rotated);
     // Another user's row with this ciphertext does not open (the user id is bound in).
     const other = addUser(store, 0);
-    store.webhooks.setSecret(other, store.webhooks.endpoint(userId)!.secret_sealed!, clock.now());
-    expect(() => dispatcher.endpoints.secretOf(other)).toThrow();
+    await store.webhooks.setSecret(other, (await store.webhooks.endpoint(userId))!.secret_sealed!, clock.now());
+    await expect(dispatcher.endpoints.secretOf(other)).rejects.toThrow();
     // Under another key nothing opens, and an attempt says so instead of sending unsigned.
     const wrongKey = makeDispatcher({}, new SecretBox(() => new Uint8Array(32).fill(9)));
-    expect(() => wrongKey.endpoints.secretOf(userId)).toThrow();
+    await expect(wrongKey.endpoints.secretOf(userId)).rejects.toThrow();
     dispatcher = wrongKey;
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     await deliverDue();
     expect(hits.length).toBe(0);
-    expect(deliveriesOf(userId)[0]!.attempts[0]!.error).toBe("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+    expect((await deliveriesOf(userId))[0]!.attempts[0]!.error).toBe("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
   });
 
   test("retries after a rotation are signed with the new secret", async () => {
     setup();
     const { userId } = await userWithEndpoint();
     answers = [() => new Response("no", { status: 500 })];
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     await deliverDue();
-    const rotated = dispatcher.endpoints.rotateSecret(userId);
+    const rotated = await dispatcher.endpoints.rotateSecret(userId);
     clock.advance(5_000);
     await deliverDue();
     expect(verifyStandardWebhook(rotated, hits[1]!.headers, hits[1]!.body, Math.floor(clock.now() / 1000))).toBe(true);
@@ -398,19 +435,19 @@ describe("endpoints and secrets", () => {
   test("pending deliveries follow a changed endpoint, and fail when it is removed", async () => {
     setup();
     const { userId } = await userWithEndpoint("/old");
-    dispatcher.taskFinished(event(userId, "req_1"));
-    dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://mine.test:${port()}/own` }));
+    await dispatcher.taskFinished(event(userId, "req_1"));
+    await dispatcher.taskFinished(event(userId, "req_2", { webhookUrl: `http://mine.test:${port()}/own` }));
     await dispatcher.endpoints.setUrl(userId, `http://hooks.test:${port()}/new`);
-    expect(deliveriesOf(userId).map((d) => d.delivery.url)).toEqual([`http://mine.test:${port()}/own`, `http://hooks.test:${port()}/new`, `http://hooks.test:${port()}/new`]);
-    dispatcher.endpoints.clear(userId);
-    const after = deliveriesOf(userId).map((d) => [d.delivery.source, d.delivery.state, d.delivery.last_error]);
+    expect((await deliveriesOf(userId)).map((d) => d.delivery.url)).toEqual([`http://mine.test:${port()}/own`, `http://hooks.test:${port()}/new`, `http://hooks.test:${port()}/new`]);
+    await dispatcher.endpoints.clear(userId);
+    const after = (await deliveriesOf(userId)).map((d) => [d.delivery.source, d.delivery.state, d.delivery.last_error]);
     expect(after).toEqual([
       ["request", "pending", null],
       ["endpoint", "failed", "the endpoint was removed"],
       ["endpoint", "failed", "the endpoint was removed"],
     ]);
-    expect(dispatcher.endpoints.view(userId).url).toBeNull();
-    expect(dispatcher.endpoints.hasSecret(userId)).toBe(true);
+    expect((await dispatcher.endpoints.view(userId)).url).toBeNull();
+    expect(await dispatcher.endpoints.hasSecret(userId)).toBe(true);
     await deliverDue();
     expect(hits.map((h) => h.path)).toEqual(["/own"]);
   });
@@ -418,15 +455,15 @@ describe("endpoints and secrets", () => {
   test("a test event goes to the endpoint; without one it is refused", async () => {
     setup();
     const bare = addUser(store, 0);
-    expect(dispatcher.sendTestEvent(bare)).toBe("Set an endpoint URL first.");
+    expect(await dispatcher.sendTestEvent(bare)).toBe("Set an endpoint URL first.");
     const { userId, secret } = await userWithEndpoint();
-    expect(dispatcher.sendTestEvent(userId)).toBeNull();
+    expect(await dispatcher.sendTestEvent(userId)).toBeNull();
     await deliverDue();
     const body = JSON.parse(hits[0]!.body);
     expect(body.type).toBe("webhook.test");
     expect(hits[0]!.headers["webhook-id"]).toMatch(/^msg_[A-Za-z0-9]{24}$/);
     expect(verifyStandardWebhook(secret, hits[0]!.headers, hits[0]!.body, Math.floor(clock.now() / 1000))).toBe(true);
-    expect(deliveriesOf(userId)[0]!.delivery.source).toBe("test");
+    expect((await deliveriesOf(userId))[0]!.delivery.source).toBe("test");
   });
 });
 
@@ -437,7 +474,7 @@ describe("checkWebhookUrl (a request's own webhook_url)", () => {
     expect(await dispatcher.checkWebhookUrl("https://hooks.example.com/x", userId)).toBe(
       "A webhook_url needs a signing secret to sign with: create one on the workbench's Webhooks page first.",
     );
-    dispatcher.endpoints.rotateSecret(userId);
+    await dispatcher.endpoints.rotateSecret(userId);
     expect(await dispatcher.checkWebhookUrl("http://10.0.0.1/x", userId)).toBe("Webhooks may only go to public addresses: 10.0.0.1 is a private address.");
     expect(await dispatcher.checkWebhookUrl("gopher://x", userId)).toBe("A webhook URL must start with http:// or https://.");
     expect(await dispatcher.checkWebhookUrl("http://nowhere.example/x", userId)).toBe("The host nowhere.example could not be resolved (ENOTFOUND).");
@@ -449,10 +486,10 @@ describe("housekeeping", () => {
   test("finished deliveries older than the retention are pruned with their attempts", async () => {
     setup();
     const { userId } = await userWithEndpoint();
-    dispatcher.taskFinished(event(userId));
+    await dispatcher.taskFinished(event(userId));
     await deliverDue();
-    expect(store.webhooks.pruneFinished(clock.now())).toBe(0);
-    expect(store.webhooks.pruneFinished(clock.now() + 10_000)).toBe(1);
+    expect(await store.webhooks.pruneFinished(clock.now())).toBe(0);
+    expect(await store.webhooks.pruneFinished(clock.now() + 10_000)).toBe(1);
     expect(rawDb(store).query("SELECT COUNT(*) AS n FROM webhook_attempts").get()).toEqual({ n: 0 });
   });
 });
@@ -489,19 +526,19 @@ describe("[webhooks] configuration and the secret key", () => {
     const keyFile = join(a.config.server.data_dir, "webhook-secrets.key");
     expect(existsSync(keyFile)).toBe(false);
     const user = addUser(a.store, 0);
-    const secret = a.services.taskEvents.endpoints.rotateSecret(user);
+    const secret = await a.services.taskEvents.endpoints.rotateSecret(user);
     expect(statSync(keyFile).mode & 0o777).toBe(0o600);
     expect(Buffer.from(readFileSync(keyFile, "utf8").trim(), "base64").length).toBe(32);
     // Another process on the same data directory opens it with the same key.
     const again = new SecretBox(() => loadWebhookSecretKey(a.config.server.data_dir));
-    expect(again.open(a.store.webhooks.endpoint(user)!.secret_sealed!, secretContext(user))).toBe(secret);
+    expect(again.open((await a.store.webhooks.endpoint(user))!.secret_sealed!, secretContext(user))).toBe(secret);
     a.store.close();
 
     const b = run(`[webhooks]\nsecret_key = "${Buffer.alloc(32, 5).toString("base64")}"\n`);
     const other = addUser(b.store, 0);
-    b.services.taskEvents.endpoints.rotateSecret(other);
+    await b.services.taskEvents.endpoints.rotateSecret(other);
     expect(existsSync(join(b.config.server.data_dir, "webhook-secrets.key"))).toBe(false);
-    expect(new SecretBox(() => Buffer.alloc(32, 5)).open(b.store.webhooks.endpoint(other)!.secret_sealed!, secretContext(other))).toMatch(/^whsec_/);
+    expect(new SecretBox(() => Buffer.alloc(32, 5)).open((await b.store.webhooks.endpoint(other))!.secret_sealed!, secretContext(other))).toMatch(/^whsec_/);
     b.store.close();
     rmSync(a.config.server.data_dir, { recursive: true, force: true });
     rmSync(b.config.server.data_dir, { recursive: true, force: true });

@@ -171,7 +171,7 @@ describe("the gallery in a real browser", () => {
     try {
       await signIn(page, owner.email);
       const victim = ids[0]!;
-      const row = server.services.store.images.get(victim)!;
+      const row = (await server.services.store.images.get(victim))!;
       const file = join(server.dataDir, "images", blobKey(row.sha256, row.mime));
       expect(existsSync(file)).toBe(true);
       const balance = server.balance(owner.userId);
@@ -183,7 +183,7 @@ describe("the gallery in a real browser", () => {
       expect(page.url()).toContain("page=1");
       expect(await tileIds(page)).not.toContain(victim);
       await expect_text(page, ".pager", "Page 1 of 1 · 24 images");
-      expect(server.services.store.images.get(victim)).toBeNull();
+      expect(await server.services.store.images.get(victim)).toBeNull();
       expect(existsSync(file)).toBe(false);
       expect(server.balance(owner.userId)).toBe(balance);
       expect(server.services.store.requests.get(row.requestId)?.status).toBe("succeeded");
@@ -217,7 +217,7 @@ describe("the gallery in a real browser", () => {
       const csrf = await stranger.page.locator('meta[name="csrf-token"]').getAttribute("content");
       const del = await stranger.page.request.post(`${server.url}/gallery/${ids[COUNT - 1]}/delete`, { form: { _csrf: csrf! }, headers: { origin: server.url }, maxRedirects: 0 });
       expect(del.status()).toBe(303);
-      expect(server.services.store.images.get(ids[COUNT - 1]!)).not.toBeNull();
+      expect(await server.services.store.images.get(ids[COUNT - 1]!)).not.toBeNull();
       await stranger.page.goto(`${server.url}/gallery`);
       await expect_text(stranger.page, "main", "No images yet");
     } finally {
@@ -232,7 +232,7 @@ describe("the gallery in a real browser", () => {
     try {
       await signIn(page, admin.email);
       await page.goto(`${server.url}/admin`);
-      const usage = server.services.store.images.usageByUser().get(owner.userId)!;
+      const usage = (await server.services.store.images.usageByUser()).get(owner.userId)!;
       expect(usage.images).toBe(24);
       const cell = page.locator(`tr[data-user-email="${owner.email}"] [data-testid="storage"]`);
       expect(await cell.textContent()).toMatch(/^24 · \d+(\.\d)? (kB|MB)$/);

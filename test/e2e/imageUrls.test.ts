@@ -99,15 +99,15 @@ describe("response_format url", () => {
     const { body } = await urlAnswer(u.key);
     // Signed with the server's key, two hours ago.
     const past = new ImageLinks(() => server.services.store.secrets.getOrCreate("image_links", Date.now()), 3_600_000, () => Date.now() - 7_200_000);
-    await expectForbidden(server.url + past.pathFor({ id: body.image_id!, mime: "image/png" }).path, "link_expired");
+    await expectForbidden(server.url + (await past.pathFor({ id: body.image_id!, mime: "image/png" })).path, "link_expired");
   });
 
   test("a valid link to an image that is no longer kept is 404 image_not_found", async () => {
     const u = await server.userWithKey({ credits: 1 });
     const { url, body } = await urlAnswer(u.key);
-    server.services.store.images.expireOverBudget(1, Date.now());
+    await server.services.store.images.expireOverBudget(1, Date.now());
     await server.services.images.sweep();
-    expect(server.services.store.images.get(body.image_id!)).toBeNull();
+    expect(await server.services.store.images.get(body.image_id!)).toBeNull();
     const res = await fetch(url);
     expect(res.status).toBe(404);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("image_not_found");

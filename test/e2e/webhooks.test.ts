@@ -53,9 +53,9 @@ function startReceiver() {
   return { hits, script, url: `http://127.0.0.1:${server.port}`, stop: () => server.stop(true) };
 }
 
-async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
   const end = Date.now() + timeoutMs;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(20);
   }
@@ -126,13 +126,13 @@ describe("delivery: signed, retried, and carried across a restart", () => {
 
     receiver.script.push(500, 500);
     const event: TaskEvent = { type: "image.task.succeeded", userId, task: succeededTask("req_e2e_restart") };
-    server.services.taskEvents.taskFinished(event);
+    await server.services.taskEvents.taskFinished(event);
 
     // Attempt 1 at once, attempt 2 about 0.3 s later.
     await until("two attempts", () => receiver.hits.length >= 2);
     const records = server.services.taskEvents.endpoints;
-    await until("the second attempt recorded", () => records.deliveries(userId, 5)[0]?.delivery.attempts === 2);
-    const pending = records.deliveries(userId, 5)[0]!.delivery;
+    await until("the second attempt recorded", async () => (await records.deliveries(userId, 5))[0]?.delivery.attempts === 2);
+    const pending = (await records.deliveries(userId, 5))[0]!.delivery;
     expect(pending.state).toBe("pending");
     const nextAt = pending.next_attempt_at!;
     expect(nextAt - Date.now()).toBeGreaterThan(1_500);
@@ -146,7 +146,7 @@ describe("delivery: signed, retried, and carried across a restart", () => {
     server = await start();
     await until("the delivery after the restart", () => receiver.hits.length >= 3);
     const again = server.services.taskEvents.endpoints;
-    await until("the delivery recorded", () => again.deliveries(userId, 5)[0]?.delivery.state === "delivered");
+    await until("the delivery recorded", async () => (await again.deliveries(userId, 5))[0]?.delivery.state === "delivered");
 
     const hits = receiver.hits;
     expect(hits.length).toBe(3);
@@ -172,7 +172,7 @@ describe("delivery: signed, retried, and carried across a restart", () => {
     expect(body.data.result.data[0]).toEqual({ revised_prompt: "a lighthouse at dusk" });
     expect(hits[2]!.at - hits[1]!.at).toBeGreaterThanOrEqual(3_000);
 
-    const [view] = again.deliveries(userId, 5);
+    const [view] = await again.deliveries(userId, 5);
     expect(view!.attempts.map((a) => [a.status, a.error])).toEqual([
       [500, "HTTP 500: receiver says 500"],
       [500, "HTTP 500: receiver says 500"],
@@ -216,15 +216,15 @@ describe("without allow_private_addresses, loopback is refused", () => {
     // A name is resolved (here by the system resolver) and judged by its addresses.
     expect((await hooks.endpoints.setUrl(userId, `http://localhost:${new URL(receiver.url).port}/hook`)).refused).toMatch(/localhost resolves to .*, which is a loopback address/);
     expect((await hooks.endpoints.setUrl(userId, "http://[::ffff:169.254.169.254]/latest")).refused).toContain("IPv4-mapped link-local");
-    expect(hooks.endpoints.view(userId).url).toBeNull();
+    expect((await hooks.endpoints.view(userId)).url).toBeNull();
 
-    hooks.endpoints.rotateSecret(userId);
+    await hooks.endpoints.rotateSecret(userId);
     expect(await hooks.checkWebhookUrl(`${receiver.url}/mine`, userId)).toBe("Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
 
     // Recorded anyway (the route would have refused it): every attempt checks again and sends nothing.
-    hooks.taskFinished({ type: "image.task.failed", userId, task: { ...succeededTask("req_e2e_strict"), status: "failed", result: undefined }, webhookUrl: `${receiver.url}/mine` });
-    await until("the refused attempt recorded", () => (hooks.endpoints.deliveries(userId, 5)[0]?.attempts.length ?? 0) >= 1);
-    const [view] = hooks.endpoints.deliveries(userId, 5);
+    await hooks.taskFinished({ type: "image.task.failed", userId, task: { ...succeededTask("req_e2e_strict"), status: "failed", result: undefined }, webhookUrl: `${receiver.url}/mine` });
+    await until("the refused attempt recorded", async () => ((await hooks.endpoints.deliveries(userId, 5))[0]?.attempts.length ?? 0) >= 1);
+    const [view] = await hooks.endpoints.deliveries(userId, 5);
     expect(view!.attempts[0]!.status).toBeNull();
     expect(view!.attempts[0]!.error).toBe("not sent: Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
     expect(view!.delivery.state).toBe("pending");
@@ -323,7 +323,7 @@ describe("the Webhooks page in a real browser", () => {
       expect(JSON.parse(hit.body).type).toBe("webhook.test");
     }
     const userId = server.services.store.users.byEmail(email)!.id;
-    await until("the delivery recorded", () => server.services.taskEvents.endpoints.deliveries(userId, 5)[0]?.delivery.state === "delivered");
+    await until("the delivery recorded", async () => (await server.services.taskEvents.endpoints.deliveries(userId, 5))[0]?.delivery.state === "delivered");
     await page.reload();
     const row = page.locator("table.deliveries tr").first();
     expect(await row.locator("summary").textContent()).toContain("webhook.test · 2 attempts · delivered");

@@ -96,7 +96,7 @@ upstream = "acme"
     body: JSON.stringify({ model: "builtin-image", prompt: "黄昏时海边的灯塔，水彩风格", size: "256x256" }),
   });
   expect(res.status).toBe(200);
-  imageId = server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0)[0]!.id;
+  imageId = (await server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0))[0]!.id;
   painterId = painter.userId;
   keyId = server.services.store.keys.listForUser(painterId)[0]!.id;
   requestId = server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;

@@ -141,7 +141,7 @@ upstream = "acme"
   expect((await post("/v1/chat/completions", { model: "builtin-chat", messages: [{ role: "user", content: "hello" }] })).status).toBe(200);
 
   const { store } = server.services;
-  const image = store.images.listForUser(user.userId, Date.now(), 1, 0)[0];
+  const image = (await store.images.listForUser(user.userId, Date.now(), 1, 0))[0];
   const request = store.requests.list({ userId: user.userId, limit: 1, offset: 0 })[0];
   const key = store.keys.listForUser(user.userId).find((k) => k.revoked_at === null);
   expect(image && request && key).toBeTruthy();

@@ -82,9 +82,9 @@ export class ControlledEngine implements ImageEngine {
 }
 
 /** Polls until cond() holds (bounded). */
-export async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+export async function until(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
   const end = Date.now() + timeoutMs;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(5);
   }

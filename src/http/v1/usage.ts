@@ -61,11 +61,11 @@ export function usageRoutes(services: Pick<Services, "auth" | "store" | "clock">
     .use(apiAuth(services.auth))
     .get(
       "/usage",
-      ({ principal, query }) => {
+      async ({ principal, query }) => {
         try {
           const range = usageRange(query, services.clock(), USAGE_DASHBOARD_DAYS);
           const groupBy = parseUsageGroup(query.group_by);
-          const { rows, totals } = usageReport(services.store.usage, principal.userId, range, groupBy);
+          const { rows, totals } = await usageReport(services.store.usage, principal.userId, range, groupBy);
           return { object: "usage" as const, from: range.from, to: range.to, group_by: groupBy, data: rows, totals };
         } catch (e) {
           if (e instanceof UsageQueryError) throw badRequest(e.message, e.param, "invalid_value");

@@ -49,19 +49,19 @@ export function adminRoutes(services: Services) {
   type Extra = { error?: string | null; notice?: string | null; form?: NewUserForm };
   const usersPage = (v: Viewer, search: string, extra: Extra, status = 200) =>
     usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
-  const usersPageFor = (v: Viewer, found: UserRow[], search: string, { form, ...extra }: Extra, status: number) => {
+  const usersPageFor = async (v: Viewer, found: UserRow[], search: string, { form, ...extra }: Extra, status: number) => {
     const users = found.slice(0, USERS_SHOWN);
     const spent = store.requests.spentByUsers(users.map((u) => u.id));
     const createUser = createUserCard(v, minPasswordLength, form);
-    return htmlResponse(adminUsersPage(v, { users, more: found.length > USERS_SHOWN, search, storage: store.images.usageByUser(), spent, createUser, ...extra }), status);
+    return htmlResponse(adminUsersPage(v, { users, more: found.length > USERS_SHOWN, search, storage: await store.images.usageByUser(), spent, createUser, ...extra }), status);
   };
-  const userPage = (v: Viewer, user: UserRow, extra: { error?: string | null; notice?: string | null } = {}, status = 200) =>
+  const userPage = async (v: Viewer, user: UserRow, extra: { error?: string | null; notice?: string | null } = {}, status = 200) =>
     htmlResponse(
       adminUserPage(v, {
         user,
         keys: store.keys.listWithSpend(user.id),
         spent: store.requests.spentByUsers([user.id]).get(user.id) ?? 0,
-        usage: store.images.usageByUser().get(user.id),
+        usage: (await store.images.usageByUser()).get(user.id),
         minPasswordLength,
         ...extra,
       }),

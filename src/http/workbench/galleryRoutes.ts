@@ -26,27 +26,27 @@ function withNotice(path: string, notice: string): string {
 
 export function galleryRoutes(services: Services) {
   const { store, clock, imageLinks, images, thumbnails } = services;
-  const item = (image: GalleryImage): GalleryItem => ({ image, link: imageLinks.pathFor(image).path });
+  const item = async (image: GalleryImage): Promise<GalleryItem> => ({ image, link: (await imageLinks.pathFor(image)).path });
   const notFound = (viewer: Viewer) => problemPage(viewer, 404, viewer.t("gallery.notFound.title"), viewer.t("gallery.notFound.text"));
 
   return new Elysia({ name: "workbench.gallery" })
     .use(workbenchGuards(services))
-    .get("/gallery", ({ viewer, query }) => {
+    .get("/gallery", async ({ viewer, query }) => {
       const userId = viewer.user.id;
       const now = clock();
       const page = parseGalleryPage(query.page);
-      const rows = store.images.listForUser(userId, now, GALLERY_PAGE_SIZE, (page - 1) * GALLERY_PAGE_SIZE);
-      const total = store.images.countForUser(userId, now);
+      const rows = await store.images.listForUser(userId, now, GALLERY_PAGE_SIZE, (page - 1) * GALLERY_PAGE_SIZE);
+      const total = await store.images.countForUser(userId, now);
       // Past the last page (its last image was just deleted): the last page that has images.
       if (rows.length === 0 && total > 0 && page > 1) {
         const last = Math.ceil(total / GALLERY_PAGE_SIZE);
         return redirect(query.done ? withNotice(`/gallery?page=${last}`, query.done === "deleted" ? "deleted" : "gone") : `/gallery?page=${last}`);
       }
       const notice = query.done === "deleted" ? viewer.t("gallery.notice.deleted") : query.done === "gone" ? viewer.t("gallery.notice.gone") : null;
-      return htmlResponse(galleryPage(viewer, { items: rows.map(item), page, total, notice }));
+      return htmlResponse(galleryPage(viewer, { items: await Promise.all(rows.map(item)), page, total, notice }));
     }, { viewer: true, ...hide })
     .get("/gallery/thumb/:id", async ({ viewer, params, request }) => {
-      const image = IMAGE_ID.test(params.id) ? store.images.getForUser(params.id, viewer.user.id, clock()) : null;
+      const image = IMAGE_ID.test(params.id) ? await store.images.getForUser(params.id, viewer.user.id, clock()) : null;
       if (!image) return new Response("Not found", { status: 404, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store" } });
       const thumb = await thumbnails.thumbnailOf(image);
       if (!thumb) return new Response("Not found", { status: 404, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store" } });
@@ -55,9 +55,9 @@ export function galleryRoutes(services: Services) {
       if (request.headers.get("if-none-match") === thumb.etag) return new Response(null, { status: 304, headers });
       return new Response(thumb.bytes as Uint8Array<ArrayBuffer>, { headers: { ...headers, "content-type": thumb.mime, "content-length": String(thumb.bytes.byteLength) } });
     }, { viewer: true, ...hide })
-    .get("/gallery/:id", ({ viewer, params }) => {
-      const image = IMAGE_ID.test(params.id) ? store.images.getForUser(params.id, viewer.user.id, clock()) : null;
-      return image ? htmlResponse(galleryImagePage(viewer, item(image))) : notFound(viewer);
+    .get("/gallery/:id", async ({ viewer, params }) => {
+      const image = IMAGE_ID.test(params.id) ? await store.images.getForUser(params.id, viewer.user.id, clock()) : null;
+      return image ? htmlResponse(galleryImagePage(viewer, await item(image))) : notFound(viewer);
     }, { viewer: true, ...hide })
     .post("/gallery/:id/delete", async ({ viewer, params, body }) => {
       const back = backTo(formFields(body).back);

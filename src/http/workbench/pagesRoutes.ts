@@ -12,7 +12,7 @@ import type { RedeemState } from "../../workbench/pages/redeem";
 const hide = { detail: { hide: true } };
 
 /** The credits page for the viewer (with a code's redemption outcome, if any). */
-export function creditsPageResponse(services: Services, viewer: Viewer, query: Record<string, string | undefined>, redeem?: RedeemState, status = 200): Response {
+export async function creditsPageResponse(services: Services, viewer: Viewer, query: Record<string, string | undefined>, redeem?: RedeemState, status = 200): Promise<Response> {
   const { store, catalog } = services;
   const userId = viewer.user.id;
   const q = parseHistoryQuery(query);
@@ -22,7 +22,7 @@ export function creditsPageResponse(services: Services, viewer: Viewer, query: R
     creditsPage(viewer, {
       query: q,
       requests,
-      images: store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
+      images: await store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
       total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
       models: catalog.list().map((m) => m.id),
       ledger: store.credits.ledger(userId, 100),

@@ -31,7 +31,7 @@ export function redeemRoutes(services: Services) {
   const { workbench, logger } = services;
   return new Elysia({ name: "workbench.redeem" })
     .use(workbenchGuards(services))
-    .post("/credits/redeem", ({ viewer, body, request }) => {
+    .post("/credits/redeem", async ({ viewer, body, request }) => {
       const code = (formFields(body).code ?? "").slice(0, 100);
       const result = workbench.codes.redeem(viewer.user.id, code, clientAddress(request));
       if (result.ok) {
@@ -41,7 +41,7 @@ export function redeemRoutes(services: Services) {
       const { error, status } = failureOf(viewer.t, result);
       // The code is never logged: a wrong one may be a typo of a real one.
       logger.warn("redemption code refused", { user_id: viewer.user.id, reason: result.reason });
-      const response = creditsPageResponse(services, viewer, {}, { error, code }, status);
+      const response = await creditsPageResponse(services, viewer, {}, { error, code }, status);
       if (result.reason === "throttled") response.headers.set("retry-after", String(Math.max(1, Math.ceil(result.retryAfterMs / 1000))));
       return response;
     }, { viewer: true, ...hide });

@@ -2,7 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { USAGE_DASHBOARD_DAYS } from "../../core/limits";
-import { usageRange, usageReport } from "../../core/usage";
+import { usageRange, usageReport, type UsageRow } from "../../core/usage";
 import type { RequestRow } from "../../store/requests";
 import { csvLine } from "../../workbench/csv";
 import { requestDetailPage } from "../../workbench/pages/requestDetail";
@@ -38,29 +38,27 @@ export function usageRoutes(services: Services) {
 
   return new Elysia({ name: "workbench.usage" })
     .use(workbenchGuards(services))
-    .get("/usage", ({ viewer }) => {
+    .get("/usage", async ({ viewer }) => {
       const userId = viewer.user.id;
       const range = usageRange({}, clock(), USAGE_DASHBOARD_DAYS);
-      const days = usageReport(store.usage, userId, range, "day");
-      const byModel = (rows: ReturnType<typeof store.usage.usage>) => [...rows].sort((a, b) => b.requests - a.requests);
+      const days = await usageReport(store.usage, userId, range, "day");
+      const byModel = (rows: UsageRow[]) => [...rows].sort((a, b) => b.requests - a.requests);
+      const [models, keys, modelDays, keyDays] = await Promise.all([
+        store.usage.usage(userId, range, "model"),
+        store.usage.usage(userId, range, "key"),
+        store.usage.usageDaily(userId, range, "model"),
+        store.usage.usageDaily(userId, range, "key"),
+      ]);
       return htmlResponse(
-        usagePage(viewer, {
-          range,
-          days: days.rows,
-          totals: days.totals,
-          models: byModel(store.usage.usage(userId, range, "model")),
-          keys: byModel(store.usage.usage(userId, range, "key")),
-          modelDays: store.usage.usageDaily(userId, range, "model"),
-          keyDays: store.usage.usageDaily(userId, range, "key"),
-        }),
+        usagePage(viewer, { range, days: days.rows, totals: days.totals, models: byModel(models), keys: byModel(keys), modelDays, keyDays }),
       );
     }, { viewer: true, ...hide })
-    .get("/credits/requests/:id", ({ viewer, params }) => {
+    .get("/credits/requests/:id", async ({ viewer, params }) => {
       const userId = viewer.user.id;
       const r = store.requests.get(params.id);
       // Another user's request reads as one that does not exist.
       if (!r || r.user_id !== userId) return problemPage(viewer, 404, viewer.t("requestDetail.notFound.title"), viewer.t("requestDetail.notFound.text"));
-      const imageId = r.kind === "image" ? (store.images.imageIdsForRequests(userId, [r.id], clock()).get(r.id) ?? null) : null;
+      const imageId = r.kind === "image" ? ((await store.images.imageIdsForRequests(userId, [r.id], clock())).get(r.id) ?? null) : null;
       return htmlResponse(requestDetailPage(viewer, { request: r, keyLabel: r.key_id === null ? null : (keyLabels(userId).get(r.key_id) ?? `#${r.key_id}`), imageId }));
     }, { viewer: true, ...hide })
     .get("/credits/history.csv", ({ viewer }) => {

@@ -24,11 +24,11 @@ export function webhooksRoutes(services: Services) {
   const webhooks = services.taskEvents;
   const delays = services.config.webhooks.retry_delays_ms;
   const schedule = { attempts: totalAttempts(delays), spanMs: delays.reduce((a, b) => a + b, 0) };
-  const render = (viewer: Viewer, extra: Partial<WebhooksPageState> = {}, status = 200) =>
+  const render = async (viewer: Viewer, extra: Partial<WebhooksPageState> = {}, status = 200) =>
     htmlResponse(
       webhooksPage(viewer, {
-        endpoint: webhooks.endpoints.view(viewer.user.id),
-        deliveries: webhooks.endpoints.deliveries(viewer.user.id, RECENT_DELIVERIES),
+        endpoint: await webhooks.endpoints.view(viewer.user.id),
+        deliveries: await webhooks.endpoints.deliveries(viewer.user.id, RECENT_DELIVERIES),
         schedule,
         ...extra,
       }),
@@ -47,16 +47,16 @@ export function webhooksRoutes(services: Services) {
       if (saved.secret) return render(viewer, { secret: saved.secret, notice: viewer.t("webhooks.notice.saved") }, 201);
       return redirect("/webhooks?done=saved");
     }, { viewer: true, ...hide })
-    .post("/webhooks/endpoint/remove", ({ viewer }) => {
-      webhooks.endpoints.clear(viewer.user.id);
+    .post("/webhooks/endpoint/remove", async ({ viewer }) => {
+      await webhooks.endpoints.clear(viewer.user.id);
       return redirect("/webhooks?done=removed");
     }, { viewer: true, ...hide })
-    .post("/webhooks/secret", ({ viewer }) => {
-      const secret = webhooks.endpoints.rotateSecret(viewer.user.id);
+    .post("/webhooks/secret", async ({ viewer }) => {
+      const secret = await webhooks.endpoints.rotateSecret(viewer.user.id);
       return render(viewer, { secret }, 201);
     }, { viewer: true, ...hide })
-    .post("/webhooks/test", ({ viewer }) => {
-      const refused = webhooks.sendTestEvent(viewer.user.id);
+    .post("/webhooks/test", async ({ viewer }) => {
+      const refused = await webhooks.sendTestEvent(viewer.user.id);
       // The only refusal is a missing endpoint.
       if (refused !== null) return render(viewer, { error: viewer.t("webhooks.error.noEndpoint") }, 400);
       return redirect("/webhooks?done=sent");

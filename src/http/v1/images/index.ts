@@ -63,7 +63,7 @@ export function imagesRoutes(services: Services) {
     resolve: systemResolver,
     async ownLink(url) {
       if (!url.pathname.startsWith(`${IMAGE_FILES_PATH}/`)) return "not ours";
-      const link = services.imageLinks.check(url.pathname.slice(IMAGE_FILES_PATH.length + 1), url.searchParams.get("expires"), url.searchParams.get("signature"));
+      const link = await services.imageLinks.check(url.pathname.slice(IMAGE_FILES_PATH.length + 1), url.searchParams.get("expires"), url.searchParams.get("signature"));
       // A link that is not intact is someone else's (another server's secret): fetched like any URL.
       if (!link.ok) return link.reason === "expired" ? "gone" : "not ours";
       return (await services.images.open(link.id)) ?? "gone";
@@ -79,13 +79,13 @@ export function imagesRoutes(services: Services) {
    * public_url, else the request's own origin) instead of carrying it. An image that could not
    * be kept is delivered inline all the same: the client paid for it.
    */
-  function delivered(body: ImageResultBody, requestBody: unknown, request: Request): ImageResultBody {
+  async function delivered(body: ImageResultBody, requestBody: unknown, request: Request): Promise<ImageResultBody> {
     if (!isPlainObject(requestBody) || requestBody.response_format !== "url") return body;
     if (body.image_id === undefined) {
       services.logger.warn("response_format url without a kept image: answering b64_json", { request_id: metaOf(request).id });
       return body;
     }
-    const { path } = services.imageLinks.pathFor({ id: body.image_id, mime: mimeOfOutputFormat(body.output_format) });
+    const { path } = await services.imageLinks.pathFor({ id: body.image_id, mime: mimeOfOutputFormat(body.output_format) });
     return withImageUrl(body, new URL(path, services.config.server.public_url ?? new URL(request.url).origin).href);
   }
 
@@ -161,7 +161,7 @@ export function imagesRoutes(services: Services) {
     const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
     // A url answer never needs the base64: its body starts without it.
     const wantsUrl = isPlainObject(body) && body.response_format === "url";
-    return { status: 200, body: delivered(imageResultBody(req.requestId, outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };
+    return { status: 200, body: await delivered(imageResultBody(req.requestId, outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };
   }
 
   /**
@@ -181,7 +181,7 @@ export function imagesRoutes(services: Services) {
     // The image comes back from the image store; a url request gets a fresh link to it.
     const result = current.result ? await resultFromStorage(current.result, services.images, current.id) : null;
     if (!result) throw new TaskNotFound(task.id, true);
-    return { status: 200, body: delivered(result, body, request), replayed: true };
+    return { status: 200, body: await delivered(result, body, request), replayed: true };
   }
 
   /** The answer with its headers: the task's Location, the replay mark, the queue time. */
