@@ -33,7 +33,7 @@ import { ImageLinks } from "./core/imageLinks";
 import { ImageThumbnails } from "./core/imageThumbnails";
 import { decodeImageOffThread, encodePng } from "./core/image/codec";
 import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
-import { S3ImageBlobs } from "./store/s3ImageBlobs";
+import { S3ImageBlobs, s3BlobSettingsOf } from "./store/s3ImageBlobs";
 import { Metrics } from "./http/metrics";
 
 export interface AppDeps {
@@ -126,17 +126,7 @@ function connectRedis(config: Config): RedisClient | undefined {
  */
 function createImageBlobs(config: Config, clock: Clock): ImageBlobStore {
   const { server, storage } = config;
-  if (storage.kind === "s3") {
-    return new S3ImageBlobs({
-      bucket: storage.bucket!,
-      endpoint: storage.endpoint,
-      region: storage.region,
-      accessKeyId: storage.access_key_id!,
-      secretAccessKey: storage.secret_access_key!,
-      prefix: storage.prefix,
-      timeoutMs: storage.timeout_ms,
-    });
-  }
+  if (storage.kind === "s3") return new S3ImageBlobs(s3BlobSettingsOf(storage));
   return server.data_dir === ":memory:" && storage.dir === undefined ? new MemoryImageBlobs(clock) : new FileImageBlobs(storage.dir ?? join(server.data_dir, "images"));
 }
 

@@ -11,19 +11,39 @@
  * sweep would delete the rows of every image during an outage).
  */
 import { S3Client } from "bun";
+import type { Config } from "../config";
 import { ImageStorageUnavailable, type ImageBlobStore } from "../core/imageArchive";
 
 export interface S3BlobSettings {
   bucket: string;
   /** http(s) address of the S3-compatible service; unset: AWS's own for the region. */
   endpoint?: string;
-  region?: string;
+  region: string;
   accessKeyId: string;
   secretAccessKey: string;
   /** Put in front of every key (e.g. "atelier/"). */
   prefix: string;
   /** The longest one call may take. */
   timeoutMs: number;
+}
+
+const DEFAULT_REGION = "us-east-1";
+
+/** The settings of [storage] kind = "s3" (config.ts has checked that bucket and credentials are set). */
+export function s3BlobSettingsOf(storage: Config["storage"]): S3BlobSettings {
+  if (storage.kind !== "s3" || storage.bucket === undefined || storage.access_key_id === undefined || storage.secret_access_key === undefined) {
+    throw new Error('[storage] is not kind = "s3" with a bucket and credentials');
+  }
+  return {
+    bucket: storage.bucket,
+    endpoint: storage.endpoint,
+    // Bun's client would otherwise sign for "auto" (or AWS_REGION) with a custom endpoint.
+    region: storage.region ?? DEFAULT_REGION,
+    accessKeyId: storage.access_key_id,
+    secretAccessKey: storage.secret_access_key,
+    prefix: storage.prefix,
+    timeoutMs: storage.timeout_ms,
+  };
 }
 
 /** The objects one ListObjectsV2 call returns (S3's own maximum). */
@@ -44,7 +64,7 @@ export class S3ImageBlobs implements ImageBlobStore {
 
   /** Where this store writes, for logs and `atelier doctor` (no credentials). */
   describe(): string {
-    const where = this.settings.endpoint !== undefined ? new URL(this.settings.endpoint).host : `AWS ${this.settings.region ?? "us-east-1"}`;
+    const where = this.settings.endpoint !== undefined ? new URL(this.settings.endpoint).host : `AWS ${this.settings.region}`;
     return `s3://${this.settings.bucket}/${this.settings.prefix} at ${where}`;
   }
 

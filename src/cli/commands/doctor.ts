@@ -11,6 +11,7 @@ import { queueAuthHeaders } from "../../engines/queue/auth";
 import { joinUrl } from "../../engines/upstreamHttp";
 import { databasePath } from "../../store/database";
 import { inspectDatabase } from "../../store/maintenance";
+import { S3ImageBlobs, s3BlobSettingsOf } from "../../store/s3ImageBlobs";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
 import { runningServerPid } from "../serverLock";
 import { configFrom, type Io } from "../shared";
@@ -18,8 +19,9 @@ import { configFrom, type Io } from "../shared";
 const USAGE = `Usage: atelier doctor [--timeout-ms N]
 
 Checks the configuration, the database (integrity, migrations, credits against the ledger), the
-data directory (writable, free space) and each upstream account (reachable, credentials accepted),
-prints a table, and exits 1 when a check fails.
+data directory (writable, free space), the image bucket with [storage] kind = "s3" (reachable,
+credentials accepted) and each upstream account (reachable, credentials accepted), prints a
+table, and exits 1 when a check fails.
 
   --timeout-ms N   time limit for each upstream call (default 5000)
 
@@ -53,6 +55,7 @@ export async function doctorCommand(argv: string[], io: Io): Promise<number> {
   if (config) {
     checks.push(...databaseChecks(config.server.data_dir));
     checks.push(dataDirCheck(config.server.data_dir));
+    if (config.storage.kind === "s3") checks.push(await imageBucketCheck(config.storage, timeoutMs));
     checks.push(...(await Promise.all(config.upstreams.flatMap((u) => u.accounts.map((a) => upstreamCheck(u, a, timeoutMs))))));
   }
   for (const line of table(checks)) io.out(line);
@@ -104,6 +107,19 @@ function dataDirCheck(dataDir: string): Check {
     return { check: "data directory", status: free < FREE_FAIL ? "fail" : free < FREE_WARN ? "warn" : "ok", detail };
   } catch (e) {
     return { check: "data directory", status: "fail", detail: `${dataDir}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` };
+  }
+}
+
+/** [storage] kind = "s3": one small authenticated call (a one-key listing) answers whether the bucket is there and takes the credentials. */
+async function imageBucketCheck(storage: Config["storage"], timeoutMs: number): Promise<Check> {
+  const settings = s3BlobSettingsOf(storage);
+  const blobs = new S3ImageBlobs({ ...settings, timeoutMs: Math.min(timeoutMs, settings.timeoutMs) });
+  try {
+    await blobs.probe();
+    return { check: "image storage", status: "ok", detail: `${blobs.describe()}: reachable, credentials accepted` };
+  } catch (e) {
+    // The message names the call and S3's error code (e.g. SignatureDoesNotMatch), never a credential.
+    return { check: "image storage", status: "fail", detail: `${blobs.describe()}: ${(e as Error).message}` };
   }
 }
 
