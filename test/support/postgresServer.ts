@@ -14,7 +14,7 @@
  *   watchdog when the process dies without exiting cleanly.
  */
 import { SQL } from "bun";
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:net";
@@ -72,64 +72,83 @@ function asOwner(argv: string[]): string[] {
   return isRoot ? ["runuser", "-u", "postgres", "--", ...argv] : argv;
 }
 
-function check(result: { exitCode: number | null; stderr: Buffer; stdout: Buffer }, what: string): void {
-  if (result.exitCode !== 0) throw new Error(`${what} failed (${result.exitCode}): ${result.stderr.toString()}${result.stdout.toString()}`.slice(0, 4000));
+interface Ran {
+  exitCode: number | null;
+  output: string;
+}
+
+/** Runs a command without blocking the event loop (initdb takes seconds on a loaded machine). */
+async function run(argv: string[]): Promise<Ran> {
+  const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  const [stdout, stderr, exitCode] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { exitCode, output: `${stderr}${stdout}` };
+}
+
+function check(result: Ran, what: string): void {
+  if (result.exitCode !== 0) throw new Error(`${what} failed (${result.exitCode}): ${result.output}`.slice(0, 4000));
 }
 
 async function startCluster(): Promise<Cluster> {
   const bin = postgresBinDir();
   const dir = mkdtempSync(join(tmpdir(), "atelier-pg-"));
   const data = join(dir, "data");
-  if (isRoot) {
-    // The postgres user must own the cluster and reach it through the temp dir.
-    const uid = Number(Bun.spawnSync(["id", "-u", "postgres"]).stdout.toString().trim());
-    const gid = Number(Bun.spawnSync(["id", "-g", "postgres"]).stdout.toString().trim());
-    if (!Number.isInteger(uid) || uid <= 0) throw new Error("running as root, but there is no `postgres` OS user to run PostgreSQL as");
-    chownSync(dir, uid, gid);
-  }
-  chmodSync(dir, 0o700);
-  check(
-    Bun.spawnSync(asOwner([join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"]), {
-      stdout: "pipe",
-      stderr: "pipe",
-    }),
-    "initdb",
-  );
-  const port = await freePort();
-  const settings = [
-    "listen_addresses = '127.0.0.1'",
-    `port = ${port}`,
-    `unix_socket_directories = '${dir}'`,
-    // A test cluster: losing it on a crash costs nothing, and every commit waiting for the disk would.
-    "fsync = off",
-    "synchronous_commit = off",
-    "full_page_writes = off",
-    "max_connections = 200",
-    "shared_buffers = 32MB",
-    "log_min_messages = warning",
-    "logging_collector = off",
-  ];
-  writeFileSync(join(data, "postgresql.auto.conf"), `${settings.join("\n")}\n`);
-  if (isRoot) Bun.spawnSync(["chown", "postgres:postgres", join(data, "postgresql.auto.conf")]);
-  check(
-    Bun.spawnSync(asOwner([join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "server.log"), "-w", "-t", "60", "start"]), { stdout: "pipe", stderr: "pipe" }),
-    "pg_ctl start",
-  );
   const stopArgv = asOwner([join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop"]);
   const stopNow = () => {
-    Bun.spawnSync(stopArgv, { stdout: "ignore", stderr: "ignore" });
+    if (existsSync(join(data, "postmaster.pid"))) Bun.spawnSync(stopArgv, { stdout: "ignore", stderr: "ignore" });
     rmSync(dir, { recursive: true, force: true });
   };
-  // The watchdog: when this process is gone (killed, crashed), stop the server and delete it.
+  // From here on nothing outlives this process: the exit handler for a clean exit, a watchdog
+  // for a process that is killed or crashes (it polls this pid, then stops the server and
+  // deletes the directory), and a failed start cleans up at once.
+  process.once("exit", stopNow);
   const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
   const watchdog = Bun.spawn(
     ["setsid", "sh", "-c", `while kill -0 ${process.pid} 2>/dev/null; do sleep 1; done; ${stopArgv.map(quote).join(" ")} >/dev/null 2>&1; rm -rf ${quote(dir)}`],
     { stdin: "ignore", stdout: "ignore", stderr: "ignore" },
   );
   watchdog.unref();
-  process.once("exit", stopNow);
-  const base = `postgres://postgres@127.0.0.1:${port}`;
-  return { adminUrl: `${base}/postgres`, urlOf: (db) => `${base}/${db}` };
+  try {
+    if (isRoot) {
+      // The postgres user must own the cluster and reach it through the temp dir.
+      const uid = Number(Bun.spawnSync(["id", "-u", "postgres"]).stdout.toString().trim());
+      const gid = Number(Bun.spawnSync(["id", "-g", "postgres"]).stdout.toString().trim());
+      if (!Number.isInteger(uid) || uid <= 0) throw new Error("running as root, but there is no `postgres` OS user to run PostgreSQL as");
+      chownSync(dir, uid, gid);
+    }
+    chmodSync(dir, 0o700);
+    check(await run(asOwner([join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"])), "initdb");
+    // The free port may be taken before the server binds it: a few tries, each with a new port.
+    for (let attempt = 1; ; attempt++) {
+      const port = await freePort();
+      const settings = [
+        "listen_addresses = '127.0.0.1'",
+        `port = ${port}`,
+        `unix_socket_directories = '${dir}'`,
+        // A test cluster: losing it on a crash costs nothing, and every commit waiting for the disk would.
+        "fsync = off",
+        "synchronous_commit = off",
+        "full_page_writes = off",
+        "max_connections = 200",
+        "shared_buffers = 32MB",
+        "log_min_messages = warning",
+        "logging_collector = off",
+      ];
+      // initdb made this file, owned by the cluster's user; writing keeps its owner.
+      writeFileSync(join(data, "postgresql.auto.conf"), `${settings.join("\n")}\n`);
+      const started = await run(asOwner([join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "server.log"), "-w", "-t", "60", "start"]));
+      if (started.exitCode === 0) {
+        const base = `postgres://postgres@127.0.0.1:${port}`;
+        return { adminUrl: `${base}/postgres`, urlOf: (db) => `${base}/${db}` };
+      }
+      if (attempt >= 3) {
+        const log = existsSync(join(dir, "server.log")) ? readFileSync(join(dir, "server.log"), "utf8").slice(-2000) : "";
+        check(started, `pg_ctl start (server log: ${log})`);
+      }
+    }
+  } catch (e) {
+    stopNow();
+    throw e;
+  }
 }
 
 function externalCluster(url: string): Cluster {
