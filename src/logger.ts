@@ -59,9 +59,21 @@ export function stdoutSink(): ReturnType<typeof batchedStdout> {
   return (stdoutLines ??= batchedStdout());
 }
 
+let isoAt = Number.NaN;
+let iso = "";
+/** The current time as ISO 8601, formatted once per millisecond however many lines share it. */
+function isoNow(): string {
+  const now = Date.now();
+  if (now !== isoAt) {
+    isoAt = now;
+    iso = new Date(now).toISOString();
+  }
+  return iso;
+}
+
 export function createLogger(write: (line: string) => void = (line) => stdoutSink().write(line), format: LogFormat = "json"): Logger {
   const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) => {
-    const ts = new Date().toISOString();
+    const ts = isoNow();
     write(format === "pretty" ? prettyLine(ts, level, msg, fields) : jsonLine(ts, level, msg, fields));
   };
   return {

@@ -87,11 +87,24 @@ export async function callJson(call: UpstreamCall): Promise<unknown> {
 
 /** The parsed JSON body of an upstream answer (bounded like callJson's). */
 export async function readJson(res: Response, call: Pick<UpstreamCall, "signal" | "redactor">, limit = MAX_JSON_BODY): Promise<unknown> {
+  const notJson = () => new AttemptFailure("failed", `upstream answered ${res.status} with a body that is not JSON`, undefined, res.status);
+  const declared = declaredLength(res, limit);
+  // Bun's json() answers null for an empty body, which JSON.parse refuses: not JSON either way.
+  if (declared === 0) throw notJson();
+  if (declared !== null) {
+    // Read and parsed in one native call (no intermediate string handed to JSON.parse).
+    try {
+      return (await res.json()) as unknown;
+    } catch (e) {
+      if (!call.signal.aborted && e instanceof SyntaxError) throw notJson();
+      return brokenRead(e, call);
+    }
+  }
   const text = await readText(res, limit, call);
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw new AttemptFailure("failed", `upstream answered ${res.status} with a body that is not JSON`, undefined, res.status);
+    throw notJson();
   }
 }
 
@@ -128,10 +141,15 @@ async function readText(res: Response, limit: number, call: Pick<UpstreamCall, "
  * call (no chunk iteration and concatenation); otherwise it is counted as it streams in.
  */
 function declaredWithin(res: Response, limit: number): boolean {
+  return declaredLength(res, limit) !== null;
+}
+
+/** The body's declared length when declaredWithin holds, else null. */
+function declaredLength(res: Response, limit: number): number | null {
   const length = res.headers.get("content-length");
-  if (length === null || res.headers.get("content-encoding") !== null) return false;
+  if (length === null || res.headers.get("content-encoding") !== null) return null;
   const declared = Number(length);
-  return Number.isSafeInteger(declared) && declared >= 0 && declared <= limit;
+  return Number.isSafeInteger(declared) && declared >= 0 && declared <= limit ? declared : null;
 }
 
 /** Reads a whole body of a known size: a connection that breaks is a failed attempt, an abort is rethrown. */
@@ -139,9 +157,14 @@ async function readWhole<T>(res: Response, call: { signal: AbortSignal; redactor
   try {
     return await read();
   } catch (e) {
-    if (call.signal.aborted) throw e;
-    throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
+    return brokenRead(e, call);
   }
+}
+
+/** A whole-body read that failed: an abort is rethrown untouched, anything else is a broken connection. */
+function brokenRead(e: unknown, call: { signal: AbortSignal; redactor: SecretRedactor }): never {
+  if (call.signal.aborted) throw e;
+  throw new AttemptFailure("failed", `the upstream connection broke while reading its answer: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
 }
 
 /** A body read up to `limit` bytes: a larger one, or a connection that breaks, is a failed attempt; an abort is rethrown. */
