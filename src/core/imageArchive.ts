@@ -122,6 +122,8 @@ interface Logger {
 }
 
 const BATCH = 500;
+/** Keys of one sweep's listing kept in memory (about 150 bytes each); past it, rows' files are checked one by one. */
+const LISTED_KEYS_REMEMBERED = 200_000;
 
 export class ImageArchive implements ImageKeeper {
   private readonly locks = new Map<string, Promise<unknown>>();
@@ -202,18 +204,26 @@ export class ImageArchive implements ImageKeeper {
     }
 
     // Repair: files without a row (a crash between a put's write and its row, or mid-sweep).
+    // The keys seen are remembered (up to a bound) so the next step need not ask the store about
+    // each of them again: one HEAD per image per sweep is real money and time on a bucket.
+    const listed = new Set<string>();
     for await (const { key, modifiedAt } of blobs.list()) {
+      if (listed.size < LISTED_KEYS_REMEMBERED) listed.add(key);
       const content = parseBlobKey(key);
       if (!content || modifiedAt > now - settings.orphanGraceMs) continue;
       if (await this.removeIfUnreferenced(content.sha256, content.mime)) report.orphanFiles++;
     }
 
-    // Repair: rows whose file is gone (lost outside us): their links could only fail.
+    // Repair: rows whose file is gone (lost outside us): their links could only fail. A file
+    // the listing saw is there (only an unreferenced file is ever deleted by us); any other is
+    // checked under the lock, as a put may have written it since the listing.
     let after = "";
     for (;;) {
       const page = await records.contents(after, BATCH);
       for (const c of page) {
-        const lost = await this.locked(c.sha256, async () => ((await blobs.exists(blobKey(c.sha256, c.mime))) ? 0 : records.removeContent(c.sha256)));
+        const key = blobKey(c.sha256, c.mime);
+        if (listed.has(key)) continue;
+        const lost = await this.locked(c.sha256, async () => ((await blobs.exists(key)) ? 0 : records.removeContent(c.sha256)));
         report.orphanRows += lost;
       }
       if (page.length < BATCH) break;

@@ -200,7 +200,7 @@ describe("the image archive over S3", () => {
     expect((await a.open(kept.id))!.bytes).toEqual(image(1).bytes);
   });
 
-  test("the sweep deletes an object no row references once it is older than the grace, and the row of an object lost outside us", async () => {
+  test("the sweep deletes an object no row references once it is older than the grace, and the row of an object lost outside us, with one HEAD per unseen file only", async () => {
     const a = archive();
     const kept = await a.put(image(3));
     const orphanKey = blobKey(sha256Hex("orphan"), "image/png");
@@ -210,8 +210,11 @@ describe("the image archive over S3", () => {
     const lost = await a.put(image(4));
     s3.objects.delete(blobKey(lost.sha256, "image/png"));
 
+    s3.requests.length = 0;
     const report = await a.sweep();
     expect(report).toMatchObject({ orphanFiles: 1, orphanRows: 1 });
+    // One listing answers for every file it saw: a HEAD only for the row whose file it did not see.
+    expect(s3.requests.filter((r) => r.method === "HEAD").map((r) => r.path)).toEqual([`/${s3.bucket}/${blobKey(lost.sha256, "image/png")}`]);
     expect(s3.objects.has(orphanKey)).toBe(false);
     expect(s3.objects.has(youngKey)).toBe(true);
     expect(await a.open(lost.id)).toBeNull();
