@@ -16,7 +16,7 @@ const config = loadConfig({ env: process.env, overrides: { port: 0, host: "127.0
 config.server.log_requests = false;
 const server = await startServer(config, createLogger(() => {}));
 const user = await addUser(server.services.store, Date.now, { email: "bench@example.com", credits: 1_000_000 });
-const { key } = createKey(server.services.store, Date.now, user.id, "bench");
+const { key } = await createKey(server.services.store, Date.now, user.id, "bench");
 console.log(
   JSON.stringify({
     url: server.url,

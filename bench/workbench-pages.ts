@@ -21,8 +21,8 @@ const signin = await app.handle(
   new Request(`${base}/signin`, { method: "POST", headers: { origin: base, "content-type": "application/x-www-form-urlencoded" }, body: "email=admin%40example.com&password=bench+password" }),
 );
 const cookie = signin.headers.get("set-cookie")!.split(";")[0]!;
-const admin = store.users.byEmail("admin@example.com")!;
-for (let i = 0; i < 200; i++) store.users.create({ email: `u${i}@example.com`, passwordHash: null, role: "user", credits: 5 }, Date.now());
+const admin = (await store.users.byEmail("admin@example.com"))!;
+for (let i = 0; i < 200; i++) await store.users.create({ email: `u${i}@example.com`, passwordHash: null, role: "user", credits: 5 }, Date.now());
 for (let i = 0; i < 100; i++) store.credits.grant(admin.id, 1, Date.now(), `grant ${i}`, "bench");
 for (let i = 0; i < 1000; i++) {
   store.requests.recordChat({ id: `c${i}`, userId: admin.id, keyId: null, model: "builtin-chat", status: "succeeded", prompt: `prompt number ${i} <with markup>` }, Date.now());

@@ -62,7 +62,7 @@ export function createApp(services: Services) {
   // routes up front makes that happen before the OpenAPI document is built, every time, so the
   // document no longer depends on what ran earlier in the process.
   const app = new Elysia({ name: "atelier", handler: { standardHostname: false }, precompile: true })
-    .onError({ as: "global" }, ({ error, request }) => {
+    .onError({ as: "global" }, async ({ error, request }) => {
       const allowed = () => {
         const path = pathOf(request);
         matchers ??= routeMatchers(app as unknown as Elysia);
@@ -70,7 +70,7 @@ export function createApp(services: Services) {
       };
       const apiError = toApiError(error, request, logger, allowed, wording);
       if (apiError.errorCode === "unknown_route") {
-        const page = browserNotFound(services, request);
+        const page = await browserNotFound(services, request);
         if (page) return page;
       }
       // The headers the cors plugin set for this request would otherwise be lost.

@@ -43,6 +43,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const db = openDatabase(config.server.data_dir);
   const store = createStore(db, latestVersion());
   const services = createServices({ config, store, logger });
+  // The setup token (when there is no admin yet) is in the log before the socket opens.
+  await services.workbench.ready;
   options.customize?.(services);
   const recovered = store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
@@ -85,7 +87,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
       const rules = isApi ? apiBody : formBody;
       guarded = guardBody(request, rules, services.budget);
       // An API request with a body proves who it is before we read (and buffer) any of it.
-      if (isApi && meta.bodyUnread) authenticateApiRequest(guarded, services.auth);
+      if (isApi && meta.bodyUnread) await authenticateApiRequest(guarded, services.auth);
       // The signal is read only if the body has to wait for the budget (reading it costs every request).
       await admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
       response = await app.handle(guarded);

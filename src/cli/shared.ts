@@ -67,8 +67,8 @@ export function withExistingStore<T>(config: Config, fn: (store: Store) => T): T
   return result;
 }
 
-export function requireUserByEmail(store: Store, email: string) {
-  const user = store.users.byEmail(email);
+export async function requireUserByEmail(store: Store, email: string) {
+  const user = await store.users.byEmail(email);
   if (!user) throw new CliError(`no user with email ${email}`);
   return user;
 }

@@ -51,13 +51,13 @@ export async function addUser(
   return store.users.create({ email, passwordHash, role: input.role ?? "user", credits, actor: input.actor }, clock());
 }
 
-export function createKey(store: AccountStore, clock: Clock, userId: number, name: string, limits?: KeyLimits): { key: NewApiKey; row: ApiKeyRow } {
+export async function createKey(store: AccountStore, clock: Clock, userId: number, name: string, limits?: KeyLimits): Promise<{ key: NewApiKey; row: ApiKeyRow }> {
   const key = generateApiKey();
-  const row = store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash, ...(limits ? { limits } : {}) }, clock());
+  const row = await store.keys.create({ userId, name, prefix: key.prefix, secretHash: key.hash, ...(limits ? { limits } : {}) }, clock());
   return { key, row };
 }
 
-/** Longest a revocation made by another process (the CLI) goes unseen by a running server. */
+/** Longest a revocation made by another process (the CLI) or instance goes unseen by a running server. */
 export const KEY_CHANGE_CHECK_MS = 100;
 /** Key owners kept in memory; past it the cache starts over (a bound, not a working set). */
 const MAX_CACHED_KEYS = 10_000;
@@ -66,17 +66,21 @@ const MAX_CACHED_KEYS = 10_000;
  * Finds who a presented key belongs to without a database lookup per request: owners found by
  * the key's hash stay in memory until something that could change them happens. A revocation,
  * a disabled user or a changed role in this process empties the cache at once (the store's
- * local revision); another process's writes (a CLI `key revoke`) are seen through SQLite's
- * data_version, checked at most every KEY_CHANGE_CHECK_MS. Unknown keys are never cached, so
- * a new key works at once and guessing cannot fill memory. last_used_at is written at most
- * once a minute per key.
+ * local revision); another process's or instance's writes (a CLI `key revoke`) move the
+ * store's shared revision, read at most every KEY_CHANGE_CHECK_MS: the request that finds the
+ * interval passed reads it (and requests arriving meanwhile wait for that one read), every
+ * other request answers from memory. Unknown keys are never cached, so a new key works at once
+ * and guessing cannot fill memory. last_used_at is written at most once a minute per key, off
+ * the request's path.
  */
 export class KeyAuthenticator {
   private readonly lastWrite = new Map<number, number>();
   private readonly owners = new Map<string, KeyOwner>();
   private seenLocal: number;
-  private seenExternal: number;
-  private checkedAt: number;
+  /** The shared revision the cache was filled under; null until the first check. */
+  private seenExternal: number | null = null;
+  private checkedAt = Number.NEGATIVE_INFINITY;
+  private checking: Promise<void> | null = null;
 
   constructor(
     private readonly store: AccountStore,
@@ -85,18 +89,20 @@ export class KeyAuthenticator {
     private readonly changeCheckMs = KEY_CHANGE_CHECK_MS,
   ) {
     this.seenLocal = store.keys.localRevision();
-    this.seenExternal = store.keys.externalRevision();
-    this.checkedAt = clock();
   }
 
-  lookup(secret: string): KeyOwner | null {
+  async lookup(secret: string): Promise<KeyOwner | null> {
     const now = this.clock();
-    this.dropIfChanged(now);
+    const check = this.dropIfChanged(now);
+    if (check) await check;
     const hash = hashApiKey(secret);
     let owner = this.owners.get(hash) ?? null;
     if (!owner) {
-      owner = this.store.keys.ownerByHash(hash);
-      if (owner) {
+      // The revision before the read: a change committed while it runs moves it past this and
+      // empties the cache at the next check, so a stale owner cannot outlive one interval.
+      const filledUnder = this.seenLocal;
+      owner = await this.store.keys.ownerByHash(hash);
+      if (owner && filledUnder === this.store.keys.localRevision()) {
         if (this.owners.size >= MAX_CACHED_KEYS) this.owners.clear();
         this.owners.set(hash, owner);
       }
@@ -110,25 +116,48 @@ export class KeyAuthenticator {
     return isKeyExpired({ expiresAt: owner.key_expires_at }, this.clock());
   }
 
-  private dropIfChanged(now: number): void {
+  /** Empties the cache if a revision moved; a promise only when the shared one must be read now. */
+  private dropIfChanged(now: number): Promise<void> | null {
     const local = this.store.keys.localRevision();
     if (local !== this.seenLocal) {
       this.seenLocal = local;
       this.owners.clear();
     }
-    if (now - this.checkedAt < this.changeCheckMs && now >= this.checkedAt) return;
+    if (this.checking) return this.checking;
+    if (now - this.checkedAt < this.changeCheckMs && now >= this.checkedAt) return null;
     this.checkedAt = now;
-    const external = this.store.keys.externalRevision();
-    if (external !== this.seenExternal) {
-      this.seenExternal = external;
+    this.checking = this.checkShared().finally(() => {
+      this.checking = null;
+    });
+    return this.checking;
+  }
+
+  private async checkShared(): Promise<void> {
+    let shared: number;
+    try {
+      shared = await this.store.keys.externalRevision();
+    } catch (e) {
+      // Unconfirmed: forget the owners and read again on the next request.
+      this.owners.clear();
+      this.checkedAt = Number.NEGATIVE_INFINITY;
+      throw e;
+    }
+    if (shared !== this.seenExternal) {
+      this.seenExternal = shared;
       this.owners.clear();
     }
   }
 
+  /** Off the request's path; skipped (and tried again on a later request) when the store was locked or failed. */
   private touch(keyId: number, now: number): void {
     const last = this.lastWrite.get(keyId);
     if (last !== undefined && now - last < this.touchEveryMs) return;
-    // Skipped while another process holds the write lock: tried again on a later request.
-    if (this.store.keys.touch(keyId, now)) this.lastWrite.set(keyId, now);
+    this.lastWrite.set(keyId, now);
+    const forget = () => {
+      if (this.lastWrite.get(keyId) === now) this.lastWrite.delete(keyId);
+    };
+    this.store.keys.touch(keyId, now).then((written) => {
+      if (!written) forget();
+    }, forget);
   }
 }

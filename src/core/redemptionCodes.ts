@@ -42,10 +42,10 @@ export type RedeemOutcome =
 /** What redemption codes need from storage (store/redemptionCodes implements it). */
 export interface RedemptionStore {
   /** The batch and all its code hashes, in one transaction. */
-  createBatch(batch: Omit<RedemptionBatchRow, "id" | "code_count">, codeHashes: string[]): RedemptionBatchRow;
+  createBatch(batch: Omit<RedemptionBatchRow, "id" | "code_count">, codeHashes: string[]): Promise<RedemptionBatchRow>;
   /** Marks the code used by the user and credits the batch's amount with its ledger row, all or nothing. */
-  redeem(codeHash: string, userId: number, now: number): RedeemOutcome;
-  listBatches(limit: number): RedemptionBatchSummary[];
+  redeem(codeHash: string, userId: number, now: number): Promise<RedeemOutcome>;
+  listBatches(limit: number): Promise<RedemptionBatchSummary[]>;
 }
 
 export interface NewBatch {
@@ -140,7 +140,7 @@ export class RedemptionCodes {
   }
 
   /** Checks the batch, makes its codes and stores their hashes; the codes are returned once. */
-  createBatch(input: NewBatch): CreatedBatch {
+  async createBatch(input: NewBatch): Promise<CreatedBatch> {
     const name = input.name.trim();
     if (name.length < 1 || name.length > MAX_CODE_BATCH_NAME_CHARS) throw new BatchRejected("name", `Give the batch a name of 1 to ${MAX_CODE_BATCH_NAME_CHARS} characters.`);
     if (!Number.isInteger(input.credits) || input.credits < 1 || input.credits > MAX_CREDIT_GRANT) {
@@ -155,7 +155,7 @@ export class RedemptionCodes {
     }
     const now = this.clock();
     const codes = Array.from({ length: input.count }, generateCode);
-    const batch = this.store.createBatch(
+    const batch = await this.store.createBatch(
       { name, credits: input.credits, expires_at: days === null ? null : now + days * 86_400_000, created_by: input.createdBy, created_at: now },
       codes.map((c) => hashCode(normalizeCode(c)!)),
     );
@@ -163,12 +163,12 @@ export class RedemptionCodes {
   }
 
   /** Redeems a code for the user, unless this user or address failed too often recently. */
-  redeem(userId: number, input: string, address: string): RedeemResult {
+  async redeem(userId: number, input: string, address: string): Promise<RedeemResult> {
     const userKey = `user:${userId}`;
     const wait = Math.max(this.perUser.retryAfterMs(userKey), this.perAddress.retryAfterMs(address));
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const normalized = normalizeCode(input);
-    const outcome: RedeemResult = normalized === null ? { ok: false, reason: "malformed" } : this.store.redeem(hashCode(normalized), userId, this.clock());
+    const outcome: RedeemResult = normalized === null ? { ok: false, reason: "malformed" } : await this.store.redeem(hashCode(normalized), userId, this.clock());
     if (!outcome.ok) {
       this.perUser.record(userKey);
       this.perAddress.record(address);
@@ -176,7 +176,7 @@ export class RedemptionCodes {
     return outcome;
   }
 
-  batches(limit = 200): RedemptionBatchSummary[] {
+  batches(limit = 200): Promise<RedemptionBatchSummary[]> {
     return this.store.listBatches(limit);
   }
 }

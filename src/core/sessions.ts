@@ -26,12 +26,12 @@ export interface SessionWithUser extends SessionRow {
 
 /** The port: what sessions need from storage (store/sessions.ts implements it). */
 export interface SessionRecords {
-  create(row: SessionRow): void;
+  create(row: SessionRow): Promise<void>;
   /** The live session and its user; expired rows are not returned. */
-  find(idHash: string, now: number): SessionWithUser | null;
-  delete(idHash: string): void;
-  deleteForUser(userId: number): void;
-  deleteExpired(now: number): number;
+  find(idHash: string, now: number): Promise<SessionWithUser | null>;
+  delete(idHash: string): Promise<void>;
+  deleteForUser(userId: number): Promise<void>;
+  deleteExpired(now: number): Promise<number>;
 }
 
 export function hashSessionId(id: string): string {
@@ -52,29 +52,29 @@ export class Sessions {
     private readonly clock: Clock,
   ) {}
 
-  start(userId: number): StartedSession {
+  async start(userId: number): Promise<StartedSession> {
     const id = randomBase62(SESSION_ID_CHARS);
     const csrf = randomBase62(CSRF_TOKEN_CHARS);
     const now = this.clock();
-    this.records.deleteExpired(now);
-    this.records.create({ id_hash: hashSessionId(id), user_id: userId, csrf_token: csrf, created_at: now, expires_at: now + this.ttlMs });
+    await this.records.deleteExpired(now);
+    await this.records.create({ id_hash: hashSessionId(id), user_id: userId, csrf_token: csrf, created_at: now, expires_at: now + this.ttlMs });
     return { id, csrf, ttlMs: this.ttlMs };
   }
 
   /** The live session of an id, or null (unknown, expired, or a disabled user). */
-  find(id: string): SessionWithUser | null {
+  async find(id: string): Promise<SessionWithUser | null> {
     if (id.length !== SESSION_ID_CHARS) return null;
-    const found = this.records.find(hashSessionId(id), this.clock());
+    const found = await this.records.find(hashSessionId(id), this.clock());
     if (!found || found.user.disabled) return null;
     return found;
   }
 
-  end(id: string): void {
-    this.records.delete(hashSessionId(id));
+  end(id: string): Promise<void> {
+    return this.records.delete(hashSessionId(id));
   }
 
   /** Ends every session of a user (disabled by an admin, or a new password). */
-  endAllFor(userId: number): void {
-    this.records.deleteForUser(userId);
+  endAllFor(userId: number): Promise<void> {
+    return this.records.deleteForUser(userId);
   }
 }

@@ -15,7 +15,7 @@ import type { Clock } from "./clock";
 
 /** What sign-in needs from storage besides creating users. */
 export interface SignInStore extends AccountStore {
-  users: AccountStore["users"] & { byEmail(email: string): UserRow | null; countAdmins(): number };
+  users: AccountStore["users"] & { byEmail(email: string): Promise<UserRow | null>; countAdmins(): Promise<number> };
 }
 
 export interface SignInRules {
@@ -93,7 +93,7 @@ export class SignIn {
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     this.perAccount.record(account);
     this.perAddress.record(address);
-    const user = account.length <= MAX_EMAIL_CHARS ? this.store.users.byEmail(account) : null;
+    const user = account.length <= MAX_EMAIL_CHARS ? await this.store.users.byEmail(account) : null;
     this.dummyHash ??= hashPassword(crypto.randomUUID());
     const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
     if (!user || !valid) return { ok: false, reason: "invalid" };
@@ -124,13 +124,14 @@ export class SignIn {
     }
   }
 
-  get setupOpen(): boolean {
-    return this.setup.pending && this.store.users.countAdmins() === 0;
+  /** Setup is open while this start's token is pending and no admin exists (one read, only while pending). */
+  async setupOpen(): Promise<boolean> {
+    return this.setup.pending && (await this.store.users.countAdmins()) === 0;
   }
 
   /** Creates the first admin with this start's setup token; the token works once. */
   async setUpFirstAdmin(token: string, email: string, password: string, address: string): Promise<SetupResult> {
-    if (!this.setupOpen) return { ok: false, reason: "closed", problem: "setup_closed", message: "Setup is already complete." };
+    if (!(await this.setupOpen())) return { ok: false, reason: "closed", problem: "setup_closed", message: "Setup is already complete." };
     // Guessing the token is throttled like sign-ups.
     const key = `setup:${address}`;
     if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };

@@ -284,16 +284,16 @@ export interface FlowStore {
 
 /** What accounts (users and API keys) need from storage. */
 export interface AccountStore {
-  users: { create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): UserRow };
+  users: { create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): Promise<UserRow> };
   keys: {
-    create(input: { userId: number; name: string; prefix: string; secretHash: string; limits?: KeyLimits }, now: number): ApiKeyRow;
-    ownerByHash(secretHash: string): KeyOwner | null;
-    /** Moves at once when this process revokes a key or changes a user's disabled flag or role. */
+    create(input: { userId: number; name: string; prefix: string; secretHash: string; limits?: KeyLimits }, now: number): Promise<ApiKeyRow>;
+    ownerByHash(secretHash: string): Promise<KeyOwner | null>;
+    /** Moves at once when this process revokes a key or changes a user's disabled flag or role (memory only, free). */
     localRevision(): number;
-    /** Moves when another process committed a write (it may have revoked a key); cheap, but not free. */
-    externalRevision(): number;
+    /** Moves when any process or instance committed a change a cached key owner may hold; one read, so callers throttle it. */
+    externalRevision(): Promise<number>;
     /** last_used_at is a hint: false when the store was locked and nothing was written. */
-    touch(keyId: number, now: number): boolean;
+    touch(keyId: number, now: number): Promise<boolean>;
   };
 }
 

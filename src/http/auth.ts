@@ -4,6 +4,7 @@
  */
 import { Elysia } from "elysia";
 import type { KeyAuthenticator } from "../core/accounts";
+import type { KeyOwner } from "../core/store";
 import type { Role } from "../store/users";
 import { ApiError, forbidden, unauthorized } from "./errors";
 import { isModelAllowed, parseAllowedModels, type KeyLimits } from "../core/keyLimits";
@@ -25,9 +26,9 @@ export interface ApiAuthDeps {
   keys: KeyAuthenticator;
   /**
    * Resolves a browser session for same-origin playground calls (enforcing CSRF itself);
-   * returns null when the request carries no session. Throws an ApiError to refuse.
+   * resolves null when the request carries no session. Throws an ApiError to refuse.
    */
-  sessionPrincipal?: (request: Request) => Principal | null;
+  sessionPrincipal?: (request: Request) => Promise<Principal | null>;
 }
 
 /**
@@ -35,38 +36,53 @@ export interface ApiAuthDeps {
  * line names them even when the request fails later (a 400 from validation runs before the
  * route's own auth step, and the server authenticates API bodies before the app sees them).
  */
-export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Principal {
+export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Promise<Principal> {
   // The server (before the body), the parse hook and the route's resolve all ask; one lookup
-  // (hash + query) per request serves them all.
+  // (hash + cache or query) per request serves them all, the same answer or the same refusal.
   const meta = metaOf(request);
-  if (meta.principal) return meta.principal;
-  const principal = resolvePrincipal(request, deps);
-  meta.principal = principal;
-  meta.userId = principal.userId;
-  return principal;
+  meta.authenticated ??= resolvePrincipal(request, deps).then((principal) => {
+    meta.principal = principal;
+    meta.userId = principal.userId;
+    return principal;
+  });
+  return meta.authenticated;
 }
 
-function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal {
+async function resolvePrincipal(request: Request, deps: ApiAuthDeps): Promise<Principal> {
   const header = request.headers.get("authorization");
   if (!header) {
-    const session = deps.sessionPrincipal?.(request);
+    const session = await deps.sessionPrincipal?.(request);
     if (session) return session;
-    throw unauthorized(
-      "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer sk-atl-…'; create one in the workbench (API) or with `atelier key create`.",
-      "missing_api_key",
-    );
+    throw missingApiKey();
   }
+  const secret = bearerSecret(header);
+  const owner = await deps.keys.lookup(secret);
+  return keyPrincipal(owner, owner !== null && deps.keys.expired(owner));
+}
+
+export function missingApiKey(): ApiError {
+  return unauthorized(
+    "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer sk-atl-…'; create one in the workbench (API) or with `atelier key create`.",
+    "missing_api_key",
+  );
+}
+
+/** The key in an Authorization header; a 401 when the header is not `Bearer <key>`. */
+export function bearerSecret(header: string): string {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!match) {
     throw unauthorized("Malformed Authorization header; use 'Authorization: Bearer sk-atl-…'.", "invalid_authorization_header");
   }
-  const secret = match[1]!;
-  const owner = deps.keys.lookup(secret);
+  return match[1]!;
+}
+
+/** The caller a key's owner makes, or the 401/403 for an unknown, revoked or expired key or a disabled account. */
+export function keyPrincipal(owner: KeyOwner | null, expired: boolean): Principal {
   if (!owner || owner.key_revoked_at !== null) {
     // Never echo any part of the presented secret.
     throw unauthorized("Incorrect API key provided, or the key was revoked. Check the key or create a new one in the workbench.", "invalid_api_key");
   }
-  if (deps.keys.expired(owner)) {
+  if (expired) {
     throw unauthorized("This API key has expired. Create a new key in the workbench (API keys), or extend this one's expiry there.", "api_key_expired");
   }
   if (owner.disabled) throw forbidden("This account has been disabled; contact the administrator.", "account_disabled");
@@ -104,7 +120,7 @@ export function assertModelAllowed(principal: Principal, modelId: string): void 
 
 /** Adds `principal` to every route of the instance that uses it. */
 export function apiAuth(deps: ApiAuthDeps) {
-  return new Elysia({ name: "auth.api" }).resolve({ as: "scoped" }, ({ request }) => {
-    return { principal: authenticateApiRequest(request, deps) };
+  return new Elysia({ name: "auth.api" }).resolve({ as: "scoped" }, async ({ request }) => {
+    return { principal: await authenticateApiRequest(request, deps) };
   });
 }

@@ -356,8 +356,8 @@ export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null,
   const parse = acceptBodyWithUploads(uploads, accepted);
   // Destructured, never passed on whole: Elysia infers from the hook's source what the context
   // needs, and a context handed to another function makes every route parse cookies, query and headers.
-  return function parseApiBody({ request }: { request: Request }): Promise<unknown> {
-    authenticateApiRequest(request, auth);
+  return async function parseApiBody({ request }: { request: Request }): Promise<unknown> {
+    await authenticateApiRequest(request, auth);
     return parse({ request });
   };
 }

@@ -13,6 +13,8 @@ export interface RequestMeta {
   userId?: number;
   /** Who the caller is, once authenticated: later steps of the same request reuse it. */
   principal?: Principal;
+  /** The authentication under way or done (http/auth): every step of the request shares its answer or refusal. */
+  authenticated?: Promise<Principal>;
   /**
    * The peer address as the socket saw it, looked up on first use (set by the server wrapper;
    * absent under app.handle()): only the sign-in and redemption forms need it, every request would pay.

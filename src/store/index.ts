@@ -8,7 +8,7 @@ import { UpstreamStateStore } from "./upstreams";
 import { SessionStore } from "./sessions";
 import { SqliteTaskStore } from "./tasks";
 import { WebhookStore } from "./webhooks";
-import { SqliteRedemptionStore } from "./redemptionCodes";
+import { RedemptionCodeStore } from "./redemptionCodes";
 import { ImageRecords, ServerSecretStore } from "./images";
 import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
@@ -29,7 +29,7 @@ export interface Store extends FlowStore, AccountStore {
   tasks: SqliteTaskStore;
   webhooks: WebhookStore;
   /** Redemption code batches and their hashed codes. */
-  redemptions: SqliteRedemptionStore;
+  redemptions: RedemptionCodeStore;
   /** The image archive's rows (the bytes: store/imageFiles.ts). */
   images: ImageRecords;
   secrets: ServerSecretStore;
@@ -44,20 +44,20 @@ export interface Store extends FlowStore, AccountStore {
 
 export function createStore(db: Db, latest: number): Store {
   const requests = new RequestStore(db);
-  const revisions = new Revisions(db);
   const sql = new SqliteClient(db);
+  const revisions = new Revisions(sql, db);
   let closed = false;
   return {
     sql,
-    users: new UserStore(db, revisions),
-    keys: new ApiKeyStore(db, revisions),
+    users: new UserStore(sql, revisions),
+    keys: new ApiKeyStore(sql, revisions),
     credits: new CreditStore(db),
     requests,
     upstreams: new UpstreamStateStore(sql, revisions),
-    sessions: new SessionStore(db),
+    sessions: new SessionStore(sql),
     tasks: new SqliteTaskStore(db),
     webhooks: new WebhookStore(sql),
-    redemptions: new SqliteRedemptionStore(db),
+    redemptions: new RedemptionCodeStore(sql),
     images: new ImageRecords(sql),
     secrets: new ServerSecretStore(sql),
     usage: new UsageStore(sql, () => requests.flushChats()),

@@ -342,6 +342,27 @@ export const migrations: Migration[] = [
     `,
   },
   {
+    version: 12,
+    name: "store_revision: a counter that writes other instances must see bump; emails unique by lower(email)",
+    sql: `
+      -- Caches in every process (key owners, upstream account flags) re-read the database when
+      -- this moves. Writes that change a cached fact bump it in their own transaction
+      -- (store/revisions bumpExternal), so it works across processes and across machines on
+      -- PostgreSQL, where SQLite's PRAGMA data_version does not exist. At most one row, made by
+      -- the first bump (no row reads as 0), so a fresh database has no rows (migrate-store copies
+      -- only into an empty one).
+      CREATE TABLE store_revision (
+        id    INTEGER PRIMARY KEY CHECK (id = 1),
+        value INTEGER NOT NULL
+      ) STRICT;
+
+      -- Emails are stored as given and compared as lower(email) = lower(?), the one comparison
+      -- both engines share (PostgreSQL has no NOCASE collation). SQLite's lower() folds ASCII
+      -- only, as NOCASE does, so rows unique under NOCASE are unique here too.
+      CREATE UNIQUE INDEX users_email_lower ON users(lower(email));
+    `,
+  },
+  {
     version: 13,
     name: "instances with heartbeats; every pending request records the instance that runs it",
     sql: `

@@ -322,6 +322,21 @@ export const postgresMigrations: Migration[] = [
     `,
   },
   {
+    version: 12,
+    name: "store_revision: a counter that writes other instances must see bump; emails unique by lower(email)",
+    sql: `
+      -- The counter every instance's caches (key owners, upstream flags) re-read when it moves;
+      -- bumped in the transaction of each write they must see (store/revisions bumpExternal).
+      -- At most one row, made by the first bump.
+      CREATE TABLE store_revision (
+        id    BIGINT PRIMARY KEY CHECK (id = 1),
+        value BIGINT NOT NULL
+      );
+      -- Here since migration 1; SQLite gains it in this migration.
+      CREATE UNIQUE INDEX IF NOT EXISTS users_email_lower ON users (lower(email));
+    `,
+  },
+  {
     version: 13,
     name: "instances with heartbeats; every pending request records the instance that runs it",
     sql: `

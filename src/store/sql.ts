@@ -83,27 +83,29 @@ export class SqliteClient implements SqlClient {
     return { changes: this.db.query(sql).run(...(params as SQLQueryBindings[])).changes };
   }
 
-  private async idle(): Promise<void> {
-    while (this.open) await this.open;
-  }
+  // Each method below waits with `while (this.open) await this.open;` and then runs its
+  // statement (or BEGIN) in the same synchronous step as the last check. Waiting through a helper
+  // (`await this.idle()`) adds a hop after the check: two waiters woken by one COMMIT both pass
+  // it, and the second then BEGINs inside the first's transaction ("cannot start a transaction
+  // within a transaction") or runs its statement inside it.
 
   async all<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-    if (this.open) await this.idle();
+    while (this.open) await this.open;
     return this.allNow<T>(sql, params);
   }
 
   async get<T>(sql: string, params: readonly SqlValue[] = []): Promise<T | null> {
-    if (this.open) await this.idle();
+    while (this.open) await this.open;
     return this.getNow<T>(sql, params);
   }
 
   async run(sql: string, params: readonly SqlValue[] = []): Promise<RunResult> {
-    if (this.open) await this.idle();
+    while (this.open) await this.open;
     return this.runNow(sql, params);
   }
 
   async transaction<T>(fn: (tx: SqlQueries) => Promise<T>): Promise<T> {
-    if (this.open) await this.idle();
+    while (this.open) await this.open;
     // Fails at once with SQLITE_BUSY when another process holds the write lock (busy_timeout 0
     // while serving): nothing is held, and the caller's retry decides how long to wait.
     this.db.exec("BEGIN IMMEDIATE");
@@ -123,7 +125,7 @@ export class SqliteClient implements SqlClient {
   }
 
   async exec(script: string): Promise<void> {
-    if (this.open) await this.idle();
+    while (this.open) await this.open;
     this.db.exec(script);
   }
 
@@ -278,4 +280,14 @@ export function postgresState(e: unknown): string | undefined {
 export function isPostgresConflict(e: unknown): boolean {
   const s = postgresState(e);
   return s !== undefined && PG_RETRYABLE.has(s);
+}
+
+/**
+ * A unique constraint or index refused the row (nothing was written): SQLite's
+ * SQLITE_CONSTRAINT_UNIQUE / _PRIMARYKEY, PostgreSQL's SQLSTATE 23505.
+ */
+export function isUniqueViolation(e: unknown): boolean {
+  if (postgresState(e) === "23505") return true;
+  const code = (e as { code?: unknown } | null)?.code;
+  return code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY";
 }

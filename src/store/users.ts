@@ -1,76 +1,87 @@
-import type { Db } from "./database";
-import type { Revisions } from "./revisions";
+/**
+ * Users. Emails are stored as given and compared case-insensitively as lower(email) = lower(?)
+ * on both engines (migration 12's unique index on lower(email) backs it).
+ */
+import type { SqlClient } from "./sql";
+import { isUniqueViolation } from "./sql";
+import { updateCachedFact, type Revisions } from "./revisions";
 import { EmailTakenError, type Role, type UserRow } from "../core/store";
 
 export { EmailTakenError, type Role, type UserRow } from "../core/store";
 
 export class UserStore {
   constructor(
-    private readonly db: Db,
+    private readonly sql: SqlClient,
     /** Told when a fact a cached key owner holds (disabled, role) changes. */
     private readonly revisions?: Revisions,
   ) {}
 
   /** Creates a user; initial credits are written as a grant so the ledger sums to the balance. */
-  create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): UserRow {
-    return this.db.transaction(() => {
+  async create(input: { email: string; passwordHash: string | null; role: Role; credits: number; note?: string; actor?: string }, now: number): Promise<UserRow> {
+    return this.sql.transaction(async (tx) => {
       let row: UserRow | null;
       try {
-        row = this.db
-          .query<UserRow, [string, string | null, Role, number]>(
-            "INSERT INTO users (email, password_hash, role, credits, created_at) VALUES (?, ?, ?, 0, ?) RETURNING *",
-          )
-          .get(input.email, input.passwordHash, input.role, now);
+        row = await tx.get<UserRow>(
+          "INSERT INTO users (email, password_hash, role, credits, created_at) VALUES (?, ?, ?, 0, ?) RETURNING *",
+          [input.email, input.passwordHash, input.role, now],
+        );
       } catch (e) {
-        if (String((e as Error).message).includes("UNIQUE")) throw new EmailTakenError(`a user with email ${input.email} already exists`);
+        if (isUniqueViolation(e)) throw new EmailTakenError(`a user with email ${input.email} already exists`);
         throw e;
       }
       if (!row) throw new Error("insert returned no row");
       if (input.credits > 0) {
-        this.db.query("UPDATE users SET credits = credits + ? WHERE id = ?").run(input.credits, row.id);
-        this.db
-          .query("INSERT INTO ledger (user_id, kind, amount, note, actor, created_at) VALUES (?, 'grant', ?, ?, ?, ?)")
-          .run(row.id, input.credits, input.note ?? "initial credits", input.actor ?? null, now);
+        await tx.run("UPDATE users SET credits = credits + ? WHERE id = ?", [input.credits, row.id]);
+        await tx.run("INSERT INTO ledger (user_id, kind, amount, note, actor, created_at) VALUES (?, 'grant', ?, ?, ?, ?)", [
+          row.id,
+          input.credits,
+          input.note ?? "initial credits",
+          input.actor ?? null,
+          now,
+        ]);
         row.credits = input.credits;
       }
       return row;
-    }).immediate();
+    });
   }
 
-  byId(id: number): UserRow | null {
-    return this.db.query<UserRow, [number]>("SELECT * FROM users WHERE id = ?").get(id);
+  byId(id: number): Promise<UserRow | null> {
+    return this.sql.get<UserRow>("SELECT * FROM users WHERE id = ?", [id]);
   }
 
-  byEmail(email: string): UserRow | null {
-    return this.db.query<UserRow, [string]>("SELECT * FROM users WHERE email = ?").get(email);
+  byEmail(email: string): Promise<UserRow | null> {
+    return this.sql.get<UserRow>("SELECT * FROM users WHERE lower(email) = lower(?)", [email]);
   }
 
-  list(opts: { search?: string; limit?: number; offset?: number } = {}): UserRow[] {
+  /** Users whose email contains `search` (any case), by id; a negative limit lists them all. */
+  list(opts: { search?: string; limit?: number; offset?: number } = {}): Promise<UserRow[]> {
     const like = `%${(opts.search ?? "").replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-    return this.db
-      .query<UserRow, [string, number, number]>(
-        "SELECT * FROM users WHERE email LIKE ? ESCAPE '\\' ORDER BY id LIMIT ? OFFSET ?",
-      )
-      .all(like, opts.limit ?? 1000, opts.offset ?? 0);
+    const limit = opts.limit ?? 1000;
+    const where = "SELECT * FROM users WHERE lower(email) LIKE lower(?) ESCAPE '\\' ORDER BY id";
+    if (limit < 0) return this.sql.all<UserRow>(where, [like]);
+    return this.sql.all<UserRow>(`${where} LIMIT ? OFFSET ?`, [like, limit, opts.offset ?? 0]);
   }
 
-  countAdmins(): number {
-    return this.db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM users WHERE role = 'admin'").get()?.n ?? 0;
+  async countAdmins(): Promise<number> {
+    return (await this.sql.get<{ n: number }>("SELECT COUNT(*) AS n FROM users WHERE role = 'admin'"))?.n ?? 0;
   }
 
-  setDisabled(id: number, disabled: boolean): boolean {
-    const changed = this.db.query("UPDATE users SET disabled = ? WHERE id = ?").run(disabled ? 1 : 0, id).changes === 1;
+  setDisabled(id: number, disabled: boolean): Promise<boolean> {
+    return this.changeCachedFact("UPDATE users SET disabled = ? WHERE id = ?", [disabled ? 1 : 0, id]);
+  }
+
+  setRole(id: number, role: Role): Promise<boolean> {
+    return this.changeCachedFact("UPDATE users SET role = ? WHERE id = ?", [role, id]);
+  }
+
+  /** A new password also moves the revisions: whatever holds the user in memory reads it again. */
+  setPasswordHash(id: number, hash: string): Promise<boolean> {
+    return this.changeCachedFact("UPDATE users SET password_hash = ? WHERE id = ?", [hash, id]);
+  }
+
+  private async changeCachedFact(statement: string, params: (string | number)[]): Promise<boolean> {
+    const changed = await updateCachedFact(this.sql, statement, params);
     this.revisions?.bumpAuth();
     return changed;
-  }
-
-  setRole(id: number, role: Role): boolean {
-    const changed = this.db.query("UPDATE users SET role = ? WHERE id = ?").run(role, id).changes === 1;
-    this.revisions?.bumpAuth();
-    return changed;
-  }
-
-  setPasswordHash(id: number, hash: string): boolean {
-    return this.db.query("UPDATE users SET password_hash = ? WHERE id = ?").run(hash, id).changes === 1;
   }
 }

@@ -20,7 +20,7 @@ afterAll(() => {
 describe("API keys", () => {
   test("sk-atl- plus 43 base62 characters; only the hash and a short prefix are stored", async () => {
     const user = await addUser(store, Date.now, { email: "keys@example.com" });
-    const { key, row } = createKey(store, Date.now, user.id, "laptop");
+    const { key, row } = await createKey(store, Date.now, user.id, "laptop");
     expect(key.secret).toMatch(/^sk-atl-[0-9A-Za-z]{43}$/);
     expect(key.prefix).toBe(key.secret.slice(0, KEY_PREFIX.length + 8));
     expect(row.secret_hash).toBe(hashApiKey(key.secret));
@@ -59,35 +59,35 @@ describe("users", () => {
 describe("KeyAuthenticator", () => {
   test("writes last_used_at at most once a minute per key", async () => {
     const user = await addUser(store, Date.now, { email: "touch@example.com" });
-    const { key, row } = createKey(store, Date.now, user.id, "t");
+    const { key, row } = await createKey(store, Date.now, user.id, "t");
     let now = 1_000_000;
     const auth = new KeyAuthenticator(store, () => now);
-    const lastUsed = () => store.keys.byPrefix(row.prefix)!.last_used_at;
+    const lastUsed = async () => (await store.keys.byPrefix(row.prefix))!.last_used_at;
 
-    expect(lastUsed()).toBeNull();
-    expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
-    expect(lastUsed()).toBe(1_000_000);
+    expect(await lastUsed()).toBeNull();
+    expect((await auth.lookup(key.secret))?.user_id).toBe(user.id);
+    expect(await lastUsed()).toBe(1_000_000);
     now += 30_000;
-    auth.lookup(key.secret);
-    expect(lastUsed()).toBe(1_000_000); // throttled: no write
+    await auth.lookup(key.secret);
+    expect(await lastUsed()).toBe(1_000_000); // throttled: no write
     now += 30_001;
-    auth.lookup(key.secret);
-    expect(lastUsed()).toBe(1_060_001);
+    await auth.lookup(key.secret);
+    expect(await lastUsed()).toBe(1_060_001);
   });
 
   test("keeps found owners in memory: a second request with the key does not query the database", async () => {
     const user = await addUser(store, Date.now, { email: "cached@example.com" });
-    const { key } = createKey(store, Date.now, user.id, "t");
+    const { key } = await createKey(store, Date.now, user.id, "t");
     const auth = new KeyAuthenticator(store, fakeClock().now);
     const queries = countCalls(store.keys, "ownerByHash");
     try {
-      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
-      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
-      expect(auth.lookup(key.secret)?.user_id).toBe(user.id);
+      expect((await auth.lookup(key.secret))?.user_id).toBe(user.id);
+      expect((await auth.lookup(key.secret))?.user_id).toBe(user.id);
+      expect((await auth.lookup(key.secret))?.user_id).toBe(user.id);
       expect(queries.calls).toBe(1);
       // Unknown keys are never cached: each one is a lookup, and a key created later works at once.
-      expect(auth.lookup(`${key.secret}x`)).toBeNull();
-      expect(auth.lookup(`${key.secret}x`)).toBeNull();
+      expect(await auth.lookup(`${key.secret}x`)).toBeNull();
+      expect(await auth.lookup(`${key.secret}x`)).toBeNull();
       expect(queries.calls).toBe(3);
     } finally {
       queries.restore();
@@ -96,46 +96,46 @@ describe("KeyAuthenticator", () => {
 
   test("a revocation or a disabled user in this process is refused on the very next lookup", async () => {
     const user = await addUser(store, Date.now, { email: "local-revoke@example.com" });
-    const first = createKey(store, Date.now, user.id, "a");
-    const second = createKey(store, Date.now, user.id, "b");
+    const first = await createKey(store, Date.now, user.id, "a");
+    const second = await createKey(store, Date.now, user.id, "b");
     const auth = new KeyAuthenticator(store, fakeClock().now);
-    expect(auth.lookup(first.key.secret)?.key_revoked_at).toBeNull();
-    expect(auth.lookup(second.key.secret)?.disabled).toBe(0);
-    store.keys.revoke(first.row.id, Date.now());
-    expect(auth.lookup(first.key.secret)?.key_revoked_at).not.toBeNull();
-    store.users.setDisabled(user.id, true);
-    expect(auth.lookup(second.key.secret)?.disabled).toBe(1);
-    store.users.setDisabled(user.id, false);
-    expect(auth.lookup(second.key.secret)?.disabled).toBe(0);
+    expect((await auth.lookup(first.key.secret))?.key_revoked_at).toBeNull();
+    expect((await auth.lookup(second.key.secret))?.disabled).toBe(0);
+    await store.keys.revoke(first.row.id, Date.now());
+    expect((await auth.lookup(first.key.secret))?.key_revoked_at).not.toBeNull();
+    await store.users.setDisabled(user.id, true);
+    expect((await auth.lookup(second.key.secret))?.disabled).toBe(1);
+    await store.users.setDisabled(user.id, false);
+    expect((await auth.lookup(second.key.secret))?.disabled).toBe(0);
   });
 
   test("a CLI revocation in another process is refused within the change-check interval", async () => {
     const user = await addUser(store, Date.now, { email: "cli-revoke@example.com" });
-    const { key, row } = createKey(store, Date.now, user.id, "t");
+    const { key, row } = await createKey(store, Date.now, user.id, "t");
     const clock = fakeClock();
     const auth = new KeyAuthenticator(store, clock.now);
-    expect(auth.lookup(key.secret)?.key_revoked_at).toBeNull();
+    expect((await auth.lookup(key.secret))?.key_revoked_at).toBeNull();
     const cli = await runAtelier(ATELIER_FROM_SOURCE, ["key", "revoke", row.prefix, "--data", dir], { env: { ATELIER_CONFIG: "" } });
     expect(cli).toMatchObject({ code: 0 });
     // Inside the interval the cached owner may still answer (the bound the README states)…
     clock.advance(KEY_CHANGE_CHECK_MS - 1);
-    auth.lookup(key.secret);
+    await auth.lookup(key.secret);
     // …and once it has passed, the next lookup sees the revocation.
     clock.advance(1);
-    expect(auth.lookup(key.secret)?.key_revoked_at).not.toBeNull();
+    expect((await auth.lookup(key.secret))?.key_revoked_at).not.toBeNull();
   });
 
   test("a user disabled through another connection is refused within the change-check interval", async () => {
     const user = await addUser(store, Date.now, { email: "other-disable@example.com" });
-    const { key } = createKey(store, Date.now, user.id, "t");
+    const { key } = await createKey(store, Date.now, user.id, "t");
     const clock = fakeClock();
     const auth = new KeyAuthenticator(store, clock.now);
-    expect(auth.lookup(key.secret)?.disabled).toBe(0);
+    expect((await auth.lookup(key.secret))?.disabled).toBe(0);
     const other = createStore(openDatabase(dir), latestVersion());
-    other.users.setDisabled(user.id, true);
+    await other.users.setDisabled(user.id, true);
     other.close();
     clock.advance(KEY_CHANGE_CHECK_MS);
-    expect(auth.lookup(key.secret)?.disabled).toBe(1);
+    expect((await auth.lookup(key.secret))?.disabled).toBe(1);
   });
 });
 

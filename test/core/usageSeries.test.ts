@@ -19,8 +19,8 @@ describe("store: usage per day by model and by key", () => {
     const now = () => NOW;
     const user = await addUser(store, now, { email: "daily@example.com", credits: 100 });
     const other = await addUser(store, now, { email: "other@example.com", credits: 100 });
-    const a = createKey(store, now, user.id, "alpha").row;
-    const b = createKey(store, now, user.id, "beta").row;
+    const a = (await createKey(store, now, user.id, "alpha")).row;
+    const b = (await createKey(store, now, user.id, "beta")).row;
     let n = 0;
     /** One image request on a day ago: charged `price`, then succeeded or failed (refunded). */
     const request = (userId: number, keyId: number | null, model: string, price: number, daysAgo: number, ok: boolean) => {

@@ -39,7 +39,7 @@ describe("CLI round trip while the server runs", () => {
     expect(r).toMatchObject({ code: 0, stderr: "" });
     expect(r.stdout).toContain("Alice@Example.com");
     expect(r.stdout).toContain("5 credits");
-    expect(server.services.store.users.byEmail("alice@example.com")?.credits).toBe(5);
+    expect((await server.services.store.users.byEmail("alice@example.com"))?.credits).toBe(5);
 
     const again = await cli("user", "add", "alice@EXAMPLE.com");
     expect(again.code).not.toBe(0);
@@ -103,8 +103,8 @@ describe("CLI round trip while the server runs", () => {
     expect([credits, name]).toEqual(["3", '"cli batch"']);
     const carol = await cli("user", "add", "carol@example.com");
     expect(carol.code).toBe(0);
-    const carolId = server.services.store.users.byEmail("carol@example.com")!.id;
-    expect(server.services.workbench.codes.redeem(carolId, code!, "cli-test")).toMatchObject({ ok: true, credits: 3, balance: 3 });
+    const carolId = (await server.services.store.users.byEmail("carol@example.com"))!.id;
+    expect(await server.services.workbench.codes.redeem(carolId, code!, "cli-test")).toMatchObject({ ok: true, credits: 3, balance: 3 });
     const bad = await cli("codes", "create", "--credits", "0", "--count", "2");
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--credits must be a positive integer");
@@ -218,11 +218,11 @@ describe("exit codes as the README states them", () => {
       expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 2, stdout: "" });
       expect(r.stderr).toContain(message);
     }
-    expect(server.services.store.users.byEmail("neg@example.com")).toBeNull();
-    expect(server.services.store.users.byEmail("huge@example.com")).toBeNull();
+    expect(await server.services.store.users.byEmail("neg@example.com")).toBeNull();
+    expect(await server.services.store.users.byEmail("huge@example.com")).toBeNull();
     // A value that merely starts with a dash still works where text is expected.
     expect(await run("credits", "grant", "exit-codes@example.com", "2", "--note", "-2 was a typo")).toMatchObject({ code: 0, stderr: "" });
-    expect(server.services.store.credits.ledger(server.services.store.users.byEmail("exit-codes@example.com")!.id)[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
+    expect(server.services.store.credits.ledger((await server.services.store.users.byEmail("exit-codes@example.com"))!.id)[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
   });
 });
 

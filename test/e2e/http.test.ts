@@ -207,17 +207,17 @@ describe("authentication", () => {
 
     const other = await server.userWithKey();
     expect((await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } })).status).toBe(200);
-    const row = server.services.store.keys.listForUser(other.userId)[0]!;
-    server.services.store.keys.revoke(row.id, Date.now());
+    const row = (await server.services.store.keys.listForUser(other.userId))[0]!;
+    await server.services.store.keys.revoke(row.id, Date.now());
     await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } }), 401, "invalid_api_key");
   });
 
   test("disabled user: 403 account_disabled; enabled again: 200", async () => {
     const other = await server.userWithKey();
-    server.services.store.users.setDisabled(other.userId, true);
+    await server.services.store.users.setDisabled(other.userId, true);
     const error = await expectError(await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } }), 403, "account_disabled", "permission_error");
     expect(error.message).toContain("disabled");
-    server.services.store.users.setDisabled(other.userId, false);
+    await server.services.store.users.setDisabled(other.userId, false);
     expect((await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${other.key}` } })).status).toBe(200);
   });
 

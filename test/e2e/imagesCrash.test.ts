@@ -110,7 +110,7 @@ test("a generation interrupted by kill -9 is refunded at the next start and mark
   // A user and key, made the way the CLI makes them, before the server starts.
   const setup = createStore(openDatabase(dataDir), latestVersion());
   const user = await addUser(setup, Date.now, { email: "crash@example.com", credits: 3 });
-  const { key } = createKey(setup, Date.now, user.id, "crash");
+  const { key } = await createKey(setup, Date.now, user.id, "crash");
   setup.close();
 
   const first = await spawnServer();

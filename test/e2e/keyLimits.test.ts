@@ -33,7 +33,7 @@ const store = () => server.services.store;
 /** A user with `credits` and one key with the given limits. */
 async function keyHolder(credits: number, limits: Partial<KeyLimits>) {
   const user = await addUser(store(), Date.now, { email: `limits-${crypto.randomUUID()}@example.com`, credits });
-  const { key, row } = createKey(store(), Date.now, user.id, "limited", { ...NO_KEY_LIMITS, ...limits });
+  const { key, row } = await createKey(store(), Date.now, user.id, "limited", { ...NO_KEY_LIMITS, ...limits });
   return { userId: user.id, key: key.secret, keyId: row.id };
 }
 
@@ -157,13 +157,13 @@ describe("credit cap", () => {
       }
       expect(engine.calls.length).toBe(calls);
       expect(server.balance(h.userId)).toBe(8);
-      expect(store().keys.spent(h.keyId)).toBe(2);
+      expect(await store().keys.spent(h.keyId)).toBe(2);
       // The ledger still sums to the balance, with one charge per charged request.
       expect(store().credits.ledgerSum(h.userId)).toBe(8);
       expect(ledgerRows(h.userId).filter((l) => l.kind === "charge").length).toBe(3);
 
       // Another key of the same user is not capped.
-      const other = createKey(store(), Date.now, h.userId, "uncapped");
+      const other = await createKey(store(), Date.now, h.userId, "uncapped");
       await client(other.key.secret).images.generate({ prompt: "four" });
       expect(server.balance(h.userId)).toBe(7);
     } finally {
@@ -193,7 +193,7 @@ describe("credit cap", () => {
       engine.behave = async (job) => engine.png(job);
     }
     expect(server.balance(h.userId)).toBe(7);
-    expect(store().keys.spent(h.keyId)).toBe(3);
+    expect(await store().keys.spent(h.keyId)).toBe(3);
     expect(store().credits.ledgerSum(h.userId)).toBe(7);
   });
 });
@@ -204,7 +204,7 @@ describe("/v1/me", () => {
     const h = await keyHolder(6, { creditCap: 4, allowedModels: ["builtin-image"], expiresAt });
     await client(h.key).images.generate({ prompt: "x" });
     const me = await client(h.key).get("/me");
-    const row = store().keys.listForUser(h.userId)[0]!;
+    const row = (await store().keys.listForUser(h.userId))[0]!;
     expect(me).toEqual({
       object: "me",
       user: { id: h.userId, email: expect.stringContaining("@example.com"), role: "user" },

@@ -78,8 +78,8 @@ describe("openai client: models", () => {
 
     const other = await server.userWithKey();
     expect((await client(other.key).models.retrieve("builtin-image")).id).toBe("builtin-image");
-    const row = server.services.store.keys.listForUser(other.userId)[0]!;
-    server.services.store.keys.revoke(row.id, Date.now());
+    const row = (await server.services.store.keys.listForUser(other.userId))[0]!;
+    await server.services.store.keys.revoke(row.id, Date.now());
     const revoked = await client(other.key).models.retrieve("builtin-image").catch((e: unknown) => e);
     expect(revoked).toBeInstanceOf(OpenAI.AuthenticationError);
     expect((revoked as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe("invalid_api_key");
@@ -87,7 +87,7 @@ describe("openai client: models", () => {
 
   test("the key's last_used_at is recorded", async () => {
     await client().models.list();
-    const keyRow = server.services.store.keys.listForUser(userId)[0]!;
+    const keyRow = (await server.services.store.keys.listForUser(userId))[0]!;
     expect(keyRow.last_used_at).toBeGreaterThan(0);
   });
 });

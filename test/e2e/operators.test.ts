@@ -106,7 +106,7 @@ describe("operators in a real browser", () => {
         await a.getByRole("button", { name: "Create user" }).click();
         await a.waitForURL(/\/admin\/users\/\d+\?done=created$/);
         expect(await alertText(a)).toContain("The user was created.");
-        const user = server.services.store.users.byEmail(userEmail)!;
+        const user = (await server.services.store.users.byEmail(userEmail))!;
         expect(user.credits).toBe(3);
         await shot(a, `${size}-admin-user-created`);
 
@@ -136,7 +136,7 @@ describe("operators in a real browser", () => {
         expect(listed).toContain(`${size} workshop`);
         expect(listed).toContain("0 / 3");
 
-        const { key } = createKey(server.services.store, Date.now, user.id, `${size} script`);
+        const { key } = await createKey(server.services.store, Date.now, user.id, `${size} script`);
         // The user redeems a code (typed in lower case), then tries it again.
         const member = await signedIn(userEmail, userPassword, size);
         const m = member.page;
@@ -214,7 +214,7 @@ describe("operators in a real browser", () => {
 
   for (const scheme of ["light", "dark"] as const) {
     test(`every new page at both sizes, ${scheme}: shot and no sideways scroll`, async () => {
-      const userId = server.services.store.users.byEmail("member-laptop@example.com")!.id;
+      const userId = (await server.services.store.users.byEmail("member-laptop@example.com"))!.id;
       for (const size of ["laptop", "phone"] as const) {
         const admin = await signedIn(adminEmail, ADMIN_PASSWORD, size, scheme);
         try {

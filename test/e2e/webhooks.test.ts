@@ -322,7 +322,7 @@ describe("the Webhooks page in a real browser", () => {
       expect(verifyStandardWebhook(secret, hit.headers, hit.body, Math.floor(hit.at / 1000))).toBe(true);
       expect(JSON.parse(hit.body).type).toBe("webhook.test");
     }
-    const userId = server.services.store.users.byEmail(email)!.id;
+    const userId = (await server.services.store.users.byEmail(email))!.id;
     await until("the delivery recorded", async () => (await server.services.taskEvents.endpoints.deliveries(userId, 5))[0]?.delivery.state === "delivered");
     await page.reload();
     const row = page.locator("table.deliveries tr").first();

@@ -230,7 +230,7 @@ describe("workbench in a real browser", () => {
     expect((await failure.textContent())!.length).toBeGreaterThan(10);
     expect(await user.locator("#gen-result [data-figure]").isHidden()).toBe(true);
     await containsText(user.locator("#balance"), String(before - 1));
-    expect(server.balance(server.services.store.users.byEmail(userEmail)!.id)).toBe(before - 1);
+    expect(server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before - 1);
     await shot(user, "05c-playground-error");
     await user.locator("#gen-model").selectOption("builtin-image");
 
@@ -287,7 +287,7 @@ describe("workbench in a real browser", () => {
   }, TEST_TIMEOUT_MS);
 
   test("an admin grants credits and the user sees the new balance", async () => {
-    const before = server.balance(server.services.store.users.byEmail(userEmail)!.id);
+    const before = server.balance((await server.services.store.users.byEmail(userEmail))!.id);
     await admin.goto(`${server.url}/admin?q=${encodeURIComponent("painter-")}`);
     const row = admin.locator(`tr[data-user-email="${userEmail}"]`);
     await row.getByLabel(`Credits for ${userEmail}`).fill("5");
@@ -310,8 +310,8 @@ describe("workbench in a real browser", () => {
     await row2.getByLabel(`Credits for ${userEmail}`).fill("100000");
     await row2.getByRole("button", { name: "Deduct" }).click();
     await containsText(admin.getByRole("alert"), "Cannot deduct 100000");
-    expect(server.balance(server.services.store.users.byEmail(userEmail)!.id)).toBe(before + 5);
-    expect(server.services.store.credits.ledgerSum(server.services.store.users.byEmail(userEmail)!.id)).toBe(before + 5);
+    expect(server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
+    expect(server.services.store.credits.ledgerSum((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
 
     for (const [path, name] of [["/admin/requests", "10-admin-requests"], ["/admin/upstreams", "11-admin-upstreams"], ["/admin/models", "12-admin-models"]] as const) {
       await admin.goto(`${server.url}${path}`);
@@ -339,8 +339,8 @@ describe("workbench in a real browser", () => {
   }, TEST_TIMEOUT_MS);
 
   test("cross-origin form posts to state-changing routes are rejected (CSRF)", async () => {
-    const userId = server.services.store.users.byEmail(userEmail)!.id;
-    const keysBefore = server.services.store.keys.listForUser(userId).length;
+    const userId = (await server.services.store.users.byEmail(userEmail))!.id;
+    const keysBefore = (await server.services.store.keys.listForUser(userId)).length;
     const balanceBefore = server.balance(userId);
 
     // The session cookie is sent (127.0.0.1 on another port is the same site), so only the
@@ -349,9 +349,9 @@ describe("workbench in a real browser", () => {
     await user.goto(`http://127.0.0.1:${evil.port}/?target=/keys`);
     expect((await response).status()).toBe(403);
     await containsText(user.locator("main"), "Request rejected");
-    expect(server.services.store.keys.listForUser(userId).length).toBe(keysBefore);
+    expect((await server.services.store.keys.listForUser(userId)).length).toBe(keysBefore);
 
-    const adminUserRow = server.services.store.users.byEmail(userEmail)!;
+    const adminUserRow = (await server.services.store.users.byEmail(userEmail))!;
     const adminResponse = admin.waitForResponse((r) => r.url().includes("/admin/users/") && r.request().method() === "POST");
     await admin.goto(`http://127.0.0.1:${evil.port}/?target=/admin/users/${adminUserRow.id}/credits`);
     expect((await adminResponse).status()).toBe(403);
@@ -385,7 +385,7 @@ describe("workbench in a real browser", () => {
     expect(noHeader.status).toBe(403);
     expect((await noHeader.json()).error.code).toBe("csrf_token_invalid");
     expect(server.balance(userId)).toBe(balanceBefore);
-    expect(server.services.store.keys.listForUser(userId).length).toBe(keysBefore);
+    expect((await server.services.store.keys.listForUser(userId)).length).toBe(keysBefore);
   }, TEST_TIMEOUT_MS);
 
   test("sign-in is throttled per account and never reveals whether an email is registered", async () => {
@@ -445,7 +445,7 @@ describe("workbench in a real browser", () => {
         await p.waitForURL(/playground/);
       };
       await signIn(page);
-      const before = server.balance(server.services.store.users.byEmail(email)!.id);
+      const before = server.balance((await server.services.store.users.byEmail(email))!.id);
       await context.clearCookies();
       await page.getByLabel("Prompt").first().fill("after the session ended");
       await page.getByRole("button", { name: "Generate (1 credit)" }).click();
@@ -455,7 +455,7 @@ describe("workbench in a real browser", () => {
       await signIn(await context.newPage());
       await page.getByRole("button", { name: "Generate (1 credit)" }).click();
       await containsText(page.locator("#gen-result [data-error]"), "This page belongs to an earlier session. Reload it");
-      expect(server.balance(server.services.store.users.byEmail(email)!.id)).toBe(before);
+      expect(server.balance((await server.services.store.users.byEmail(email))!.id)).toBe(before);
       await shot(page, "15-playground-session-ended");
     } finally {
       await context.close();

@@ -98,7 +98,7 @@ upstream = "acme"
   expect(res.status).toBe(200);
   imageId = (await server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0))[0]!.id;
   painterId = painter.userId;
-  keyId = server.services.store.keys.listForUser(painterId)[0]!.id;
+  keyId = (await server.services.store.keys.listForUser(painterId))[0]!.id;
   requestId = server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
   browser = await chromium.launch({
     executablePath: CHROMIUM,

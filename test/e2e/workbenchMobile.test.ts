@@ -132,7 +132,7 @@ upstream = "acme"
   Object.assign(user, await server.userWithKey({ email: user.email, credits: 20, password: PASSWORD }));
   for (let i = 0; i < 6; i++) await server.userWithKey({ email: `member-${i}-of-the-studio@example.com`, credits: i, password: PASSWORD });
   const { createKey } = await import("../../src/core/accounts");
-  for (const name of ["laptop script", "ci pipeline for the nightly renders", "phone"]) createKey(server.services.store, Date.now, user.userId, name);
+  for (const name of ["laptop script", "ci pipeline for the nightly renders", "phone"]) await createKey(server.services.store, Date.now, user.userId, name);
 
   const post = (path: string, body: unknown) =>
     fetch(`${server.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${user.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
@@ -143,7 +143,7 @@ upstream = "acme"
   const { store } = server.services;
   const image = (await store.images.listForUser(user.userId, Date.now(), 1, 0))[0];
   const request = store.requests.list({ userId: user.userId, limit: 1, offset: 0 })[0];
-  const key = store.keys.listForUser(user.userId).find((k) => k.revoked_at === null);
+  const key = (await store.keys.listForUser(user.userId)).find((k) => k.revoked_at === null);
   expect(image && request && key).toBeTruthy();
   DETAIL_PAGES.user.push(`/gallery/${image!.id}`, `/credits/requests/${request!.id}`, `/keys/${key!.id}`);
   DETAIL_PAGES.admin.push(`/admin/users/${user.userId}`);

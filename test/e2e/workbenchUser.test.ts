@@ -280,7 +280,7 @@ describe("usage, request detail and CSV", () => {
   test("every new page at 1280×800 and 375×812, light and dark", async () => {
     const requestPath = new URL(page.url()).pathname.startsWith("/credits/requests/") ? new URL(page.url()).pathname : "/credits";
     await shootEverySize("/keys", "03-keys");
-    const keyId = server.services.store.keys.listForUser(owner.userId).find((k) => k.name === "ci script v2")!.id;
+    const keyId = (await server.services.store.keys.listForUser(owner.userId)).find((k) => k.name === "ci script v2")!.id;
     await shootEverySize(`/keys/${keyId}`, "04-key-edit");
     await shootEverySize("/usage", "05-usage");
     await shootEverySize(requestPath, "06-request");
@@ -288,7 +288,7 @@ describe("usage, request detail and CSV", () => {
   }, TEST_TIMEOUT_MS * 2);
 
   test("in Simplified Chinese: the new pages use the translations", async () => {
-    const keyId = server.services.store.keys.listForUser(owner.userId).find((k) => k.name === "ci script v2")!.id;
+    const keyId = (await server.services.store.keys.listForUser(owner.userId)).find((k) => k.name === "ci script v2")!.id;
     const zh = { "accept-language": "zh-CN" };
     const expected: [string, string[]][] = [
       ["/keys", ["积分上限", "有效期至", "已用"]],

@@ -39,13 +39,13 @@ describe("openDatabase", () => {
     db.close();
   });
 
-  test("the schema itself refuses negative credits and duplicate emails regardless of case", () => {
+  test("the schema itself refuses negative credits and duplicate emails regardless of case", async () => {
     const db = openDatabase(dataDir());
     const store = createStore(db, latestVersion());
-    store.users.create({ email: "Ada@Example.com", passwordHash: null, role: "user", credits: 0 }, Date.now());
-    expect(() => store.users.create({ email: "ada@example.COM", passwordHash: null, role: "user", credits: 0 }, Date.now())).toThrow(/already exists/);
+    await store.users.create({ email: "Ada@Example.com", passwordHash: null, role: "user", credits: 0 }, Date.now());
+    await expect(store.users.create({ email: "ada@example.COM", passwordHash: null, role: "user", credits: 0 }, Date.now())).rejects.toThrow(/already exists/);
     expect(() => db.exec("UPDATE users SET credits = -1")).toThrow(/CHECK/);
-    expect(store.users.byEmail("ADA@example.com")?.email).toBe("Ada@Example.com");
+    expect((await store.users.byEmail("ADA@example.com"))?.email).toBe("Ada@Example.com");
     store.close();
   });
 

@@ -16,8 +16,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 test("a code redeemed by four processes at once credits exactly once", async () => {
   const store = createStore(openDatabase(dir), latestVersion());
-  const users = [1, 2, 3, 4].map((i) => store.users.create({ email: `racer${i}@example.test`, passwordHash: null, role: "user", credits: 0 }, Date.now()).id);
-  const { codes: [code] } = new RedemptionCodes(store.redemptions, Date.now).createBatch({ name: "race", credits: 7, count: 1, expiresInDays: null, createdBy: "test" });
+  const users = await Promise.all([1, 2, 3, 4].map(async (i) => (await store.users.create({ email: `racer${i}@example.test`, passwordHash: null, role: "user", credits: 0 }, Date.now())).id));
+  const { codes: [code] } = await new RedemptionCodes(store.redemptions, Date.now).createBatch({ name: "race", credits: 7, count: 1, expiresInDays: null, createdBy: "test" });
   // Started together after every process has had time to load and open the database.
   const startAt = Date.now() + 1500;
   const procs = users.map((u) =>

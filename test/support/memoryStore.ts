@@ -5,6 +5,7 @@
  */
 import { createStore, type Store } from "../../src/store";
 import { latestVersion, openDatabase, type Db } from "../../src/store/database";
+import { SqliteClient } from "../../src/store/sql";
 
 const handles = new WeakMap<Store, Db>();
 
@@ -30,9 +31,23 @@ export function rawDb(store: Store): Db {
 
 let users = 0;
 
-/** A user with `credits` (written as a grant, like the real CLI does); returns the id. */
+/**
+ * A user with `credits` (written as a grant, like the real CLI does); returns the id. Written
+ * straight to the store's SQLite handle, synchronously, so that tests of synchronous store modules can
+ * seed users without awaiting (UserStore.create is async; test/core/accounts.test.ts covers it).
+ */
 export function addUser(store: Store, credits: number, now = 1_000_000): number {
-  return store.users.create({ email: `user${++users}@example.test`, passwordHash: null, role: "user", credits }, now).id;
+  if (!(store.sql instanceof SqliteClient)) throw new Error("addUser: a SQLite store only");
+  const db = store.sql.db;
+  return db.transaction(() => {
+    const id = db
+      .query<{ id: number }, [string, number, number]>("INSERT INTO users (email, role, credits, created_at) VALUES (?, 'user', ?, ?) RETURNING id")
+      .get(`user${++users}@example.test`, credits, now)!.id;
+    if (credits > 0) {
+      db.query("INSERT INTO ledger (user_id, kind, amount, note, created_at) VALUES (?, 'grant', ?, 'initial credits', ?)").run(id, credits, now);
+    }
+    return id;
+  }).immediate();
 }
 
 /** What bun:sqlite throws when a write meets another connection's lock (busy_timeout 0). */

@@ -52,7 +52,7 @@ export async function startTestServer(
     async userWithKey(o = {}) {
       const email = o.email ?? `user${++counter}-${Date.now()}@example.com`;
       const user = await addUser(store, Date.now, { email, credits: o.credits ?? 0, role: o.role, password: o.password });
-      const { key } = createKey(store, Date.now, user.id, "test");
+      const { key } = await createKey(store, Date.now, user.id, "test");
       return { userId: user.id, email, key: key.secret };
     },
     balance(userId: number) {

@@ -35,7 +35,7 @@ export function workbenchApp() {
     await addUser(store, Date.now, { email, password: WORKBENCH_PASSWORD, role });
     const cookie = (await signIn(email))!;
     const csrf = /name="csrf-token" content="([^"]+)"/.exec(await (await handle("/credits", { headers: { cookie } })).text())![1]!;
-    const id = store.users.byEmail(email)!.id;
+    const id = (await store.users.byEmail(email))!.id;
     return {
       cookie,
       csrf,

@@ -26,7 +26,7 @@ describe("create a user", () => {
     const admin = await session("boss@example.com", "admin");
     const made = await admin.post("/admin/users", { email: "new@example.com", password: WORKBENCH_PASSWORD, credits: "12", role: "user" });
     expect(made.status).toBe(303);
-    const user = store.users.byEmail("new@example.com")!;
+    const user = (await store.users.byEmail("new@example.com"))!;
     expect(made.headers.get("location")).toBe(`/admin/users/${user.id}?done=created`);
     expect(user).toMatchObject({ role: "user", credits: 12 });
     expect(store.credits.ledger(user.id)).toMatchObject([{ kind: "grant", amount: 12, actor: "admin:boss@example.com" }]);
@@ -43,11 +43,11 @@ describe("create a user", () => {
     await refused({ email: "NEW@example.com" }, "A user with the email NEW@example.com already exists.");
     await refused({ credits: "-1" }, "Starting credits are a whole number");
     await refused({ role: "root" }, "Choose the role user or admin.");
-    expect(store.users.byEmail("x@example.com")).toBeNull();
+    expect(await store.users.byEmail("x@example.com")).toBeNull();
 
     const plain = await session("plain@example.com");
     expect((await plain.post("/admin/users", { email: "y@example.com", password: WORKBENCH_PASSWORD, role: "admin" })).status).toBe(403);
-    expect(store.users.byEmail("y@example.com")).toBeNull();
+    expect(await store.users.byEmail("y@example.com")).toBeNull();
   }, TIMEOUT_MS);
 });
 
@@ -74,8 +74,8 @@ describe("one user's page", () => {
     const user = await session("user@example.com");
     const other = await session("other@example.com");
     store.credits.grant(user.id, 10, Date.now());
-    const { key, row } = createKey(store, Date.now, user.id, "laptop <script>");
-    const { row: otherKey } = createKey(store, Date.now, other.id, "theirs");
+    const { key, row } = await createKey(store, Date.now, user.id, "laptop <script>");
+    const { row: otherKey } = await createKey(store, Date.now, other.id, "theirs");
     const charge = (id: string, price: number): ImageCharge => ({ requestId: id, userId: user.id, keyId: row.id, kind: "generate", model: "m", price, prompt: "p" });
     store.credits.chargeForImage(charge("r1", 3), Date.now());
     store.credits.chargeForImage(charge("r2", 2), Date.now());
@@ -92,7 +92,7 @@ describe("one user's page", () => {
     const models = () => handle("/v1/models", { headers: { authorization: `Bearer ${key.secret}` } });
     expect((await models()).status).toBe(200);
     expect((await admin.post(`/admin/users/${user.id}/keys/${otherKey.id}/revoke`, {})).status).toBe(404);
-    expect(store.keys.byPrefix(otherKey.prefix)!.revoked_at).toBeNull();
+    expect((await store.keys.byPrefix(otherKey.prefix))!.revoked_at).toBeNull();
     const revoked = await admin.post(`/admin/users/${user.id}/keys/${row.id}/revoke`, {});
     expect(revoked.headers.get("location")).toBe(`/admin/users/${user.id}?done=revoked`);
     expect((await models()).status).toBe(401);
@@ -108,7 +108,7 @@ describe("all requests: filters", () => {
     const b = await session("bob@example.com");
     store.credits.grant(a.id, 50, Date.now());
     store.credits.grant(b.id, 50, Date.now());
-    const { row: aKey } = createKey(store, Date.now, a.id, "ann-key");
+    const { row: aKey } = await createKey(store, Date.now, a.id, "ann-key");
     const day = (d: string) => Date.parse(`${d}T12:00:00Z`);
     const put = (id: string, userId: number, keyId: number | null, model: string, at: number, fail = false) => {
       store.credits.chargeForImage({ requestId: id, userId, keyId, kind: "generate", model, price: 1, prompt: `prompt ${id}` }, at);

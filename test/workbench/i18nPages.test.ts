@@ -128,9 +128,9 @@ describe("every page in Chinese", () => {
     const paths = createApp(server.services)
       .routes.filter((r) => r.method === "GET" && !NOT_PAGES.test(r.path) && r.path !== "/" && r.path !== "/*")
       .map((r) => r.path);
-    const painterId = server.services.store.users.byEmail("painter@example.com")!.id;
+    const painterId = (await server.services.store.users.byEmail("painter@example.com"))!.id;
     const { store } = server.services;
-    const keyId = store.keys.listForUser(painterId)[0]!.id;
+    const keyId = (await store.keys.listForUser(painterId))[0]!.id;
     const requestId = store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
     const params: Record<string, string> = {
       "/gallery/:id": `/gallery/${imageId}`,

@@ -53,7 +53,7 @@ describe("admin: a batch of codes", () => {
       expect(refused.codes).toEqual([]);
       expect(refused.page).toContain('role="alert"');
     }
-    expect(store!.redemptions.listBatches(10)).toHaveLength(1);
+    expect(await store!.redemptions.listBatches(10)).toHaveLength(1);
     for (const c of codes) expect(logs.join("\n")).not.toContain(c);
   }, TIMEOUT_MS);
 });

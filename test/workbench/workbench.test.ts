@@ -84,7 +84,7 @@ describe("sessions", () => {
     expect(setCookie).toContain("SameSite=Lax");
     expect(setCookie).not.toContain("Secure");
     const cookie = cookieOf(res);
-    const user = store.users.byEmail("new@example.com")!;
+    const user = (await store.users.byEmail("new@example.com"))!;
     expect(user.credits).toBe(7);
     expect(store.credits.ledgerSum(user.id)).toBe(7);
     // Only a hash of the cookie value is stored.
@@ -135,7 +135,7 @@ describe("sessions", () => {
     const { handle, form, store } = makeApp();
     const res = await form("/signup", { email: "d@example.com", password: "long enough pw" });
     const cookie = cookieOf(res);
-    store.users.setDisabled(store.users.byEmail("d@example.com")!.id, true);
+    await store.users.setDisabled((await store.users.byEmail("d@example.com"))!.id, true);
     expect((await handle("/session", { headers: { cookie } })).status).toBe(401);
     const signin = await form("/signin", { email: "d@example.com", password: "long enough pw" });
     expect(signin.status).toBe(401);
@@ -211,7 +211,7 @@ describe("registration and setup", () => {
     const { handle, form, store } = makeApp((c) => (c.workbench.registration = "closed"));
     expect((await handle("/signup")).status).toBe(403);
     expect((await form("/signup", { email: "x@example.com", password: "long enough pw" })).status).toBe(403);
-    expect(store.users.byEmail("x@example.com")).toBeNull();
+    expect(await store.users.byEmail("x@example.com")).toBeNull();
     expect(await (await handle("/signin")).text()).toContain("Registration is closed");
   }, 30_000);
 
@@ -227,6 +227,8 @@ describe("registration and setup", () => {
 
   test("no setup token is printed when an admin exists; a wrong token is refused", async () => {
     const first = makeApp();
+    // The start's setup check (the server awaits it before listening).
+    await first.services.workbench.ready;
     expect(first.logs.some((l) => l.includes("setup_token"))).toBe(true);
     // The password rule of sign-up, both ends, before the token is looked at.
     for (const password of ["short", "x".repeat(1025)]) {
@@ -236,14 +238,14 @@ describe("registration and setup", () => {
     }
     const wrong = await first.form("/setup", { token: "nope", email: "a@example.com", password: "long enough pw" });
     expect(wrong.status).toBe(401);
-    expect(first.store.users.countAdmins()).toBe(0);
+    expect(await first.store.users.countAdmins()).toBe(0);
     // A cross-origin setup post is refused before the token is even looked at.
     const token = JSON.parse(first.logs.find((l) => l.includes("setup_token"))!).setup_token as string;
     const cross = await first.form("/setup", { token, email: "a@example.com", password: "long enough pw" }, { origin: "http://evil.test" });
     expect(cross.status).toBe(403);
     const ok = await first.form("/setup", { token, email: "a@example.com", password: "long enough pw" });
     expect(ok.status).toBe(303);
-    expect(first.store.users.byEmail("a@example.com")!.role).toBe("admin");
+    expect((await first.store.users.byEmail("a@example.com"))!.role).toBe("admin");
     const reuse = await first.form("/setup", { token, email: "b@example.com", password: "long enough pw" });
     expect(reuse.status).toBe(410);
     first.store.close();
@@ -253,7 +255,7 @@ describe("registration and setup", () => {
   store = createStore(db, latestVersion());
     await addUser(store, Date.now, { email: "root@example.com", role: "admin" });
     const logs: string[] = [];
-    createServices({ config, store, logger: createLogger((l) => logs.push(l)) });
+    await createServices({ config, store, logger: createLogger((l) => logs.push(l)) }).workbench.ready;
     expect(logs.some((l) => l.includes("setup_token"))).toBe(false);
   }, 30_000);
 });
@@ -293,8 +295,8 @@ describe("admin forms", () => {
     const bossCsrf = await csrfOf(await handle("/admin", { headers: { cookie: boss } }));
     const worker = cookieOf(await form("/signup", { email: "worker@example.com", password: "worker password" }));
     const workerCsrf = await csrfOf(await handle("/keys", { headers: { cookie: worker } }));
-    const w = store.users.byEmail("worker@example.com")!;
-    const b = store.users.byEmail("boss@example.com")!;
+    const w = (await store.users.byEmail("worker@example.com"))!;
+    const b = (await store.users.byEmail("boss@example.com"))!;
     const act = (cookie: string, path: string, fields: Record<string, string>) => form(path, fields, { cookie });
 
     // A plain user can neither see nor use the admin forms.
@@ -324,24 +326,24 @@ describe("admin forms", () => {
     expect(store.credits.balance(b.id)).toBe(0);
 
     expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: bossCsrf })).status).toBe(303);
-    expect(store.users.byId(w.id)!.disabled).toBe(1);
+    expect((await store.users.byId(w.id))!.disabled).toBe(1);
     expect((await handle("/session", { headers: { cookie: worker } })).status).toBe(401);
     expect((await act(boss, `/admin/users/${w.id}/enable`, { _csrf: bossCsrf })).status).toBe(303);
-    expect(store.users.byId(w.id)!.disabled).toBe(0);
+    expect((await store.users.byId(w.id))!.disabled).toBe(0);
     expect((await act(boss, `/admin/users/${w.id}/admin`, { _csrf: bossCsrf })).status).toBe(303);
-    expect(store.users.byId(w.id)!.role).toBe("admin");
+    expect((await store.users.byId(w.id))!.role).toBe("admin");
     // A mistaken "Make admin" can be undone; the page offers it for the other admin.
     expect(await (await handle("/admin", { headers: { cookie: boss } })).text()).toContain(`action="/admin/users/${w.id}/demote"`);
     const demoted = await act(boss, `/admin/users/${w.id}/demote`, { _csrf: bossCsrf });
     expect(demoted.headers.get("location")).toBe("/admin?done=demoted");
-    expect(store.users.byId(w.id)!.role).toBe("user");
+    expect((await store.users.byId(w.id))!.role).toBe("user");
     expect((await act(boss, `/admin/users/${b.id}/demote`, { _csrf: bossCsrf })).status).toBe(400);
-    expect(store.users.byId(b.id)!.role).toBe("admin");
+    expect((await store.users.byId(b.id))!.role).toBe("admin");
 
     expect((await act(boss, `/admin/users/${b.id}/disable`, { _csrf: bossCsrf })).status).toBe(400);
-    expect(store.users.byId(b.id)!.disabled).toBe(0);
+    expect((await store.users.byId(b.id))!.disabled).toBe(0);
     expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: "wrong" })).status).toBe(403);
-    expect(store.users.byId(w.id)!.disabled).toBe(0);
+    expect((await store.users.byId(w.id))!.disabled).toBe(0);
   }, 30_000);
 });
 
@@ -396,7 +398,7 @@ describe("admin users page with many users", () => {
   test("says when only the first 200 are shown; search finds the rest; a form error shows the row it is about", async () => {
     const { handle, form, store } = makeApp();
     await addUser(store, Date.now, { email: "boss@example.com", password: "boss password", role: "admin" });
-    for (let i = 1; i <= 205; i++) store.users.create({ email: `user${String(i).padStart(3, "0")}@example.com`, passwordHash: null, role: "user", credits: 0 }, 1_800_000_000_000);
+    for (let i = 1; i <= 205; i++) await store.users.create({ email: `user${String(i).padStart(3, "0")}@example.com`, passwordHash: null, role: "user", credits: 0 }, 1_800_000_000_000);
     const boss = cookieOf(await form("/signin", { email: "boss@example.com", password: "boss password" }));
     const rowsOf = (text: string) => (text.match(/<tr data-user-email=/g) ?? []).length;
 
@@ -412,7 +414,7 @@ describe("admin users page with many users", () => {
     expect(rowsOf(found)).toBe(1);
     expect(found).not.toContain("Showing the first");
 
-    const last = store.users.byEmail("user205@example.com")!;
+    const last = (await store.users.byEmail("user205@example.com"))!;
     const csrf = await csrfOf(await handle("/admin", { headers: { cookie: boss } }));
     const bad = await form(`/admin/users/${last.id}/credits`, { _csrf: csrf, amount: "-5", op: "grant" }, { cookie: boss });
     expect(bad.status).toBe(400);
@@ -428,7 +430,7 @@ describe("history", () => {
   test("paginated 25 per page and filterable; only the user's own requests", async () => {
     const { handle, form, store } = makeApp();
     const cookie = cookieOf(await form("/signup", { email: "h@example.com", password: "long enough pw" }));
-    const me = store.users.byEmail("h@example.com")!;
+    const me = (await store.users.byEmail("h@example.com"))!;
     const other = await addUser(store, Date.now, { email: "other@example.com" });
     for (let i = 0; i < 30; i++) {
       store.requests.recordChat({ id: `chat_${i}`, userId: me.id, keyId: null, model: "builtin-chat", status: i % 3 === 0 ? "failed" : "succeeded", prompt: `p${i}`, errorMessage: i % 3 === 0 ? "boom <b>" : null }, 1_800_000_000_000 + i);

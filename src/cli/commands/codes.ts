@@ -11,7 +11,7 @@ of the codes. Without --expires-days they never expire.
 
 ${COMMON_HELP}`;
 
-export function codesCommand(argv: string[], io: Io): number {
+export async function codesCommand(argv: string[], io: Io): Promise<number> {
   const spec = { credits: { type: "string" }, count: { type: "string" }, "expires-days": { type: "string" }, name: { type: "string" } } as const;
   const { values, positionals } = parseCommand(argv, spec, USAGE);
   if (values.help) return io.out(USAGE), 0;
@@ -21,9 +21,9 @@ export function codesCommand(argv: string[], io: Io): number {
   const credits = positiveInteger("--credits", values.credits, false, MAX_CREDIT_GRANT);
   const count = positiveInteger("--count", values.count, false, MAX_CODE_BATCH_SIZE);
   const days = values["expires-days"] === undefined ? null : positiveInteger("--expires-days", values["expires-days"], false, MAX_CODE_EXPIRY_DAYS);
-  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
+  return withExistingStore(configWithoutUpstreamSecrets(values), async (store) => {
     try {
-      const created = new RedemptionCodes(store.redemptions, Date.now).createBatch({ name: values.name ?? `cli ${new Date().toISOString().slice(0, 10)}`, credits, count, expiresInDays: days, createdBy: "cli" });
+      const created = await new RedemptionCodes(store.redemptions, Date.now).createBatch({ name: values.name ?? `cli ${new Date().toISOString().slice(0, 10)}`, credits, count, expiresInDays: days, createdBy: "cli" });
       io.out(batchCsv(created).trimEnd());
       return 0;
     } catch (e) {

@@ -7,7 +7,7 @@ const USAGE = `Usage: atelier credits grant <email> <N> [--note TEXT]
 
 ${COMMON_HELP}`;
 
-export function creditsCommand(argv: string[], io: Io): number {
+export async function creditsCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommand(argv, { note: { type: "string" } }, USAGE);
   const [sub, email, amount] = positionals;
   if (values.help) return io.out(USAGE), 0;
@@ -15,8 +15,8 @@ export function creditsCommand(argv: string[], io: Io): number {
   if (sub !== "grant") throw new UsageError(`unknown command: credits ${sub}\n\n${USAGE}`);
   if (!email || amount === undefined || positionals.length > 3) throw new UsageError(`credits grant takes an email and an amount\n\n${USAGE}`);
   const n = positiveInteger("N", amount, false, MAX_CREDIT_GRANT);
-  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
-    const u = requireUserByEmail(store, email);
+  return withExistingStore(configWithoutUpstreamSecrets(values), async (store) => {
+    const u = await requireUserByEmail(store, email);
     const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
     io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);
     return 0;

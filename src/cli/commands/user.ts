@@ -67,11 +67,11 @@ async function userAdd(email: string, values: Values, io: Io): Promise<number> {
   return 0;
 }
 
-function userList(values: Values, io: Io): number {
-  return withExistingStore(configWithoutUpstreamSecrets(values), (store) => {
+function userList(values: Values, io: Io): Promise<number> {
+  return withExistingStore(configWithoutUpstreamSecrets(values), async (store) => {
     io.out(tabSeparated(["ID", "EMAIL", "ROLE", "CREDITS", "DISABLED", "CREATED"]));
-    // limit -1 is SQLite's "no limit": the store pages by 1000 by default.
-    for (const u of store.users.list({ limit: -1 })) {
+    // A negative limit lists every user: the store pages by 1000 by default.
+    for (const u of await store.users.list({ limit: -1 })) {
       io.out(tabSeparated([u.id, u.email, u.role, u.credits, u.disabled ? "yes" : "no", isoTimeOrDash(u.created_at)]));
     }
     return 0;
@@ -84,11 +84,11 @@ async function userPassword(email: string, values: Values, io: Io): Promise<numb
   checkPasswordLength(values.password, config.workbench.min_password_length);
   // Hashed (argon2id, slow on purpose) before the database is opened: the store is held only for the writes.
   const hash = await hashPassword(values.password);
-  return withExistingStore(config, (store) => {
-    const u = requireUserByEmail(store, email);
-    store.users.setPasswordHash(u.id, hash);
+  return withExistingStore(config, async (store) => {
+    const u = await requireUserByEmail(store, email);
+    await store.users.setPasswordHash(u.id, hash);
     // Whoever knew the old password is signed out everywhere.
-    store.sessions.deleteForUser(u.id);
+    await store.sessions.deleteForUser(u.id);
     io.out(`password set for ${u.email}; their workbench sessions were ended`);
     return 0;
   });

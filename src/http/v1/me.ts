@@ -57,12 +57,12 @@ export function meRoutes(services: Pick<Services, "auth" | "store">) {
     .use(apiAuth(services.auth))
     .get(
       "/me",
-      ({ principal }) => {
+      async ({ principal }) => {
         const balance = store.credits.balance(principal.userId) ?? 0;
         const k = principal.key;
         let key = null;
         if (k && principal.keyId !== null) {
-          const spent = store.keys.spent(principal.keyId);
+          const spent = await store.keys.spent(principal.keyId);
           const cap = k.limits.creditCap;
           key = {
             name: k.name,

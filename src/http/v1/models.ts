@@ -60,8 +60,8 @@ export function modelsRoutes(deps: { catalog: ModelCatalog; auth: ApiAuthDeps })
         // Before params validation (which Elysia runs ahead of the auth step): a keyless client
         // gets its 401, and a path that is not valid percent-encoding (Elysia then has no value
         // at all) gets a message that says so instead of "Expected string".
-        transform({ request, params }) {
-          authenticateApiRequest(request, deps.auth);
+        async transform({ request, params }) {
+          await authenticateApiRequest(request, deps.auth);
           if (typeof (params as { model?: unknown }).model !== "string") {
             throw modelPathNotDecodable();
           }

@@ -47,8 +47,8 @@ export function adminRoutes(services: Services) {
   };
   const minPasswordLength = services.config.workbench.min_password_length;
   type Extra = { error?: string | null; notice?: string | null; form?: NewUserForm };
-  const usersPage = (v: Viewer, search: string, extra: Extra, status = 200) =>
-    usersPageFor(v, store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
+  const usersPage = async (v: Viewer, search: string, extra: Extra, status = 200) =>
+    usersPageFor(v, await store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
   const usersPageFor = async (v: Viewer, found: UserRow[], search: string, { form, ...extra }: Extra, status: number) => {
     const users = found.slice(0, USERS_SHOWN);
     const spent = store.requests.spentByUsers(users.map((u) => u.id));
@@ -59,7 +59,7 @@ export function adminRoutes(services: Services) {
     htmlResponse(
       adminUserPage(v, {
         user,
-        keys: store.keys.listWithSpend(user.id),
+        keys: await store.keys.listWithSpend(user.id),
         spent: store.requests.spentByUsers([user.id]).get(user.id) ?? 0,
         usage: (await store.images.usageByUser()).get(user.id),
         minPasswordLength,
@@ -74,9 +74,9 @@ export function adminRoutes(services: Services) {
    * make it claim a change that did not happen. Unknown rows fall back to the plain notice.
    */
   const LEDGER_ROWS_SEARCHED = 20;
-  const creditNotice = (viewer: Viewer, query: Record<string, string | undefined>): string | null => {
+  const creditNotice = async (viewer: Viewer, query: Record<string, string | undefined>): Promise<string | null> => {
     if (query.done !== "granted" && query.done !== "deducted") return null;
-    const user = targetUser(query.user ?? "");
+    const user = await targetUser(query.user ?? "");
     const entryId = Number(query.entry);
     if (!user || !Number.isInteger(entryId)) return null;
     const row = store.credits.ledger(user.id, LEDGER_ROWS_SEARCHED).find((l) => l.id === entryId);
@@ -92,17 +92,17 @@ export function adminRoutes(services: Services) {
     return redirect(`/admin?done=${done}&user=${userId}${entry ? `&entry=${entry.id}` : ""}`);
   };
 
-  const targetUser = (raw: string) => {
+  const targetUser = async (raw: string) => {
     const id = Number(raw);
     return Number.isInteger(id) ? store.users.byId(id) : null;
   };
 
   return new Elysia({ name: "workbench.admin" })
     .use(workbenchGuards(services))
-    .get("/admin", ({ viewer, query }) => {
+    .get("/admin", async ({ viewer, query }) => {
       const search = (query.q ?? "").slice(0, MAX_EMAIL_CHARS);
       const notice = NOTICES[query.done ?? ""];
-      return usersPage(viewer, search, { notice: creditNotice(viewer, query) ?? (notice ? viewer.t(notice) : null) });
+      return usersPage(viewer, search, { notice: (await creditNotice(viewer, query)) ?? (notice ? viewer.t(notice) : null) });
     }, { admin: true, ...hide })
     .post("/admin/users", async ({ viewer, body }) => {
       const t = viewer.t;
@@ -125,37 +125,37 @@ export function adminRoutes(services: Services) {
         throw e;
       }
     }, { admin: true, ...hide })
-    .get("/admin/users/:id", ({ viewer, params, query }) => {
-      const user = targetUser(params.id);
+    .get("/admin/users/:id", async ({ viewer, params, query }) => {
+      const user = await targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const notice = USER_NOTICES[query.done ?? ""];
       return userPage(viewer, user, { notice: notice ? viewer.t(notice) : null });
     }, { admin: true, ...hide })
     .post("/admin/users/:id/password", async ({ viewer, params, body }) => {
-      const user = targetUser(params.id);
+      const user = await targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const password = formFields(body).password ?? "";
       const weak = workbench.signIn.passwordProblem(password);
       if (weak) return userPage(viewer, user, { error: accountProblemText(viewer.t, weak.problem, services.config.workbench.min_password_length) }, 400);
-      store.users.setPasswordHash(user.id, await hashPassword(password));
+      await store.users.setPasswordHash(user.id, await hashPassword(password));
       // Whoever knew the old password is signed out everywhere (the admin too, on their own account).
-      workbench.sessions.endAllFor(user.id);
+      await workbench.sessions.endAllFor(user.id);
       services.logger.info("password set by an admin", { user_id: user.id, admin_id: viewer.user.id });
       return redirect(`/admin/users/${user.id}?done=password`);
     }, { admin: true, ...hide })
-    .post("/admin/users/:id/keys/:key/revoke", ({ viewer, params }) => {
-      const user = targetUser(params.id);
+    .post("/admin/users/:id/keys/:key/revoke", async ({ viewer, params }) => {
+      const user = await targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const keyId = Number(params.key);
-      if (!Number.isInteger(keyId) || !store.keys.revoke(keyId, clock(), user.id)) {
+      if (!Number.isInteger(keyId) || !(await store.keys.revoke(keyId, clock(), user.id))) {
         return userPage(viewer, user, { error: viewer.t("operators.keys.notFound") }, 404);
       }
       services.logger.info("key revoked by an admin", { user_id: user.id, key_id: keyId, admin_id: viewer.user.id });
       return redirect(`/admin/users/${user.id}?done=revoked`);
     }, { admin: true, ...hide })
-    .post("/admin/users/:id/credits", ({ viewer, body, params }) => {
+    .post("/admin/users/:id/credits", async ({ viewer, body, params }) => {
       const f = formFields(body);
-      const user = targetUser(params.id);
+      const user = await targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       const amount = Number(f.amount);
       if (!Number.isInteger(amount) || amount < 1 || amount > MAX_CREDIT_GRANT) {
@@ -179,38 +179,38 @@ export function adminRoutes(services: Services) {
       store.credits.grant(user.id, amount, clock(), note, actor);
       return afterCreditChange("granted", user.id);
     }, { admin: true, ...hide })
-    .post("/admin/users/:id/:action", ({ viewer, params }) => {
-      const user = targetUser(params.id);
+    .post("/admin/users/:id/:action", async ({ viewer, params }) => {
+      const user = await targetUser(params.id);
       if (!user) return usersPage(viewer, "", { error: viewer.t("admin.error.noUser") }, 404);
       if (user.id === viewer.user.id) return usersPage(viewer, "", { error: viewer.t("admin.error.self") }, 400);
       switch (params.action) {
         case "disable":
-          store.users.setDisabled(user.id, true);
-          workbench.sessions.endAllFor(user.id);
+          await store.users.setDisabled(user.id, true);
+          await workbench.sessions.endAllFor(user.id);
           return redirect("/admin?done=disabled");
         case "enable":
-          store.users.setDisabled(user.id, false);
+          await store.users.setDisabled(user.id, false);
           return redirect("/admin?done=enabled");
         case "admin":
-          store.users.setRole(user.id, "admin");
+          await store.users.setRole(user.id, "admin");
           return redirect("/admin?done=admin");
         // Undoes "Make admin" (never on yourself, above: the last admin cannot demote themselves).
         case "demote":
-          store.users.setRole(user.id, "user");
+          await store.users.setRole(user.id, "user");
           return redirect("/admin?done=demoted");
         default:
           return usersPage(viewer, "", { error: viewer.t("admin.error.action") }, 404);
       }
     }, { admin: true, ...hide })
-    .get("/admin/requests", ({ viewer, query }) => {
+    .get("/admin/requests", async ({ viewer, query }) => {
       const q = parseAdminRequestsQuery(query);
       // A named user or key that does not exist matches nothing (and says so), rather than everything.
-      const userId = q.user === undefined ? undefined : (store.users.byEmail(q.user)?.id ?? null);
-      const keyId = q.key === undefined ? undefined : (store.keys.byPrefix(q.key.replace(/…$/, ""))?.id ?? null);
+      const userId = q.user === undefined ? undefined : ((await store.users.byEmail(q.user))?.id ?? null);
+      const keyId = q.key === undefined ? undefined : ((await store.keys.byPrefix(q.key.replace(/…$/, "")))?.id ?? null);
       const filter = adminFilter(q, { userId, keyId });
       const rows = filter ? store.requests.list(filter) : [];
       const emails = new Map<number, string>();
-      for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, store.users.byId(id)?.email ?? `#${id}`);
+      for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, (await store.users.byId(id))?.email ?? `#${id}`);
       const keyIds = [...new Set(rows.flatMap((r) => (r.key_id === null ? [] : [r.key_id])))];
       const t = viewer.t;
       const problem = userId === null ? t("operators.requests.noUser", { email: q.user ?? "" }) : keyId === null ? t("operators.requests.noKey", { prefix: q.key ?? "" }) : null;
@@ -221,7 +221,7 @@ export function adminRoutes(services: Services) {
           total: filter ? store.requests.count({ ...filter, limit: undefined, offset: undefined }) : 0,
           models: catalog.list().map((m) => m.id),
           emails,
-          keys: store.keys.prefixesOf(keyIds),
+          keys: await store.keys.prefixesOf(keyIds),
           problem,
         }),
       );
@@ -234,20 +234,20 @@ export function adminRoutes(services: Services) {
       return redirect("/admin/upstreams?enabled=1");
     }, { admin: true, ...hide })
     .get("/admin/models", ({ viewer }) => htmlResponse(adminModelsPage(viewer, catalog.list(), engineKindOf)), { admin: true, ...hide })
-    .get("/admin/codes", ({ viewer }) => htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches() }, clock())), { admin: true, ...hide })
-    .post("/admin/codes", ({ viewer, body }) => {
+    .get("/admin/codes", async ({ viewer }) => htmlResponse(adminCodesPage(viewer, { batches: await workbench.codes.batches() }, clock())), { admin: true, ...hide })
+    .post("/admin/codes", async ({ viewer, body }) => {
       const f = formFields(body);
       const form: BatchForm = { name: f.name, credits: f.credits, count: f.count, expires_days: f.expires_days };
       const whole = (raw: string | undefined) => (raw !== undefined && /^\s*\d{1,12}\s*$/.test(raw) ? Number(raw) : Number.NaN);
       const days = (f.expires_days ?? "").trim() === "" ? null : whole(f.expires_days);
       try {
-        const created = workbench.codes.createBatch({ name: f.name ?? "", credits: whole(f.credits), count: whole(f.count), expiresInDays: days, createdBy: `admin:${viewer.user.email}` });
+        const created = await workbench.codes.createBatch({ name: f.name ?? "", credits: whole(f.credits), count: whole(f.count), expiresInDays: days, createdBy: `admin:${viewer.user.email}` });
         services.logger.info("redemption codes created", { batch_id: created.batch.id, codes: created.codes.length, credits: created.batch.credits, admin_id: viewer.user.id });
         // Rendered directly (not redirected): the codes exist only in this response.
-        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), created }, clock()), 201);
+        return htmlResponse(adminCodesPage(viewer, { batches: await workbench.codes.batches(), created }, clock()), 201);
       } catch (e) {
         if (!(e instanceof BatchRejected)) throw e;
-        return htmlResponse(adminCodesPage(viewer, { batches: workbench.codes.batches(), form, error: batchProblemText(viewer.t, e.problem) }, clock()), 400);
+        return htmlResponse(adminCodesPage(viewer, { batches: await workbench.codes.batches(), form, error: batchProblemText(viewer.t, e.problem) }, clock()), 400);
       }
     }, { admin: true, ...hide });
 }

@@ -18,15 +18,18 @@ const SETUP_STATUS: Record<Exclude<SetupResult, { ok: true }>["reason"], number>
 export function authRoutes(services: Services) {
   const { config, workbench } = services;
   const wb = config.workbench;
-  const setupOpen = () => workbench.signIn.setupOpen;
-  const signIn = (s: { t: Translator; email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
-    htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: setupOpen() }), status);
+  const setupOpen = async () => {
+    await workbench.ready;
+    return workbench.signIn.setupOpen();
+  };
+  const signIn = async (s: { t: Translator; email?: string; error?: string | null; notice?: string | null; next?: string }, status = 200) =>
+    htmlResponse(signInPage({ ...s, registrationOpen: wb.registration === "open", setupPending: await setupOpen() }), status);
 
   return new Elysia({ name: "workbench.auth" })
     .use(workbenchGuards(services))
-    .get("/", ({ request }) => redirect(viewerOf(services, request) ? "/playground" : "/signin"), hide)
-    .get("/signin", ({ request, query }) => {
-      if (viewerOf(services, request)) return redirect(safeNext(query.next));
+    .get("/", async ({ request }) => redirect((await viewerOf(services, request)) ? "/playground" : "/signin"), hide)
+    .get("/signin", async ({ request, query }) => {
+      if (await viewerOf(services, request)) return redirect(safeNext(query.next));
       const next = query.next ? safeNext(query.next) : undefined;
       const t = translatorFor(request);
       return signIn({ t, notice: query.signed_out === "1" ? t("auth.signIn.signedOut") : null, next });
@@ -44,12 +47,12 @@ export function authRoutes(services: Services) {
         const error = result.reason === "disabled" ? t("auth.signIn.disabled") : t("auth.signIn.wrong");
         return signIn({ t, email, next: query.next ? safeNext(query.next) : undefined, error }, 401);
       }
-      const { cookie } = workbench.sessions.start(result.user.id, request);
+      const { cookie } = await workbench.sessions.start(result.user.id, request);
       return redirect(safeNext(query.next), { "set-cookie": cookie });
     }, { sameOrigin: true, ...hide })
-    .get("/signup", ({ request }) => {
+    .get("/signup", async ({ request }) => {
       if (wb.registration !== "open") return htmlResponse(registrationClosedPage(translatorFor(request)), 403);
-      if (viewerOf(services, request)) return redirect("/playground");
+      if (await viewerOf(services, request)) return redirect("/playground");
       return htmlResponse(signUpPage({ t: translatorFor(request), minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits, imagePrices: imagePriceRange(services.catalog.list()) }));
     }, hide)
     .post("/signup", async ({ request, body }) => {
@@ -64,28 +67,31 @@ export function authRoutes(services: Services) {
         return form(t.plural("auth.signUp.throttled", Math.ceil(result.retryAfterMs / 60_000)), 429);
       }
       if (!result.ok) return form(accountProblemText(t, result.problem, wb.min_password_length), 400);
-      const { cookie } = workbench.sessions.start(result.user.id, request);
+      const { cookie } = await workbench.sessions.start(result.user.id, request);
       return redirect("/playground", { "set-cookie": cookie });
     }, { sameOrigin: true, ...hide })
-    .post("/signout", ({ request, body }) => {
+    .post("/signout", async ({ request, body }) => {
       // A stale tab whose session already ended: the wish is met, so no "session has ended" error page.
-      if (!viewerOf(services, request)) return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
-      const guarded = checkViewer(services, request, body);
+      if (!(await viewerOf(services, request))) return redirect("/signin?signed_out=1", { "set-cookie": await workbench.sessions.end(request) });
+      const guarded = await checkViewer(services, request, body);
       if (guarded.response) return guarded.response;
-      return redirect("/signin?signed_out=1", { "set-cookie": workbench.sessions.end(request) });
+      return redirect("/signin?signed_out=1", { "set-cookie": await workbench.sessions.end(request) });
     }, hide)
-    .get("/setup", ({ request }) =>
-      htmlResponse(setupPage({ t: translatorFor(request), pending: setupOpen(), minPasswordLength: wb.min_password_length, viewer: viewerOf(services, request) }), setupOpen() ? 200 : 410), hide)
+    .get("/setup", async ({ request }) => {
+      const pending = await setupOpen();
+      return htmlResponse(setupPage({ t: translatorFor(request), pending, minPasswordLength: wb.min_password_length, viewer: await viewerOf(services, request) }), pending ? 200 : 410);
+    }, hide)
     .post("/setup", async ({ request, body }) => {
       const f = formFields(body);
       const email = (f.email ?? "").slice(0, MAX_EMAIL_CHARS);
       const t = translatorFor(request);
-      const form = (error: string, status: number) =>
-        htmlResponse(setupPage({ t, pending: setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
+      const form = async (error: string, status: number) =>
+        htmlResponse(setupPage({ t, pending: await setupOpen(), email, error, minPasswordLength: wb.min_password_length }), status);
+      await workbench.ready;
       const result = await workbench.signIn.setUpFirstAdmin(f.token ?? "", email, f.password ?? "", clientAddress(request));
       if (!result.ok) return form(accountProblemText(t, result.problem, wb.min_password_length), SETUP_STATUS[result.reason]);
       services.logger.info("first admin created through /setup", { user_id: result.user.id });
-      const { cookie } = workbench.sessions.start(result.user.id, request);
+      const { cookie } = await workbench.sessions.start(result.user.id, request);
       return redirect("/admin", { "set-cookie": cookie });
     }, { sameOrigin: true, ...hide });
 }

@@ -20,8 +20,8 @@ import { csrfRejected, formFields, problemPage, redirect } from "./respond";
 import { translatorFor } from "./locale";
 
 /** The signed-in viewer, or null. */
-export function viewerOf(services: Services, request: Request): Viewer | null {
-  const s = services.workbench.sessions.current(request);
+export async function viewerOf(services: Services, request: Request): Promise<Viewer | null> {
+  const s = await services.workbench.sessions.current(request);
   if (!s) return null;
   metaOf(request).userId = s.user.id;
   return { user: s.user, csrf: s.csrf_token, t: translatorFor(request) };
@@ -32,8 +32,8 @@ export type Guarded = { viewer: Viewer; response?: undefined } | { viewer?: unde
 const isSafeMethod = (request: Request) => request.method === "GET" || request.method === "HEAD";
 
 /** A session (and the admin role if asked): otherwise back to sign-in (GET) or 403. */
-function signedIn(services: Services, request: Request, admin: boolean): Guarded {
-  const viewer = viewerOf(services, request);
+async function signedIn(services: Services, request: Request, admin: boolean): Promise<Guarded> {
+  const viewer = await viewerOf(services, request);
   if (!viewer) {
     if (request.method === "GET") return { response: redirect(`/signin?next=${encodeURIComponent(new URL(request.url).pathname)}`) };
     const t = translatorFor(request);
@@ -48,10 +48,10 @@ function signedIn(services: Services, request: Request, admin: boolean): Guarded
  * The viewer of a request, or the refusal to send: the session (and role) for every request,
  * and for a state-changing one first the origin, then the session's token in `_csrf`.
  */
-export function checkViewer(services: Services, request: Request, body: unknown, opts: { admin?: boolean } = {}): Guarded {
+export async function checkViewer(services: Services, request: Request, body: unknown, opts: { admin?: boolean } = {}): Promise<Guarded> {
   if (isSafeMethod(request)) return signedIn(services, request, opts.admin ?? false);
   if (!isSameOrigin(request, services.config)) return { response: csrfRejected(translatorFor(request)) };
-  const guarded = signedIn(services, request, opts.admin ?? false);
+  const guarded = await signedIn(services, request, opts.admin ?? false);
   if (guarded.response) return guarded;
   if (!tokensEqual(formFields(body)._csrf, guarded.viewer.csrf)) return { response: csrfRejected(guarded.viewer.t) };
   return guarded;
@@ -59,8 +59,8 @@ export function checkViewer(services: Services, request: Request, body: unknown,
 
 /** The macros; `.use()` them in every workbench route plugin. */
 export function workbenchGuards(services: Services) {
-  const resolveViewer = (request: Request, body: unknown, admin: boolean) => {
-    const g = checkViewer(services, request, body, { admin });
+  const resolveViewer = async (request: Request, body: unknown, admin: boolean) => {
+    const g = await checkViewer(services, request, body, { admin });
     // status() is how a resolve ends the request early; the page keeps its own headers.
     if (g.response) return status(g.response.status, g.response);
     return { viewer: g.viewer };

@@ -56,41 +56,41 @@ export function keysRoutes(services: Services) {
 
   return new Elysia({ name: "workbench.keys" })
     .use(workbenchGuards(services))
-    .get("/keys", ({ viewer, query }) => {
+    .get("/keys", async ({ viewer, query }) => {
       const notice = query.revoked === "1" ? viewer.t("keys.notice.revoked") : query.saved === "1" ? viewer.t("keys.notice.saved") : null;
-      return htmlResponse(keysPage(viewer, { keys: list(viewer.user.id), models: models(), now: clock(), notice }));
+      return htmlResponse(keysPage(viewer, { keys: await list(viewer.user.id), models: models(), now: clock(), notice }));
     }, { viewer: true, ...hide })
-    .post("/keys", ({ viewer, body, request }) => {
+    .post("/keys", async ({ viewer, body, request }) => {
       const userId = viewer.user.id;
       const checked = settingsFrom(body);
-      if (!checked.ok) return htmlResponse(keysPage(viewer, { keys: list(userId), models: models(), now: clock(), error: problemText(viewer.t, checked.problem) }), 400);
+      if (!checked.ok) return htmlResponse(keysPage(viewer, { keys: await list(userId), models: models(), now: clock(), error: problemText(viewer.t, checked.problem) }), 400);
       const { name, ...limits } = checked.settings;
-      const { key } = createKey(store, clock, userId, name, limits);
+      const { key } = await createKey(store, clock, userId, name, limits);
       const snippets = keySnippets({ secret: key.secret, baseUrl: apiBase(request), model: snippetModel(checked.settings) });
       // Rendered directly (not redirected): the full key exists only in this response.
-      return htmlResponse(keysPage(viewer, { keys: list(userId), models: models(), now: clock(), created: { name, secret: key.secret, snippets } }), 201);
+      return htmlResponse(keysPage(viewer, { keys: await list(userId), models: models(), now: clock(), created: { name, secret: key.secret, snippets } }), 201);
     }, { viewer: true, ...hide })
-    .get("/keys/:id", ({ viewer, params }) => {
-      const key = list(viewer.user.id).find((k) => String(k.id) === params.id && k.revoked_at === null);
-      if (!key) return htmlResponse(keysPage(viewer, { keys: list(viewer.user.id), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
+    .get("/keys/:id", async ({ viewer, params }) => {
+      const key = (await list(viewer.user.id)).find((k) => String(k.id) === params.id && k.revoked_at === null);
+      if (!key) return htmlResponse(keysPage(viewer, { keys: await list(viewer.user.id), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
       return htmlResponse(keyEditPage(viewer, { key, models: models() }));
     }, { viewer: true, ...hide })
-    .post("/keys/:id", ({ viewer, params, body }) => {
+    .post("/keys/:id", async ({ viewer, params, body }) => {
       const userId = viewer.user.id;
-      const key = list(userId).find((k) => String(k.id) === params.id && k.revoked_at === null);
-      if (!key) return htmlResponse(keysPage(viewer, { keys: list(userId), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
+      const key = (await list(userId)).find((k) => String(k.id) === params.id && k.revoked_at === null);
+      if (!key) return htmlResponse(keysPage(viewer, { keys: await list(userId), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
       const checked = settingsFrom(body);
       if (!checked.ok) return htmlResponse(keyEditPage(viewer, { key, models: models(), error: problemText(viewer.t, checked.problem) }), 400);
-      if (!store.keys.updateSettings(key.id, userId, checked.settings)) {
-        return htmlResponse(keysPage(viewer, { keys: list(userId), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
+      if (!(await store.keys.updateSettings(key.id, userId, checked.settings))) {
+        return htmlResponse(keysPage(viewer, { keys: await list(userId), models: models(), now: clock(), error: viewer.t("keys.error.missing") }), 404);
       }
       return redirect("/keys?saved=1");
     }, { viewer: true, ...hide })
-    .post("/keys/:id/revoke", ({ viewer, params }) => {
+    .post("/keys/:id/revoke", async ({ viewer, params }) => {
       const id = Number(params.id);
       const userId = viewer.user.id;
-      if (!Number.isInteger(id) || !store.keys.revoke(id, clock(), userId)) {
-        return htmlResponse(keysPage(viewer, { keys: list(userId), models: models(), now: clock(), error: viewer.t("keys.error.revoke") }), 404);
+      if (!Number.isInteger(id) || !(await store.keys.revoke(id, clock(), userId))) {
+        return htmlResponse(keysPage(viewer, { keys: await list(userId), models: models(), now: clock(), error: viewer.t("keys.error.revoke") }), 404);
       }
       return redirect("/keys?revoked=1");
     }, { viewer: true, ...hide });

@@ -23,13 +23,13 @@ function isApiPath(path: string): boolean {
 }
 
 /** The HTML 404 page for this request, or null when the JSON error is the right answer. */
-export function browserNotFound(services: Services, request: Request): Response | null {
+export async function browserNotFound(services: Services, request: Request): Promise<Response | null> {
   if (!services.config.workbench.enabled) return null;
   if (request.method !== "GET" && request.method !== "HEAD") return null;
   const path = pathOf(request);
   if (isApiPath(path) || !prefersHtml(request)) return null;
   const shown = path.length > MAX_PATH_SHOWN ? `${path.slice(0, MAX_PATH_SHOWN)}…` : path;
-  const who = viewerOf(services, request) ?? translatorFor(request);
+  const who = (await viewerOf(services, request)) ?? translatorFor(request);
   const t = typeof who === "function" ? who : who.t;
   return problemPage(who, 404, t("common.notFound.title"), t("common.notFound.text", { path: shown }));
 }

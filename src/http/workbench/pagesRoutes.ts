@@ -43,8 +43,8 @@ export function pagesRoutes(services: Services) {
     }, { viewer: true, ...hide })
     .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel, (m) => services.engines.imageEngine(m)?.editKeepsImageSize === true)), { viewer: true, ...hide })
     // The account bar refreshes the balance from here after a generation (same origin, cookie only).
-    .get("/session", ({ request }) => {
-      const v = viewerOf(services, request);
+    .get("/session", async ({ request }) => {
+      const v = await viewerOf(services, request);
       const headers = { "content-type": "application/json", "cache-control": "no-store" };
       if (!v) return new Response(JSON.stringify({ signed_in: false }), { status: 401, headers });
       return new Response(JSON.stringify({ signed_in: true, email: v.user.email, role: v.user.role, credits: v.user.credits }), { headers });

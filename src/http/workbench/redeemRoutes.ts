@@ -33,7 +33,7 @@ export function redeemRoutes(services: Services) {
     .use(workbenchGuards(services))
     .post("/credits/redeem", async ({ viewer, body, request }) => {
       const code = (formFields(body).code ?? "").slice(0, 100);
-      const result = workbench.codes.redeem(viewer.user.id, code, clientAddress(request));
+      const result = await workbench.codes.redeem(viewer.user.id, code, clientAddress(request));
       if (result.ok) {
         logger.info("redemption code redeemed", { user_id: viewer.user.id, credits: result.credits });
         return redirect(`/credits?redeemed=${result.credits}#redeem`);

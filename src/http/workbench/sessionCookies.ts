@@ -39,26 +39,26 @@ export class SessionCookies {
   ) {}
 
   /** Starts a session; returns the Set-Cookie value and the session's CSRF token. */
-  start(userId: number, request: Request): { cookie: string; csrf: string } {
-    const { id, csrf, ttlMs } = this.sessions.start(userId);
+  async start(userId: number, request: Request): Promise<{ cookie: string; csrf: string }> {
+    const { id, csrf, ttlMs } = await this.sessions.start(userId);
     return { cookie: this.cookie(id, Math.floor(ttlMs / 1000), request), csrf };
   }
 
   /** The signed-in session of a request, or null (no cookie, unknown, expired, or a disabled user). */
-  current(request: Request): SessionWithUser | null {
+  async current(request: Request): Promise<SessionWithUser | null> {
     const id = readCookie(request, SESSION_COOKIE);
     return id ? this.sessions.find(id) : null;
   }
 
   /** Ends the request's session; returns the Set-Cookie value that clears the cookie. */
-  end(request: Request): string {
+  async end(request: Request): Promise<string> {
     const id = readCookie(request, SESSION_COOKIE);
-    if (id) this.sessions.end(id);
+    if (id) await this.sessions.end(id);
     return this.cookie("", 0, request);
   }
 
-  endAllFor(userId: number): void {
-    this.sessions.endAllFor(userId);
+  endAllFor(userId: number): Promise<void> {
+    return this.sessions.endAllFor(userId);
   }
 
   private cookie(value: string, maxAgeS: number, request: Request): string {

@@ -12,9 +12,9 @@ import { forbidden } from "../errors";
 
 export const CSRF_HEADER = "x-csrf-token";
 
-export function sessionPrincipalResolver(workbench: Workbench, config: Config): (request: Request) => Principal | null {
-  return (request) => {
-    const session = workbench.sessions.current(request);
+export function sessionPrincipalResolver(workbench: Workbench, config: Config): (request: Request) => Promise<Principal | null> {
+  return async (request) => {
+    const session = await workbench.sessions.current(request);
     if (!session) return null;
     if (!isSameOrigin(request, config)) {
       throw forbidden("A workbench session can only be used from the workbench itself; other origins must send an API key.", "cross_origin_session");

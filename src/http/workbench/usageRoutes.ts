@@ -26,7 +26,7 @@ export function usageRoutes(services: Services) {
   const { store, clock } = services;
 
   /** "name (prefix…)" for each of the user's keys, revoked ones included. */
-  const keyLabels = (userId: number) => new Map(store.keys.listForUser(userId).map((k) => [k.id, `${k.name} (${k.prefix}…)`]));
+  const keyLabels = async (userId: number) => new Map((await store.keys.listForUser(userId)).map((k) => [k.id, `${k.name} (${k.prefix}…)`]));
 
   function csvRow(r: RequestRow, keys: Map<number, string>): string {
     return csvLine([
@@ -59,11 +59,11 @@ export function usageRoutes(services: Services) {
       // Another user's request reads as one that does not exist.
       if (!r || r.user_id !== userId) return problemPage(viewer, 404, viewer.t("requestDetail.notFound.title"), viewer.t("requestDetail.notFound.text"));
       const imageId = r.kind === "image" ? ((await store.images.imageIdsForRequests(userId, [r.id], clock())).get(r.id) ?? null) : null;
-      return htmlResponse(requestDetailPage(viewer, { request: r, keyLabel: r.key_id === null ? null : (keyLabels(userId).get(r.key_id) ?? `#${r.key_id}`), imageId }));
+      return htmlResponse(requestDetailPage(viewer, { request: r, keyLabel: r.key_id === null ? null : ((await keyLabels(userId)).get(r.key_id) ?? `#${r.key_id}`), imageId }));
     }, { viewer: true, ...hide })
-    .get("/credits/history.csv", ({ viewer }) => {
+    .get("/credits/history.csv", async ({ viewer }) => {
       const userId = viewer.user.id;
-      const keys = keyLabels(userId);
+      const keys = await keyLabels(userId);
       let after: { createdAt: number; id: string } | null = null;
       let started = false;
       // Pulled page by page as the client reads: the whole history is never in memory at once.

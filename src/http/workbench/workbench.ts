@@ -14,21 +14,32 @@ export interface Workbench {
   signIn: SignIn;
   /** Redemption codes: batches (admin) and redeeming them (throttled like sign-in). */
   codes: RedemptionCodes;
+  /**
+   * The start's setup check: when no admin exists, the one-time setup token is issued and logged.
+   * The server awaits it before listening; the setup routes await it before asking about setup.
+   */
+  ready: Promise<void>;
 }
 
 export function createWorkbench(deps: { config: Config; store: Store; clock: Clock; logger: Logger }): Workbench {
   const { config, store, clock, logger } = deps;
   const setup = new SetupToken();
-  if (config.workbench.enabled && store.users.countAdmins() === 0) {
-    const token = setup.issue();
-    logger.warn("no admin account yet: open /setup in the workbench and enter this one-time setup token (or run `atelier user add --admin`)", {
-      setup_token: token,
-    });
-  }
+  const ready = config.workbench.enabled ? offerSetupIfNoAdmin(store, setup, logger) : Promise.resolve();
+  // Awaited by the server (which fails to start on an error); marked handled for apps that never ask.
+  ready.catch(() => {});
   const wb = config.workbench;
   return {
+    ready,
     sessions: new SessionCookies(new Sessions(store.sessions, wb.session_ttl_hours * 3_600_000, clock), config),
     signIn: new SignIn(store, { minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }, setup, clock),
     codes: new RedemptionCodes(store.redemptions, clock),
   };
+}
+
+async function offerSetupIfNoAdmin(store: Store, setup: SetupToken, logger: Logger): Promise<void> {
+  if ((await store.users.countAdmins()) > 0) return;
+  const token = setup.issue();
+  logger.warn("no admin account yet: open /setup in the workbench and enter this one-time setup token (or run `atelier user add --admin`)", {
+    setup_token: token,
+  });
 }
