@@ -125,6 +125,50 @@ describe("schema parity: SQLite and PostgreSQL", () => {
     expect(lite.map((i) => i.name)).not.toContain("requests_status"); // dropped by migration 9 on both
   });
 
+  test("every text column of PostgreSQL compares bytes, like SQLite's BINARY (COLLATE \"C\"), whatever the database's default", async () => {
+    const text = await postgres.all<{ table_name: string; column_name: string; collation_name: string | null }>(
+      `SELECT table_name, column_name, collation_name FROM information_schema.columns
+        WHERE table_schema = current_schema() AND data_type = 'text' AND table_name != 'schema_migrations'`,
+    );
+    expect(text.length).toBeGreaterThan(50);
+    expect(text.filter((c) => c.collation_name !== "C")).toEqual([]);
+  });
+
+  test("on a database whose default collation is not C (ICU en-US), ids sort and page, and emails fold, as on SQLite", async () => {
+    const icu = await startPostgres({ createOptions: "TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'" });
+    const other = await openPostgres(icu.url, { max: 1 });
+    try {
+      // The database really does sort differently by default: en-US puts "a" before "B".
+      expect(await other.get("SELECT CAST('a' AS TEXT) < CAST('B' AS TEXT) AS a_first")).toEqual({ a_first: true });
+      const ids = ["b", "B", "a", "A", "_z", "-z", "a-b", "ab", "Z", "a_b", "0"];
+      const order = async (c: SqlClient) => {
+        await c.transaction(async (tx) => {
+          await tx.run("INSERT INTO users (id, email, created_at) VALUES (1001, 'ada@example.com', 0) ON CONFLICT (id) DO NOTHING");
+          for (const id of ids) {
+            await tx.run("INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, 1001, 'chat', 'chat', 'm', 'succeeded', 0) ON CONFLICT (id) DO NOTHING", [id]);
+          }
+        });
+        const all = (await c.all<{ id: string }>("SELECT id FROM requests WHERE user_id = 1001 ORDER BY id")).map((r) => r.id);
+        const page = (await c.all<{ id: string }>("SELECT id FROM requests WHERE user_id = 1001 AND id < ? ORDER BY id DESC", ["a"])).map((r) => r.id);
+        // The email folding of the unique index: ASCII letters only, as SQLite's NOCASE and lower().
+        const accented = await c
+          .run("INSERT INTO users (email, created_at) VALUES (?, 0)", ["\u00c9mile@example.com"])
+          .then(() => c.run("INSERT INTO users (email, created_at) VALUES (?, 0)", ["\u00e9mile@example.com"]))
+          .then(
+            () => "both kept",
+            (e: unknown) => refusalOf(e),
+          );
+        return { all, page, accented };
+      };
+      const onSqlite = await order(new SqliteClient(openDatabase(":memory:")));
+      expect(onSqlite.all).toEqual([...ids].sort());
+      expect(await order(other)).toEqual(onSqlite);
+    } finally {
+      await other.close();
+      await icu.stop();
+    }
+  });
+
   test("schema_migrations records the same versions on both", async () => {
     const versions = (c: SqlClient) => c.all<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version");
     expect(await versions(postgres)).toEqual(await versions(sqlite));

@@ -194,17 +194,27 @@ function migratedTemplate(c: Cluster, sql: SQL): Promise<string> {
   return template;
 }
 
-export async function startPostgres(opts: { migrated?: boolean } = {}): Promise<TestPostgres> {
+export interface StartPostgresOptions {
+  /** Already at the latest schema. */
+  migrated?: boolean;
+  /**
+   * Written after `CREATE DATABASE <name>`, for a database unlike the cluster's default, e.g.
+   * `TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'` (a non-C collation).
+   */
+  createOptions?: string;
+}
+
+export async function startPostgres(opts: StartPostgresOptions = {}): Promise<TestPostgres> {
   const c = await theCluster();
   const sql = await adminSql(c);
   const database = randomName();
   // On a server someone else runs, nothing may outlive the test: no shared template there.
   const external = process.env.ATELIER_TEST_POSTGRES_URL !== undefined;
-  if (opts.migrated && !external) {
+  if (opts.migrated && !external && opts.createOptions === undefined) {
     const from = await migratedTemplate(c, sql);
     await sql.unsafe(`CREATE DATABASE ${database} TEMPLATE ${from}`);
   } else {
-    await sql.unsafe(`CREATE DATABASE ${database}`);
+    await sql.unsafe(`CREATE DATABASE ${database}${opts.createOptions ? ` ${opts.createOptions}` : ""}`);
     if (opts.migrated) await (await openPostgres(c.urlOf(database), { max: 1 })).close();
   }
   const url = c.urlOf(database);
