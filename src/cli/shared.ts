@@ -6,6 +6,7 @@ import { existsSync } from "node:fs";
 import { loadConfig, refusePostgresUntilWired, type Config } from "../config";
 import { createStore, type Store } from "../store";
 import { databasePath, latestVersion, openDatabase } from "../store/database";
+import type { SqlDialect } from "../store/sql";
 import { CliError } from "./args";
 
 /** Where a command writes: the results to `out` (stdout), the problems to `err` (stderr). */
@@ -25,6 +26,11 @@ export type Command = (argv: string[], io: Io) => number | Promise<number>;
 export interface DataOptions {
   config?: string;
   data?: string;
+}
+
+/** Where the deployment keeps its store: PostgreSQL with [database] url (or ATELIER_DATABASE_URL), else SQLite in data_dir. */
+export function storeDialect(config: Pick<Config, "database">): SqlDialect {
+  return config.database.url === undefined ? "sqlite" : "postgres";
 }
 
 /** The configuration file (--config or ATELIER_CONFIG) and the environment, with --data and the given overrides on top. */

@@ -132,3 +132,19 @@ test("restore refuses a file that is not a sound Atelier database", async () => 
   const usage = await cli(target, "backup");
   expect(usage.code).toBe(2);
 });
+
+test("with [database] url (PostgreSQL) backup and restore refuse, name pg_dump, never show the URL's password, and touch nothing", async () => {
+  const dataDir = dir("atelier-backup-pg-");
+  expect((await cli(dataDir, "user", "add", "pg@example.com", "--credits", "1")).code).toBe(0);
+  const target = join(dataDir, "copy.db");
+  const env = { ATELIER_DATABASE_URL: "postgres://atelier:hunter2-secret@127.0.0.1:1/atelier" };
+  for (const args of [["backup", target], ["restore", databasePath(dataDir)]]) {
+    const r = await runAtelier(ATELIER_FROM_SOURCE, [...args, "--data", dataDir], { env });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`atelier ${args[0]} copies the embedded SQLite database`);
+    expect(r.stderr).toContain("pg_dump");
+    expect(r.stderr + r.stdout).not.toContain("hunter2-secret");
+  }
+  expect(existsSync(target)).toBe(false);
+  expect(balancesAndLedgers(dataDir).map((r) => r.email)).toEqual(["pg@example.com"]);
+});

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { databasePath } from "../../src/store/database";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/fakeUpstreams";
 import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
+import { startPostgres } from "../support/postgresServer";
 import { tempDir } from "../support/server";
 
 let openai: FakeOpenAI;
@@ -51,7 +52,8 @@ accounts = [ { id = "${a.id}", api_key = "${a.key}" } ]
   return file;
 }
 
-const doctor = (config: string, data = dataDir) => runAtelier(ATELIER_FROM_SOURCE, ["doctor", "--config", config, "--data", data, "--timeout-ms", "2000"]);
+const doctor = (config: string, data = dataDir, env: Record<string, string> = {}) =>
+  runAtelier(ATELIER_FROM_SOURCE, ["doctor", "--config", config, "--data", data, "--timeout-ms", "2000"], { env });
 const row = (stdout: string, check: string) => stdout.split("\n").find((l) => l.startsWith(`${check} `)) ?? "";
 
 test("a good setup: every check ok, exit 0, the key checked but never shown", async () => {
@@ -107,3 +109,35 @@ test("a balance that differs from its ledger fails the ledger check; a missing d
   expect(none.code).toBe(1);
   expect(row(none.stdout, "database")).toMatch(/^database\s+fail\s+no database/);
 });
+
+test("with [database] url the PostgreSQL store is checked (schema version, ledger) without migrating it; an unreachable one fails without its password", async () => {
+  const pg = await startPostgres({ migrated: true });
+  try {
+    const good = configWith("good-pg", [{ id: "main", key: "sk-good-secret" }]);
+    const r = await doctor(good, dataDir, { ATELIER_DATABASE_URL: pg.url });
+    expect(r.code).toBe(0);
+    const where = new URL(pg.url);
+    expect(row(r.stdout, "database")).toMatch(new RegExp(`^database\\s+ok\\s+PostgreSQL ${where.hostname}:${where.port}/${pg.database}$`));
+    expect(row(r.stdout, "database migrations")).toMatch(/^database migrations\s+ok\s+schema version \d+ \(latest\)$/);
+    expect(row(r.stdout, "ledger")).toMatch(/^ledger\s+ok\s+every balance equals its ledger \(0 users\)$/);
+    // SQLite's integrity check is not PostgreSQL's: no such row.
+    expect(row(r.stdout, "database integrity")).toBe("");
+
+    // A balance without its ledger row.
+    const client = pg.client();
+    await client.run("INSERT INTO users (email, password_hash, role, credits, created_at) VALUES ('drift@example.com', NULL, 'user', 4, 0)");
+    const drift = (await client.get<{ id: number }>("SELECT id FROM users WHERE email = 'drift@example.com'"))!.id;
+    const bad = await doctor(good, dataDir, { ATELIER_DATABASE_URL: pg.url });
+    expect(bad.code).toBe(1);
+    expect(row(bad.stdout, "ledger")).toMatch(new RegExp(`^ledger\\s+fail\\s+balance differs from the ledger sum for user id ${drift}$`));
+    // Doctor changes nothing: the drift is still there.
+    expect((await client.get<{ credits: number }>("SELECT credits FROM users WHERE id = ?", [drift]))!.credits).toBe(4);
+
+    const dead = await doctor(good, dataDir, { ATELIER_DATABASE_URL: "postgres://atelier:hunter2-secret@127.0.0.1:1/atelier" });
+    expect(dead.code).toBe(1);
+    expect(row(dead.stdout, "database")).toMatch(/^database\s+fail\s+PostgreSQL 127\.0\.0\.1:1\/atelier: /);
+    expect(dead.stdout + dead.stderr).not.toContain("hunter2-secret");
+  } finally {
+    await pg.stop();
+  }
+}, 60_000);

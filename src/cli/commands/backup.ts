@@ -6,15 +6,16 @@
 import { copyFileSync, existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { databasePath } from "../../store/database";
-import { copyDatabaseInto, inspectDatabase } from "../../store/maintenance";
+import { copyDatabaseInto, inspectDatabase, sqliteOnlyRefusal } from "../../store/maintenance";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
 import { runningServerPid } from "../serverLock";
-import { configWithoutUpstreamSecrets, type Io } from "../shared";
+import { configWithoutUpstreamSecrets, storeDialect, type Io } from "../shared";
 
 const BACKUP_USAGE = `Usage: atelier backup <file> [--force]
 
 Writes a consistent copy of data_dir/atelier.db to <file> (SQLite VACUUM INTO), also while a
 server runs. Kept images (data_dir/images) and webhook-secrets.key are not in it: copy them too.
+SQLite only: with [database] url, back PostgreSQL up with its own tools (pg_dump).
 
   --force   replace <file> if it exists
 
@@ -24,7 +25,7 @@ const RESTORE_USAGE = `Usage: atelier restore <file>
 
 Replaces data_dir/atelier.db with the backup <file> after checking it (integrity, schema
 version). Refused while a server runs on the data directory. The database it replaces is kept
-beside it as atelier.db.before-restore-<time>.
+beside it as atelier.db.before-restore-<time>. SQLite only, like backup.
 
 ${COMMON_HELP}`;
 
@@ -34,10 +35,10 @@ function onePath(command: string, positionals: string[], usage: string): string 
 }
 
 /** The backup's own checks: SQLite's integrity check, and a schema this binary can run. */
-function verifiedBackup(file: string) {
+async function verifiedBackup(file: string) {
   let report;
   try {
-    report = inspectDatabase(file);
+    report = await inspectDatabase(file);
   } catch (e) {
     throw new CliError(`${file} is not a readable Atelier database: ${(e as Error).message}`);
   }
@@ -49,11 +50,14 @@ function verifiedBackup(file: string) {
   return report;
 }
 
-export function backupCommand(argv: string[], io: Io): number {
+export async function backupCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommand(argv, { force: { type: "boolean" } }, BACKUP_USAGE);
   if (values.help) return io.out(BACKUP_USAGE), 0;
   const target = onePath("backup", positionals, BACKUP_USAGE);
-  const source = databasePath(configWithoutUpstreamSecrets(values).server.data_dir);
+  const config = configWithoutUpstreamSecrets(values);
+  const refused = sqliteOnlyRefusal("backup", storeDialect(config));
+  if (refused) throw new CliError(refused);
+  const source = databasePath(config.server.data_dir);
   if (!existsSync(source)) throw new CliError(`no database at ${source}: check --data (or ATELIER_DATA)`);
   if (existsSync(target) && !values.force) throw new CliError(`${target} exists; pass --force to replace it`);
   if (target === source) throw new CliError(`${target} is the database itself`);
@@ -63,7 +67,7 @@ export function backupCommand(argv: string[], io: Io): number {
   rmSync(partial, { force: true });
   try {
     copyDatabaseInto(source, partial);
-    const report = verifiedBackup(partial);
+    const report = await verifiedBackup(partial);
     renameSync(partial, target);
     io.out(`backed up ${source} to ${target} (${statSync(target).size} bytes, schema version ${report.schemaVersion}, ${report.users} users)`);
     io.out("kept images (data_dir/images) and webhook-secrets.key are not in the backup: copy them too");
@@ -73,15 +77,18 @@ export function backupCommand(argv: string[], io: Io): number {
   }
 }
 
-export function restoreCommand(argv: string[], io: Io): number {
+export async function restoreCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseCommand(argv, {}, RESTORE_USAGE);
   if (values.help) return io.out(RESTORE_USAGE), 0;
   const backup = onePath("restore", positionals, RESTORE_USAGE);
-  const dataDir = configWithoutUpstreamSecrets(values).server.data_dir;
+  const config = configWithoutUpstreamSecrets(values);
+  const refused = sqliteOnlyRefusal("restore", storeDialect(config));
+  if (refused) throw new CliError(refused);
+  const dataDir = config.server.data_dir;
   const pid = runningServerPid(dataDir);
   if (pid !== undefined) throw new CliError(`a server (pid ${pid}) is running on ${dataDir}; stop it first, then restore`);
   if (!existsSync(backup)) throw new CliError(`no file ${backup}`);
-  const report = verifiedBackup(backup);
+  const report = await verifiedBackup(backup);
   if (report.ledgerMismatches.length > 0) io.err(`warning: users ${report.ledgerMismatches.join(", ")} have a balance that differs from their ledger (see atelier doctor)`);
   mkdirSync(dataDir, { recursive: true });
   const target = databasePath(dataDir);

@@ -10,7 +10,10 @@ import { AccountAuth, authorizationFor } from "../../engines/credentials";
 import { queueAuthHeaders } from "../../engines/queue/auth";
 import { joinUrl } from "../../engines/upstreamHttp";
 import { databasePath } from "../../store/database";
-import { inspectDatabase } from "../../store/maintenance";
+import { inspectDatabase, inspectStore, type StoreReport } from "../../store/maintenance";
+import { causeWithoutSecret, describePostgresUrl } from "../../store/postgresDatabase";
+import { postgresMigrations } from "../../store/postgresMigrations";
+import { PostgresClient } from "../../store/sql";
 import { S3ImageBlobs, s3BlobSettingsOf } from "../../store/s3ImageBlobs";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
 import { runningServerPid } from "../serverLock";
@@ -53,7 +56,7 @@ export async function doctorCommand(argv: string[], io: Io): Promise<number> {
     checks.push({ check: "config", status: "fail", detail: (e as Error).message });
   }
   if (config) {
-    checks.push(...databaseChecks(config.server.data_dir));
+    checks.push(...(await databaseChecks(config, timeoutMs)));
     checks.push(dataDirCheck(config.server.data_dir));
     if (config.storage.kind === "s3") checks.push(await imageBucketCheck(config.storage, timeoutMs));
     checks.push(...(await Promise.all(config.upstreams.flatMap((u) => u.accounts.map((a) => upstreamCheck(u, a, timeoutMs))))));
@@ -67,32 +70,60 @@ export async function doctorCommand(argv: string[], io: Io): Promise<number> {
   return 0;
 }
 
-function databaseChecks(dataDir: string): Check[] {
+/** The database the configuration names: SQLite in data_dir, or PostgreSQL with [database] url. */
+function databaseChecks(config: Config, timeoutMs: number): Promise<Check[]> {
+  return config.database.url === undefined ? sqliteChecks(config.server.data_dir) : postgresChecks(config.database.url, timeoutMs);
+}
+
+async function sqliteChecks(dataDir: string): Promise<Check[]> {
   const file = databasePath(dataDir);
   if (!existsSync(file)) return [{ check: "database", status: "fail", detail: `no database at ${file} (\`atelier user add\` or \`serve\` creates it)` }];
   let r;
   try {
-    r = inspectDatabase(file);
+    r = await inspectDatabase(file);
   } catch (e) {
     return [{ check: "database", status: "fail", detail: `${file}: ${(e as Error).message}` }];
   }
   const server = runningServerPid(dataDir);
-  const checks: Check[] = [
+  return [
     { check: "database integrity", status: r.integrity === "ok" ? "ok" : "fail", detail: r.integrity === "ok" ? `${file}${server ? ` (server pid ${server} running)` : ""}` : r.integrity },
+    ...storeChecks(r, r.latestVersion),
   ];
-  checks.push(
-    r.schemaVersion > r.latestVersion
-      ? { check: "database migrations", status: "fail", detail: `schema version ${r.schemaVersion} is newer than this binary's ${r.latestVersion}` }
-      : r.schemaVersion < r.latestVersion
-        ? { check: "database migrations", status: "warn", detail: `schema version ${r.schemaVersion} of ${r.latestVersion}; the next start migrates` }
+}
+
+/**
+ * PostgreSQL: the schema version and the ledger, read without migrating. Page integrity is the
+ * server's own business (amcheck), so there is no integrity row; the URL is shown without its
+ * credentials.
+ */
+async function postgresChecks(url: string, timeoutMs: number): Promise<Check[]> {
+  const where = describePostgresUrl(url);
+  const client = PostgresClient.connect(url, { max: 1, connectionTimeoutS: Math.max(1, Math.ceil(timeoutMs / 1000)) });
+  try {
+    const r = await inspectStore(client);
+    return [{ check: "database", status: "ok", detail: `PostgreSQL ${where}` }, ...storeChecks(r, latestPostgresVersion())];
+  } catch (e) {
+    return [{ check: "database", status: "fail", detail: `PostgreSQL ${where}: ${causeWithoutSecret(e, url)}` }];
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
+
+function latestPostgresVersion(): number {
+  return postgresMigrations.reduce((v, m) => Math.max(v, m.version), 0);
+}
+
+function storeChecks(r: StoreReport, latest: number): Check[] {
+  return [
+    r.schemaVersion > latest
+      ? { check: "database migrations", status: "fail", detail: `schema version ${r.schemaVersion} is newer than this binary's ${latest}` }
+      : r.schemaVersion < latest
+        ? { check: "database migrations", status: "warn", detail: `schema version ${r.schemaVersion} of ${latest}; the next start migrates` }
         : { check: "database migrations", status: "ok", detail: `schema version ${r.schemaVersion} (latest)` },
-  );
-  checks.push(
     r.ledgerMismatches.length === 0
       ? { check: "ledger", status: "ok", detail: `every balance equals its ledger (${r.users} users)` }
       : { check: "ledger", status: "fail", detail: `balance differs from the ledger sum for user id${r.ledgerMismatches.length === 1 ? "" : "s"} ${r.ledgerMismatches.join(", ")}` },
-  );
-  return checks;
+  ];
 }
 
 function dataDirCheck(dataDir: string): Check {
