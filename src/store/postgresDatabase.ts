@@ -59,12 +59,9 @@ export async function migratePostgres(client: PostgresClient, list: Migration[] 
   await client.sql.begin(async (tx) => {
     await tx.unsafe(`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`);
     await tx.unsafe("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)");
-    const applied = (await tx.unsafe("SELECT version FROM schema_migrations")) as { version: number }[];
-    refuseNewerDatabase(applied.reduce((max, r) => Math.max(max, Number(r.version)), 0), list);
-    for (const m of unappliedMigrations(
-      applied.map((r) => Number(r.version)),
-      list,
-    )) {
+    const applied = ((await tx.unsafe("SELECT version FROM schema_migrations")) as { version: number }[]).map((r) => Number(r.version));
+    refuseNewerDatabase(Math.max(0, ...applied), list);
+    for (const m of unappliedMigrations(applied, list)) {
       await tx.unsafe(m.sql).simple();
       await tx.unsafe("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)", [m.version, m.name, Date.now()]);
     }
