@@ -9,6 +9,7 @@ import { LocalGate, type Gate, type GateLimits } from "./core/gate";
 import { RedisGate } from "./core/redisGate";
 import { RedisClient } from "bun";
 import { RedisPoolState } from "./engines/redisPoolState";
+import { redisAttemptCounters } from "./core/redisAttemptLimiter";
 import { ModelCatalog } from "./core/models";
 import { BuiltinChatEngine } from "./engines/builtin/chatEngine";
 import { BuiltinImageEngine } from "./engines/builtin/imageEngine";
@@ -182,10 +183,13 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   deps.store.requests.onDroppedRows = (count, error) => deps.logger.error("chat history rows could not be written and were dropped", { count, error: String(error) });
-  const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger });
+  const redis = connectRedis(deps.config);
+  const keyPrefix = deps.config.redis.key_prefix;
+  // With [redis] url, sign-in and redemption attempts are counted across every instance.
+  const attemptCounters = redis ? redisAttemptCounters(redis, { keyPrefix: `${keyPrefix}attempts:` }) : undefined;
+  const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger, ...(attemptCounters ? { attemptCounters } : {}) });
   const imageBlobs = createImageBlobs(deps.config, clock);
   const images = createImageArchive(deps, imageBlobs, clock);
-  const redis = connectRedis(deps.config);
   const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {
     config: deps.config,
     store: deps.store,
@@ -213,7 +217,6 @@ export function createServices(deps: AppDeps): Services {
   // builtin-image draws offline for image models whose source is the built-in engines.
   services.engines.registerBuiltinImage(new BuiltinImageEngine());
   // With [redis] url every instance shares each account's in-flight count, rests and probes.
-  const keyPrefix = deps.config.redis.key_prefix;
   const poolState = redis ? (upstreamId: string) => new RedisPoolState(redis, { keyPrefix: `${keyPrefix}pool:${upstreamId}:` }) : undefined;
   const upstreams = registerUpstreamEngines(deps.config, services.engines, { store: deps.store.upstreams, clock, logger: deps.logger, ...(poolState ? { poolState } : {}) });
   const httpInFlight = { count: 0 };

@@ -8,9 +8,9 @@
  * - Redeeming marks the code used (by whom, when), raises the balance and writes the ledger's
  *   `redeem` row in one transaction (the store's job): a code redeemed twice at once credits once.
  * - Failed attempts (unknown, used, expired or malformed codes) are throttled per user and per
- *   client address with the sign-in throttle (AttemptLimiter), so guessing stays hopeless.
+ *   client address with the sign-in throttle (an AttemptCounter: memory, or Redis), so guessing stays hopeless.
  */
-import { AttemptLimiter } from "./attemptLimiter";
+import { memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
 import type { Clock } from "./clock";
 import { sha256Hex } from "./digest";
 import { MAX_CODE_BATCH_SIZE, MAX_CODE_BATCH_NAME_CHARS, MAX_CODE_EXPIRY_DAYS, MAX_CREDIT_GRANT } from "./limits";
@@ -127,16 +127,18 @@ export function batchCsv(created: CreatedBatch): string {
 }
 
 export class RedemptionCodes {
-  private readonly perUser: AttemptLimiter;
-  private readonly perAddress: AttemptLimiter;
+  private readonly perUser: AttemptCounter;
+  private readonly perAddress: AttemptCounter;
 
   constructor(
     private readonly store: RedemptionStore,
     private readonly clock: Clock,
     limits: RedeemLimits = DEFAULT_REDEEM_LIMITS,
+    /** Where failed attempts are counted: this process's memory, or Redis shared by every instance ([redis] url). */
+    counters: AttemptCounters = memoryAttemptCounters(clock),
   ) {
-    this.perUser = new AttemptLimiter(limits.perUser, limits.windowMs, clock);
-    this.perAddress = new AttemptLimiter(limits.perAddress, limits.windowMs, clock);
+    this.perUser = counters("redeem:user", limits.perUser, limits.windowMs);
+    this.perAddress = counters("redeem:address", limits.perAddress, limits.windowMs);
   }
 
   /** Checks the batch, makes its codes and stores their hashes; the codes are returned once. */
@@ -165,13 +167,12 @@ export class RedemptionCodes {
   /** Redeems a code for the user, unless this user or address failed too often recently. */
   async redeem(userId: number, input: string, address: string): Promise<RedeemResult> {
     const userKey = `user:${userId}`;
-    const wait = Math.max(this.perUser.retryAfterMs(userKey), this.perAddress.retryAfterMs(address));
+    const wait = Math.max(await this.perUser.retryAfterMs(userKey), await this.perAddress.retryAfterMs(address));
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const normalized = normalizeCode(input);
     const outcome: RedeemResult = normalized === null ? { ok: false, reason: "malformed" } : await this.store.redeem(hashCode(normalized), userId, this.clock());
     if (!outcome.ok) {
-      this.perUser.record(userKey);
-      this.perAddress.record(address);
+      await Promise.all([this.perUser.record(userKey), this.perAddress.record(address)]);
     }
     return outcome;
   }

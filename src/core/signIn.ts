@@ -7,7 +7,7 @@
  * no admin exists (an admin made with the CLI closes it too).
  */
 import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword } from "./accounts";
-import { AttemptLimiter } from "./attemptLimiter";
+import { memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
 import type { SetupToken } from "./setupToken";
 import { EmailTakenError, type AccountStore, type UserRow } from "./store";
 import { MAX_EMAIL_CHARS } from "./limits";
@@ -69,9 +69,9 @@ export const DEFAULT_LIMITS: AttemptLimits = { windowMs: 15 * 60_000, perAccount
 export const MAX_PASSWORD_CHARS = 1024;
 
 export class SignIn {
-  private readonly perAccount: AttemptLimiter;
-  private readonly perAddress: AttemptLimiter;
-  private readonly signUpsPerAddress: AttemptLimiter;
+  private readonly perAccount: AttemptCounter;
+  private readonly perAddress: AttemptCounter;
+  private readonly signUpsPerAddress: AttemptCounter;
   /** Verified against when the email is unknown, so both failures cost the same time. */
   private dummyHash: Promise<string> | undefined;
 
@@ -81,36 +81,37 @@ export class SignIn {
     private readonly setup: SetupToken,
     private readonly clock: Clock,
     limits: AttemptLimits = DEFAULT_LIMITS,
+    /** Where attempts are counted: this process's memory, or Redis shared by every instance ([redis] url). */
+    counters: AttemptCounters = memoryAttemptCounters(clock),
   ) {
-    this.perAccount = new AttemptLimiter(limits.perAccount, limits.windowMs, clock);
-    this.perAddress = new AttemptLimiter(limits.perAddress, limits.windowMs, clock);
-    this.signUpsPerAddress = new AttemptLimiter(limits.signUpsPerAddress, limits.windowMs, clock);
+    this.perAccount = counters("signin:account", limits.perAccount, limits.windowMs);
+    this.perAddress = counters("signin:address", limits.perAddress, limits.windowMs);
+    this.signUpsPerAddress = counters("signup:address", limits.signUpsPerAddress, limits.windowMs);
   }
 
   async withPassword(emailInput: string, password: string, address: string): Promise<SignInResult> {
     const account = normalizeEmail(emailInput).toLowerCase();
-    const wait = Math.max(this.perAccount.retryAfterMs(account), this.perAddress.retryAfterMs(address));
+    const wait = Math.max(await this.perAccount.retryAfterMs(account), await this.perAddress.retryAfterMs(address));
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
-    this.perAccount.record(account);
-    this.perAddress.record(address);
+    await Promise.all([this.perAccount.record(account), this.perAddress.record(address)]);
     const user = account.length <= MAX_EMAIL_CHARS ? await this.store.users.byEmail(account) : null;
     this.dummyHash ??= hashPassword(crypto.randomUUID());
     const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
     if (!user || !valid) return { ok: false, reason: "invalid" };
     if (user.disabled) return { ok: false, reason: "disabled" };
-    this.perAccount.reset(account);
+    await this.perAccount.reset(account);
     return { ok: true, user };
   }
 
   async signUp(emailInput: string, password: string, address: string): Promise<SignUpResult> {
-    const wait = this.signUpsPerAddress.retryAfterMs(address);
+    const wait = await this.signUpsPerAddress.retryAfterMs(address);
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const email = normalizeEmail(emailInput);
     const problem = validateEmail(email);
     if (problem) return { ok: false, reason: "invalid", problem: "email_invalid", message: `Email ${problem}.`, field: "email" };
     const weak = this.passwordProblem(password);
     if (weak) return { ok: false, reason: "invalid", ...weak, field: "password" };
-    this.signUpsPerAddress.record(address);
+    await this.signUpsPerAddress.record(address);
     try {
       const user = await addUser(this.store, this.clock, { email, password, credits: this.rules.initialCredits, actor: "signup" });
       return { ok: true, user };
@@ -134,13 +135,13 @@ export class SignIn {
     if (!(await this.setupOpen())) return { ok: false, reason: "closed", problem: "setup_closed", message: "Setup is already complete." };
     // Guessing the token is throttled like sign-ups.
     const key = `setup:${address}`;
-    if (this.signUpsPerAddress.retryAfterMs(key) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };
+    if ((await this.signUpsPerAddress.retryAfterMs(key)) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };
     const weak = this.passwordProblem(password);
     if (weak) return { ok: false, reason: "invalid", ...weak };
     // Taken, not just checked, so that two concurrent attempts cannot both succeed.
     const taken = this.setup.take(token);
     if (taken === null) {
-      this.signUpsPerAddress.record(key);
+      await this.signUpsPerAddress.record(key);
       return { ok: false, reason: "wrong_token", problem: "setup_wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
     }
     try {

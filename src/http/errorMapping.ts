@@ -7,6 +7,7 @@ import { NotFoundError, ParseError, ValidationError } from "elysia";
 import { MAX_ERROR_DETAIL_CHARS } from "../core/limits";
 import { GateRejected } from "../core/gate";
 import { GateUnavailable } from "../core/redisGate";
+import { RedisUnavailable } from "../core/redisScript";
 import { ClientDisconnected, NoEngineError, type FailureDescription } from "../core/requestFlow";
 import { ImageInputError } from "../core/imageInput";
 import { ModelNotFoundError } from "../core/imageRequest";
@@ -36,6 +37,7 @@ import {
   clientClosedRequest,
   databaseBusy,
   gateUnavailable,
+  sharedStateUnavailable,
   imageStorageUnavailable,
   insufficientCredits,
   keyCreditCapReached,
@@ -68,6 +70,7 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
     return tooManyRequests(`${e.message} Retry after ${Math.ceil(e.retryAfterMs / 1000)} s.`, "concurrency_limit_exceeded", e.retryAfterMs);
   }
   if (e instanceof GateUnavailable) return gateUnavailable();
+  if (e instanceof RedisUnavailable) return sharedStateUnavailable();
   if (e instanceof ImageStorageUnavailable) return imageStorageUnavailable();
   if (e instanceof ClientDisconnected) return clientClosedRequest();
   if (e instanceof TaskCanceled) return new ApiError(409, "invalid_request_error", e.message, null, "task_canceled");

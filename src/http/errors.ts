@@ -126,6 +126,12 @@ export const gateUnavailable = () => {
   return new ApiError(503, "server_error", "The shared concurrency gate (Redis) is unreachable; nothing was charged. Retry shortly.", null, "gate_unavailable", err.headers);
 };
 
+/** Redis ([redis] url) did not answer in time for shared state other than the gate (sign-in and redemption throttles). */
+export const sharedStateUnavailable = () => {
+  const err = tooManyRequests("", "redis_unavailable", 1000);
+  return new ApiError(503, "server_error", "The shared state server (Redis) is unreachable; retry shortly.", null, "redis_unavailable", err.headers);
+};
+
 /** Another process holds the database's write lock (a CLI command, a backup): nothing was written. */
 export const databaseBusy = () => {
   const err = tooManyRequests("", "database_busy", 1000);

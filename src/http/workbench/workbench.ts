@@ -8,6 +8,9 @@ import type { Logger } from "../../logger";
 import type { Store } from "../../store";
 import { SessionCookies } from "./sessionCookies";
 import type { Clock } from "../../core/clock";
+import { DEFAULT_LIMITS } from "../../core/signIn";
+import { DEFAULT_REDEEM_LIMITS } from "../../core/redemptionCodes";
+import type { AttemptCounters } from "../../core/attemptLimiter";
 
 export interface Workbench {
   sessions: SessionCookies;
@@ -21,8 +24,15 @@ export interface Workbench {
   ready: Promise<void>;
 }
 
-export function createWorkbench(deps: { config: Config; store: Store; clock: Clock; logger: Logger }): Workbench {
-  const { config, store, clock, logger } = deps;
+export function createWorkbench(deps: {
+  config: Config;
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  /** Where sign-in and redemption attempts are counted: memory by default, Redis with [redis] url (services.ts). */
+  attemptCounters?: AttemptCounters;
+}): Workbench {
+  const { config, store, clock, logger, attemptCounters } = deps;
   const setup = new SetupToken();
   const ready = config.workbench.enabled ? offerSetupIfNoAdmin(store, setup, logger) : Promise.resolve();
   // Awaited by the server (which fails to start on an error); marked handled for apps that never ask.
@@ -31,8 +41,8 @@ export function createWorkbench(deps: { config: Config; store: Store; clock: Clo
   return {
     ready,
     sessions: new SessionCookies(new Sessions(store.sessions, wb.session_ttl_hours * 3_600_000, clock), config),
-    signIn: new SignIn(store, { minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }, setup, clock),
-    codes: new RedemptionCodes(store.redemptions, clock),
+    signIn: new SignIn(store, { minPasswordLength: wb.min_password_length, initialCredits: wb.initial_credits }, setup, clock, DEFAULT_LIMITS, attemptCounters),
+    codes: new RedemptionCodes(store.redemptions, clock, DEFAULT_REDEEM_LIMITS, attemptCounters),
   };
 }
 
