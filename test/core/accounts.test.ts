@@ -139,6 +139,50 @@ describe("KeyAuthenticator", () => {
   });
 });
 
+describe("KeyAuthenticator's change check", () => {
+  test("lookups that arrive while the shared revision is being read wait for that one read; a failed read is not trusted", async () => {
+    const user = await addUser(store, Date.now, { email: "single-read@example.com" });
+    const { key } = await createKey(store, Date.now, user.id, "t");
+    const clock = fakeClock();
+    const auth = new KeyAuthenticator(store, clock.now);
+    expect((await auth.lookup(key.secret))?.user_id).toBe(user.id);
+    const real = store.keys.externalRevision.bind(store.keys);
+    let reads = 0;
+    let answer!: (fail: boolean) => void;
+    store.keys.externalRevision = () => {
+      reads++;
+      return new Promise<number>((resolve, reject) => {
+        answer = (fail) => (fail ? reject(new Error("the database is gone")) : real().then(resolve, reject));
+      });
+    };
+    const owners = countCalls(store.keys, "ownerByHash");
+    try {
+      clock.advance(KEY_CHANGE_CHECK_MS);
+      const waiting = [auth.lookup(key.secret), auth.lookup(key.secret), auth.lookup(key.secret)];
+      await Bun.sleep(1);
+      expect(reads).toBe(1);
+      answer(false);
+      expect((await Promise.all(waiting)).map((o) => o?.user_id)).toEqual([user.id, user.id, user.id]);
+      expect(owners.calls).toBe(0); // the revision did not move: answered from memory
+      // A read that fails fails the lookups waiting on it, empties the cache, and the next lookup reads again.
+      clock.advance(KEY_CHANGE_CHECK_MS);
+      const failing = auth.lookup(key.secret);
+      await Bun.sleep(1);
+      answer(true);
+      await expect(failing).rejects.toThrow("the database is gone");
+      const again = auth.lookup(key.secret);
+      await Bun.sleep(1);
+      expect(reads).toBe(3);
+      answer(false);
+      expect((await again)?.user_id).toBe(user.id);
+      expect(owners.calls).toBe(1);
+    } finally {
+      owners.restore();
+      store.keys.externalRevision = real;
+    }
+  });
+});
+
 /** Counts calls to one method of an object (the call still happens); restore() puts it back. */
 function countCalls<T extends object>(target: T, method: keyof T & string): { readonly calls: number; restore(): void } {
   const slot = target as unknown as Record<string, (...args: unknown[]) => unknown>;
