@@ -45,7 +45,7 @@ export interface Store extends FlowStore, AccountStore {
 export function createStore(db: Db, latest: number): Store {
   const requests = new RequestStore(db);
   const sql = new SqliteClient(db);
-  const revisions = new Revisions(sql, db);
+  const revisions = new Revisions(sql);
   let closed = false;
   return {
     sql,

@@ -6,11 +6,9 @@
  * - `shared()` is the `store_revision` row (migration 12): every write that changes a fact
  *   another process or instance may hold in memory bumps it in its own transaction
  *   (`bumpExternal`), so a CLI command or another server's write is seen on SQLite and on
- *   PostgreSQL alike. Readers check it throttled; it costs one primary-key read.
- * - `external()` is SQLite's `PRAGMA data_version` (moves when another connection commits
- *   anything): kept only for store/upstreams until its writes bump the shared counter.
+ *   PostgreSQL alike (keys, users, upstream accounts' disabled flags). Readers check it
+ *   throttled; it costs one primary-key read.
  */
-import type { Db } from "./database";
 import type { SqlClient, SqlQueries, SqlValue } from "./sql";
 
 /**
@@ -37,11 +35,7 @@ export async function updateCachedFact(sql: SqlClient, statement: string, params
 export class Revisions {
   private authRevision = 0;
 
-  constructor(
-    private readonly sql: SqlQueries,
-    /** The SQLite handle, for `external()` only; absent on PostgreSQL. */
-    private readonly db?: Db,
-  ) {}
+  constructor(private readonly sql: SqlQueries) {}
 
   bumpAuth(): void {
     this.authRevision++;
@@ -54,10 +48,5 @@ export class Revisions {
   /** The store_revision counter (see bumpExternal). */
   async shared(): Promise<number> {
     return (await this.sql.get<{ value: number }>("SELECT value FROM store_revision WHERE id = 1"))?.value ?? 0;
-  }
-
-  /** SQLite's data_version. Without a SQLite handle it stays 0: store/upstreams must move to shared() before it runs on PostgreSQL. */
-  external(): number {
-    return this.db?.query<{ data_version: number }, []>("PRAGMA data_version").get()?.data_version ?? 0;
   }
 }

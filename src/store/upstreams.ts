@@ -4,6 +4,7 @@
  * server writes for the CLI. Never holds an account's key. Portable SQL (SQLite and PostgreSQL).
  */
 import type { SqlClient } from "./sql";
+import { bumpExternal, type Revisions } from "./revisions";
 import type { AccountSnapshot, DisabledInfo, PoolStateStore } from "../core/store";
 
 export interface DisabledAccountRow {
@@ -18,19 +19,15 @@ export interface StoredSnapshot {
   updatedAt: number;
 }
 
-/** Moves when another process (a CLI command, a second server) committed a write. */
-export interface ExternalRevision {
-  external(): number | Promise<number>;
-}
-
 export class UpstreamStateStore implements PoolStateStore {
   constructor(
     private readonly sql: SqlClient,
-    private readonly revisions: ExternalRevision,
+    private readonly revisions: Pick<Revisions, "shared">,
   ) {}
 
-  async externalRevision(): Promise<number> {
-    return this.revisions.external();
+  /** The store_revision counter: a disable or enable in any process or instance moves it (both bump it). */
+  externalRevision(): Promise<number> {
+    return this.revisions.shared();
   }
 
   async disabledAccounts(upstreamId: string): Promise<Map<string, DisabledInfo>> {
@@ -39,17 +36,23 @@ export class UpstreamStateStore implements PoolStateStore {
   }
 
   async disableAccount(upstreamId: string, accountId: string, reason: string, at: number): Promise<void> {
-    await this.sql.run(
-      `INSERT INTO upstream_disabled_accounts (upstream_id, account_id, reason, disabled_at) VALUES (?, ?, ?, ?)
-       ON CONFLICT (upstream_id, account_id) DO UPDATE SET reason = excluded.reason, disabled_at = excluded.disabled_at`,
-      [upstreamId, accountId, reason, at],
-    );
+    await this.sql.transaction(async (tx) => {
+      await tx.run(
+        `INSERT INTO upstream_disabled_accounts (upstream_id, account_id, reason, disabled_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (upstream_id, account_id) DO UPDATE SET reason = excluded.reason, disabled_at = excluded.disabled_at`,
+        [upstreamId, accountId, reason, at],
+      );
+      await bumpExternal(tx);
+    });
   }
 
   /** True when the account was disabled (and now is not). */
   async enableAccount(upstreamId: string, accountId: string): Promise<boolean> {
-    const r = await this.sql.run("DELETE FROM upstream_disabled_accounts WHERE upstream_id = ? AND account_id = ?", [upstreamId, accountId]);
-    return r.changes === 1;
+    return this.sql.transaction(async (tx) => {
+      const hit = (await tx.run("DELETE FROM upstream_disabled_accounts WHERE upstream_id = ? AND account_id = ?", [upstreamId, accountId])).changes === 1;
+      if (hit) await bumpExternal(tx);
+      return hit;
+    });
   }
 
   listDisabled(): Promise<DisabledAccountRow[]> {
