@@ -60,6 +60,6 @@ for (const [name, body] of Object.entries(cases)) {
   );
 }
 
-const rows = server.services.store.requests.count({ kind: "chat" });
+const rows = await server.services.store.requests.count({ kind: "chat" });
 console.log(`history rows written: ${rows} (one per answered request)`);
 await server.close();

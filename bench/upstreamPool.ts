@@ -87,5 +87,5 @@ await Promise.all(Array.from({ length: M }, () => engine.generate(job())));
 report("OpenAIEngine.generate via loopback fake, all at once (cap 8)", M, performance.now() - t);
 
 await fake.stop();
-store.close();
+await store.close();
 rmSync(dir, { recursive: true, force: true });

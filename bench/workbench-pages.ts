@@ -23,7 +23,7 @@ const signin = await app.handle(
 const cookie = signin.headers.get("set-cookie")!.split(";")[0]!;
 const admin = (await store.users.byEmail("admin@example.com"))!;
 for (let i = 0; i < 200; i++) await store.users.create({ email: `u${i}@example.com`, passwordHash: null, role: "user", credits: 5 }, Date.now());
-for (let i = 0; i < 100; i++) store.credits.grant(admin.id, 1, Date.now(), `grant ${i}`, "bench");
+for (let i = 0; i < 100; i++) (await store.credits.grant(admin.id, 1, Date.now(), `grant ${i}`, "bench"));
 for (let i = 0; i < 1000; i++) {
   store.requests.recordChat({ id: `c${i}`, userId: admin.id, keyId: null, model: "builtin-chat", status: "succeeded", prompt: `prompt number ${i} <with markup>` }, Date.now());
 }
@@ -44,4 +44,4 @@ async function measure(path: string, runs = 200): Promise<void> {
 }
 
 for (const path of ["/playground", "/keys", "/credits", "/credits?page=20", "/admin", "/admin/requests"]) await measure(path);
-store.close();
+await store.close();

@@ -46,7 +46,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
   options.customize?.(services);
-  const recovered = store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
+  const recovered = await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
   store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);
@@ -106,7 +106,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
     if (serverConfig.log_requests) {
       const durationMs = performance.now() - meta.startedAt;
-      logger.info("request", accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store));
+      logger.info("request", await accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store));
     }
     return response;
   };
@@ -165,7 +165,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
         await server.stop(true);
         await services.upstreams.close();
         services.redis?.close();
-        store.close();
+        await store.close();
         logger.info("stopped");
       })();
       return stopping;

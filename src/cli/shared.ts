@@ -53,24 +53,18 @@ export function configWithoutUpstreamSecrets(options: DataOptions): Config {
  * Only `serve` and `user add` create a database: otherwise a mistyped --data would make a new
  * empty one and answer "no user with email …".
  */
-export function withExistingStore<T>(config: Config, fn: (store: Store) => T): T {
+export async function withExistingStore<T>(config: Config, fn: (store: Store) => T | Promise<T>): Promise<T> {
   refusePostgresUntilWired(config);
   const file = databasePath(config.server.data_dir);
   if (!existsSync(file)) {
     throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
   }
   const store = createStore(openDatabase(config.server.data_dir), latestVersion());
-  let result: T;
   try {
-    result = fn(store);
-  } catch (e) {
-    store.close();
-    throw e;
+    return await fn(store);
+  } finally {
+    await store.close();
   }
-  // An async command (the store's modules are moving to the async SQL client) closes it once it is done.
-  if (result instanceof Promise) return result.finally(() => store.close()) as T;
-  store.close();
-  return result;
 }
 
 export async function requireUserByEmail(store: Store, email: string) {

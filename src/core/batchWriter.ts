@@ -1,7 +1,8 @@
 /**
  * Rows written off the response path: `add` only queues; the queue is written in one call
  * (one transaction) at most every `intervalMs`, at most `maxBatch` rows at a time, and at once
- * on `flush()` (a page about to read them, the graceful stop).
+ * on `flush()` (a page about to read them, the graceful stop). Writes are asynchronous and
+ * never overlap: one batch is in flight at a time, so rows land in the order they were added.
  *
  * - A write that fails because it may succeed later (the database is locked by another
  *   process) keeps its rows at the head of the queue for the next round, in order.
@@ -13,7 +14,7 @@
  */
 export interface BatchWriterOptions<T> {
   /** Writes rows all or nothing (one transaction). */
-  write: (rows: T[]) => void;
+  write: (rows: T[]) => Promise<void> | void;
   /** True when a failed write may succeed later unchanged (e.g. SQLITE_BUSY). */
   isRetryable: (e: unknown) => boolean;
   /** Rows that will never be written, and why. */
@@ -33,9 +34,14 @@ const realTimer = (fn: () => void, ms: number) => {
 };
 
 export class BatchWriter<T> {
+  /** Rows waiting, oldest first; a batch in flight has left it (and comes back on a retryable failure). */
   private queue: T[] = [];
   private cancelTimer: (() => void) | null = null;
   private stopped = false;
+  /** The one write in flight. */
+  private writing: Promise<void> | null = null;
+  /** The timer's round in flight (its write, then arming the next round). */
+  private round: Promise<void> | null = null;
   private readonly schedule: NonNullable<BatchWriterOptions<T>["schedule"]>;
 
   constructor(private readonly opts: BatchWriterOptions<T>) {
@@ -44,25 +50,30 @@ export class BatchWriter<T> {
 
   /** Queues a row; it is written within about `intervalMs`. */
   add(row: T): void {
-    if (this.queue.length >= this.opts.maxQueued) {
-      const dropped = this.queue.splice(0, this.queue.length - this.opts.maxQueued + 1);
-      this.opts.onDropped(dropped, new Error(`more than ${this.opts.maxQueued} rows waiting to be written`));
-    }
     this.queue.push(row);
-    if (this.stopped) this.flush();
-    else if (!this.cancelTimer) this.cancelTimer = this.schedule(() => this.tick(), this.opts.intervalMs);
+    this.dropOverflow();
+    if (this.stopped) void this.flush();
+    else this.arm();
   }
 
-  /** Rows queued and not yet written, oldest first. */
+  /** Rows queued and not yet written (nor being written), oldest first. */
   pending(): readonly T[] {
     return this.queue;
   }
 
-  /** Writes everything queued now, batch by batch; false when some rows had to stay (retryable failure). */
-  flush(): boolean {
+  /** Resolves once no write and no timer round is in flight (tests, and readers that must see the rows). */
+  async idle(): Promise<void> {
+    while (this.round || this.writing) await (this.round ?? this.writing);
+  }
+
+  /**
+   * Writes everything queued now (after the write in flight), batch by batch; false when some
+   * rows had to stay (retryable failure: they are tried again on the next round). Never rejects.
+   */
+  async flush(): Promise<boolean> {
     this.cancel();
-    while (this.queue.length > 0) {
-      if (!this.writeBatch()) {
+    while (this.queue.length > 0 || this.writing) {
+      if (!(await this.writeNext())) {
         this.arm();
         return false;
       }
@@ -74,9 +85,9 @@ export class BatchWriter<T> {
    * Writes what is queued; rows added later are written at once (no timer is left behind).
    * What cannot be written now is reported as dropped: the caller is about to close the store.
    */
-  stop(): boolean {
+  async stop(): Promise<boolean> {
     this.stopped = true;
-    const done = this.flush();
+    const done = await this.flush();
     this.cancel();
     if (!done) {
       const left = this.queue;
@@ -88,29 +99,52 @@ export class BatchWriter<T> {
 
   private tick(): void {
     this.cancelTimer = null;
-    // One batch per round keeps each transaction (and the pause it causes) bounded.
-    if (this.queue.length > 0 && !this.writeBatch()) return this.arm(this.opts.intervalMs);
-    // A backlog (more than a batch arrived in one interval) is written on the next turn.
-    this.arm(0);
+    // One batch per round keeps each transaction (and the pause it causes) bounded; a backlog
+    // (more than a batch arrived in one interval) is written on the next turn.
+    const next = (ms: number) => {
+      this.round = null;
+      this.arm(ms);
+    };
+    // writeNext rejects only if onDropped or isRetryable throws: the rows stay for the next round.
+    this.round = this.writeNext().then((ok) => next(ok ? 0 : this.opts.intervalMs), () => next(this.opts.intervalMs));
   }
 
-  /** One batch from the head of the queue; false when it must be tried again later. */
-  private writeBatch(): boolean {
-    const batch = this.queue.slice(0, this.opts.maxBatch);
+  /**
+   * One batch from the head of the queue, after the write in flight; false when it must be
+   * tried again later (its rows are back at the head, in order).
+   */
+  private async writeNext(): Promise<boolean> {
+    while (this.writing) await this.writing;
+    if (this.queue.length === 0) return true;
+    const batch = this.queue.splice(0, this.opts.maxBatch);
+    let finished!: () => void;
+    this.writing = new Promise<void>((resolve) => (finished = resolve));
     try {
-      this.opts.write(batch);
+      await this.opts.write(batch);
+      return true;
     } catch (e) {
-      if (this.opts.isRetryable(e)) return false;
-      this.queue.splice(0, batch.length);
+      if (this.opts.isRetryable(e)) {
+        this.queue.unshift(...batch);
+        this.dropOverflow();
+        return false;
+      }
       this.opts.onDropped(batch, e);
       return true;
+    } finally {
+      this.writing = null;
+      finished();
     }
-    this.queue.splice(0, batch.length);
-    return true;
+  }
+
+  /** Past maxQueued the oldest rows are dropped and reported. */
+  private dropOverflow(): void {
+    if (this.queue.length <= this.opts.maxQueued) return;
+    const dropped = this.queue.splice(0, this.queue.length - this.opts.maxQueued);
+    this.opts.onDropped(dropped, new Error(`more than ${this.opts.maxQueued} rows waiting to be written`));
   }
 
   private arm(ms = this.opts.intervalMs): void {
-    if (this.cancelTimer || this.queue.length === 0 || this.stopped) return;
+    if (this.cancelTimer || this.round || this.queue.length === 0 || this.stopped) return;
     this.cancelTimer = this.schedule(() => this.tick(), ms);
   }
 

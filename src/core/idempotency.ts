@@ -68,11 +68,11 @@ export type KeyDecision =
   | { kind: "replay"; task: TaskRow };
 
 /** What to do with a request that carries this key and fingerprint. */
-export function decideIdempotency(tasks: TaskStore, userId: number, key: string, fingerprint: string, now: number): KeyDecision {
-  const record = tasks.idempotency(userId, key, now);
+export async function decideIdempotency(tasks: TaskStore, userId: number, key: string, fingerprint: string, now: number): Promise<KeyDecision> {
+  const record = await tasks.idempotency(userId, key, now);
   if (!record) return { kind: "run" };
   if (record.fingerprint !== fingerprint) throw new IdempotencyKeyReused(key);
-  const task = tasks.get(record.request_id);
+  const task = await tasks.get(record.request_id);
   if (!task || task.status === "failed" || task.status === "canceled") return { kind: "run" };
   return { kind: "replay", task };
 }

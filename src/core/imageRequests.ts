@@ -74,7 +74,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const engine = deps.engines.imageEngine(req.job.model);
   if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
   // Checked before queueing so a broke user never takes a queue slot; the charge re-checks atomically.
-  assertCanPay(store.credits.balance(req.userId), req.job.model.price);
+  assertCanPay(await store.credits.balance(req.userId), req.job.model.price);
 
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
@@ -195,8 +195,8 @@ async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: Im
 async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): Promise<void> {
   const { store, logger } = deps;
   const failure = deps.describeFailure(e);
-  const refund = () => {
-    if (e instanceof EngineError && e.trace) store.requests.recordTrace(req.requestId, e.trace);
+  const refund = async () => {
+    if (e instanceof EngineError && e.trace) await store.requests.recordTrace(req.requestId, e.trace);
     const task = req.task
       ? {
           status: e instanceof TaskCanceled ? ("canceled" as const) : ("failed" as const),

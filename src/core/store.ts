@@ -111,6 +111,27 @@ export interface NewTask {
   job?: StoredJob;
   inputs?: TaskInput[];
   webhookUrl?: string | null;
+  /** An async task's queue bounds, checked inside its charge (TaskQueueFull at a bound). */
+  queueLimits?: AsyncQueueLimits;
+}
+
+/** How many async tasks may be queued or running: server-wide and for one user. */
+export interface AsyncQueueLimits {
+  queueSize: number;
+  perUserQueueSize: number;
+}
+
+/** The async queue is at one of its bounds; nothing was charged. */
+export class TaskQueueFull extends Error {
+  override name = "TaskQueueFull";
+}
+
+/** Refuses an async task when the queue (server-wide or the user's share) is at its bound. */
+export function assertAsyncRoom(load: { all: number; user: number }, limits: AsyncQueueLimits): void {
+  if (load.user >= limits.perUserQueueSize) {
+    throw new TaskQueueFull(`You have ${load.user} async tasks queued or running, the most one user may have (${limits.perUserQueueSize}); wait for some to finish.`);
+  }
+  if (load.all >= limits.queueSize) throw new TaskQueueFull(`The async task queue is full (${limits.queueSize} tasks); retry shortly.`);
 }
 
 export interface IdempotencyClaim {
@@ -148,22 +169,22 @@ export interface IdempotencyRow {
 
 /** Tasks and Idempotency-Keys (the money of a task moves through CreditLedger). */
 export interface TaskStore {
-  get(id: string): TaskRow | null;
+  get(id: string): Promise<TaskRow | null>;
   /** The user's tasks, newest first, after the cursor task (exclusive). */
-  list(userId: number, opts: { status?: TaskRow["status"]; limit: number; after?: string }): TaskRow[];
-  inputs(id: string): TaskInput[];
+  list(userId: number, opts: { status?: TaskRow["status"]; limit: number; after?: string }): Promise<TaskRow[]>;
+  inputs(id: string): Promise<TaskInput[]>;
   /** Queued tasks in the order they run. */
-  queued(): TaskRow[];
+  queued(): Promise<TaskRow[]>;
   /** 1-based place of a queued task in the queue. */
-  queuePosition(id: string): number;
+  queuePosition(id: string): Promise<number>;
   /** Queued and running async tasks, server-wide and for one user. */
-  asyncLoad(userId: number): { all: number; user: number };
-  /** queued → running; false when it was no longer queued. */
-  start(id: string, now: number): boolean;
+  asyncLoad(userId: number): Promise<{ all: number; user: number }>;
+  /** queued → running; false when it was no longer queued (another runner claimed it). */
+  start(id: string, now: number): Promise<boolean>;
   /** The Idempotency-Key's record while it has not expired. */
-  idempotency(userId: number, key: string, now: number): IdempotencyRow | null;
+  idempotency(userId: number, key: string, now: number): Promise<IdempotencyRow | null>;
   /** Drops results past their retention and keys past their 24 h; returns the tasks expired. */
-  expire(now: number): number;
+  expire(now: number): Promise<number>;
 }
 
 /** Another request claimed this Idempotency-Key first; nothing was written. */
@@ -255,17 +276,18 @@ export class DatabaseBusyError extends Error {
 
 /** Credits: every change in one transaction with its ledger row. */
 export interface CreditLedger {
-  balance(userId: number): number | null;
-  /** −price credits, a charge row and a pending request, all or nothing; InsufficientCreditsError below the price. */
-  chargeForImage(charge: ImageCharge, now: number): unknown;
+  balance(userId: number): Promise<number | null>;
+  /** −price credits, a charge row and a pending request, all or nothing; InsufficientCreditsError below the price. Returns the balance after. */
+  chargeForImage(charge: ImageCharge, now: number): Promise<number>;
   /** The refund happens at most once per request, whoever asks; true if this call made it. */
-  refundOnce(requestId: string, outcome: FailedOutcome, now: number): boolean;
+  refundOnce(requestId: string, outcome: FailedOutcome, now: number): Promise<boolean>;
 }
 
 export interface RequestLog {
   /** pending → succeeded (with a task's result, kept until expiresAt); false when the request was no longer pending. */
-  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): boolean;
-  recordTrace(id: string, trace: TraceFields): void;
+  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): Promise<boolean>;
+  recordTrace(id: string, trace: TraceFields): Promise<void>;
+  /** Queues the row (written with the next batch): the answer never waits for it. */
   recordChat(record: ChatRecord, now: number): void;
 }
 
@@ -276,8 +298,9 @@ export interface FlowStore {
   tasks: TaskStore;
   /**
    * Runs one write (a transaction, all or nothing), retrying without blocking the event loop
-   * while another process holds the write lock; DatabaseBusyError after maxWaitMs (Infinity
-   * retries until it lands).
+   * while it meets another writer (SQLite: another process's write lock; PostgreSQL: a
+   * serialization failure or deadlock); DatabaseBusyError after maxWaitMs (Infinity retries
+   * until it lands).
    */
   whenWritable<T>(write: () => T | Promise<T>, opts: { maxWaitMs: number }): Promise<T>;
 }

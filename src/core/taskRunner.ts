@@ -16,7 +16,9 @@ import { chargeOf, checkInputs, generateCharged, TaskCanceled, type ImageFlowDep
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
-import { assertCanPay, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
+import { assertAsyncRoom, assertCanPay, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
+
+export { TaskQueueFull } from "./store";
 
 export interface AsyncLimits {
   /** Async tasks running at once, server-wide. */
@@ -35,11 +37,6 @@ export interface TaskRunnerDeps extends ImageFlowDeps {
   limits: AsyncLimits;
   /** How long a finished task stays readable. */
   retentionMs: number;
-}
-
-/** The async queue is at one of its bounds; nothing was charged. */
-export class TaskQueueFull extends Error {
-  override name = "TaskQueueFull";
 }
 
 /** No such task for this user (never existed, someone else's, or expired). */
@@ -68,6 +65,9 @@ export class TaskRunner {
   private readonly running = new Map<string, { userId: number; cancel: AbortController }>();
   private readonly progress = new Map<string, number>();
   private stopped = true;
+  /** kick()'s pass not yet started (later kicks share it), and the last pass queued. */
+  private nextPass: Promise<void> | null = null;
+  private lastPass: Promise<void> = Promise.resolve();
   private sweep: ReturnType<typeof setInterval> | undefined;
 
   constructor(private readonly deps: TaskRunnerDeps) {}
@@ -80,7 +80,7 @@ export class TaskRunner {
   /** Starts running queued tasks (those left from before a restart included) and the expiry sweep. */
   start(): void {
     this.stopped = false;
-    this.kick();
+    void this.kick();
     this.sweep = setInterval(() => this.expireOld(), 60_000);
     this.expireOld();
   }
@@ -97,8 +97,9 @@ export class TaskRunner {
     const req = sub.request;
     const engine = deps.engines.imageEngine(req.job.model);
     if (!engine) throw new NoEngineError(`no engine is registered for ${describeSource(req.job.model.source)} (model ${req.job.model.id})`);
-    assertCanPay(deps.store.credits.balance(req.userId), req.job.model.price);
-    this.checkBounds(req.userId);
+    assertCanPay(await deps.store.credits.balance(req.userId), req.job.model.price);
+    // Checked first so a full queue costs no decoding; the charge checks again, atomically.
+    await this.checkBounds(req.userId);
     // Decoded now, before the charge: a corrupt upload is a 400 that costs nothing.
     await checkInputs(engine, req);
     const row = {
@@ -109,24 +110,20 @@ export class TaskRunner {
       job: storedJob(req.job),
       inputs: storedInputs(req.job),
       webhookUrl: sub.webhookUrl ?? null,
+      // Re-checked inside the charge: two submissions racing for the last place cannot both pass.
+      queueLimits: { queueSize: deps.limits.queueSize, perUserQueueSize: deps.limits.perUserQueueSize },
     };
     const charged: ImageRequest = { ...req, task: { row, idempotency: sub.idempotency, retentionMs: deps.retentionMs } };
-    await deps.store.whenWritable(
-      () => {
-        // Re-checked inside the write: two submissions racing for the last place cannot both pass.
-        this.checkBounds(req.userId);
-        return deps.store.credits.chargeForImage(chargeOf(charged), deps.clock());
-      },
-      { maxWaitMs: deps.busyWaitMs },
-    );
-    this.kick();
-    return deps.store.tasks.get(req.requestId)!;
+    await deps.store.whenWritable(() => deps.store.credits.chargeForImage(chargeOf(charged), deps.clock()), { maxWaitMs: deps.busyWaitMs });
+    // The answer shows the task as the runner left it: started at once when there is room.
+    await this.kick();
+    return (await deps.store.tasks.get(req.requestId))!;
   }
 
   /** Cancels a queued task (refunded at once) or a running one (aborted, then refunded). */
   async cancel(userId: number, taskId: string): Promise<TaskRow> {
     const { deps } = this;
-    const task = deps.store.tasks.get(taskId);
+    const task = await deps.store.tasks.get(taskId);
     if (!task || task.user_id !== userId || task.mode !== "async") throw new TaskNotFound(taskId);
     if (task.status === "running") {
       this.running.get(taskId)?.cancel.abort();
@@ -142,7 +139,7 @@ export class TaskRunner {
     } else {
       throw new TaskNotCancelable(`the task has already ${task.status}`);
     }
-    return deps.store.tasks.get(taskId)!;
+    return (await deps.store.tasks.get(taskId))!;
   }
 
   /**
@@ -168,7 +165,7 @@ export class TaskRunner {
       model: task.model,
       endpoint: task.endpoint,
     };
-    if (task.status === "queued") object.queue_position = this.deps.store.tasks.queuePosition(task.id);
+    if (task.status === "queued") object.queue_position = await this.deps.store.tasks.queuePosition(task.id);
     if (task.status === "running" && this.progress.has(task.id)) object.progress = this.progress.get(task.id);
     // The image comes back from the image store; gone (deleted, or over the storage budget), the
     // task has no result to show.
@@ -181,32 +178,47 @@ export class TaskRunner {
   }
 
   /** The user's task, or TaskNotFound (task_expired once its retention has passed). */
-  taskOf(userId: number, taskId: string): TaskRow {
-    const task = this.deps.store.tasks.get(taskId);
+  async taskOf(userId: number, taskId: string): Promise<TaskRow> {
+    const task = await this.deps.store.tasks.get(taskId);
     if (!task || task.user_id !== userId) throw new TaskNotFound(taskId);
     if (task.expired) throw new TaskNotFound(taskId, true);
     return task;
   }
 
-  private checkBounds(userId: number): void {
-    const load = this.deps.store.tasks.asyncLoad(userId);
-    const { limits } = this.deps;
-    if (load.user >= limits.perUserQueueSize) {
-      throw new TaskQueueFull(`You have ${load.user} async tasks queued or running, the most one user may have (${limits.perUserQueueSize}); wait for some to finish.`);
-    }
-    if (load.all >= limits.queueSize) throw new TaskQueueFull(`The async task queue is full (${limits.queueSize} tasks); retry shortly.`);
+  private async checkBounds(userId: number): Promise<void> {
+    assertAsyncRoom(await this.deps.store.tasks.asyncLoad(userId), this.deps.limits);
   }
 
-  /** Starts queued tasks while the bounds allow, oldest first, skipping users at their own limit. */
-  private kick(): void {
-    if (this.stopped) return;
+  /**
+   * Starts queued tasks while the bounds allow. Passes run one after another (their reads and
+   * claims are asynchronous, and two at once would both count the same free slots); kicks that
+   * arrive before the next pass starts share it. Resolves when that pass is done; never rejects.
+   */
+  private kick(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.nextPass) return this.nextPass;
+    const pass = this.lastPass.then(async () => {
+      this.nextPass = null;
+      try {
+        await this.startQueued();
+      } catch (e) {
+        this.deps.logger.warn("could not start queued tasks; the next kick retries", { error: String(e) });
+      }
+    });
+    this.nextPass = pass;
+    this.lastPass = pass;
+    return this.deps.background.track(pass);
+  }
+
+  /** One pass: queued tasks oldest first, skipping users at their own limit. */
+  private async startQueued(): Promise<void> {
     const { limits } = this.deps;
     if (this.running.size >= limits.concurrency) return;
-    for (const task of this.deps.store.tasks.queued()) {
-      if (this.running.size >= limits.concurrency) return;
+    for (const task of await this.deps.store.tasks.queued()) {
+      if (this.stopped || this.running.size >= limits.concurrency) return;
       const mine = [...this.running.values()].filter((r) => r.userId === task.user_id).length;
       if (mine >= limits.perUserConcurrency) continue;
-      if (!this.deps.store.tasks.start(task.id, this.deps.clock())) continue;
+      if (!(await this.deps.store.tasks.start(task.id, this.deps.clock()))) continue;
       this.run(task);
     }
   }
@@ -220,7 +232,7 @@ export class TaskRunner {
         this.running.delete(task.id);
         this.progress.delete(task.id);
         this.announce(task.id);
-        this.kick();
+        void this.kick();
       });
     this.deps.background.track(work);
   }
@@ -237,7 +249,7 @@ export class TaskRunner {
       kind: task.endpoint === "edits" ? "edit" : "generate",
       job:
         stored && model
-          ? { model, prompt: stored.prompt, size: stored.size, quality: stored.quality, extra: stored.extra, ...inputsOf(deps.store.tasks.inputs(task.id)), onProgress }
+          ? { model, prompt: stored.prompt, size: stored.size, quality: stored.quality, extra: stored.extra, ...inputsOf(await deps.store.tasks.inputs(task.id)), onProgress }
           : // Only reached to record the failure below: the model is gone, so nothing is generated.
             { model: { ...GONE_MODEL, id: task.model }, prompt: "", size: null, quality: "auto", images: [], extra: {} },
       task: { row: { mode: "async", status: "running", endpoint: task.endpoint, model: task.model }, retentionMs: deps.retentionMs },
@@ -250,23 +262,22 @@ export class TaskRunner {
   }
 
   private announce(taskId: string): void {
-    const task = this.deps.store.tasks.get(taskId);
+    void this.announceNow(taskId).catch((e) => this.deps.logger.error("could not record a task event", { request_id: taskId, error: String(e) }));
+  }
+
+  private async announceNow(taskId: string): Promise<void> {
+    const task = await this.deps.store.tasks.get(taskId);
     if (!task || task.mode !== "async") return;
     const type = task.status === "succeeded" ? "image.task.succeeded" : task.status === "canceled" ? "image.task.canceled" : task.status === "failed" ? "image.task.failed" : null;
     if (!type) return;
     // Webhook payloads carry no image (receivers fetch the task): no need to read it back.
-    void this.describe(task, { withImage: false })
-      .then((object) => this.deps.events.taskFinished({ type, userId: task.user_id, task: object, ...(task.webhook_url ? { webhookUrl: task.webhook_url } : {}) }))
-      .catch((e) => this.deps.logger.error("could not record a task event", { request_id: taskId, error: String(e) }));
+    const object = await this.describe(task, { withImage: false });
+    this.deps.events.taskFinished({ type, userId: task.user_id, task: object, ...(task.webhook_url ? { webhookUrl: task.webhook_url } : {}) });
   }
 
   private expireOld(): void {
-    try {
-      this.deps.store.tasks.expire(this.deps.clock());
-    } catch (e) {
-      // A locked database: the next sweep catches up.
-      this.deps.logger.warn("task expiry sweep skipped", { error: String(e) });
-    }
+    // A locked database: the next sweep catches up.
+    void this.deps.store.tasks.expire(this.deps.clock()).catch((e) => this.deps.logger.warn("task expiry sweep skipped", { error: String(e) }));
   }
 }
 

@@ -19,7 +19,7 @@ export interface AccessLogInput {
   durationMs: number;
 }
 
-export function accessLogFields(input: AccessLogInput, store: Pick<Store, "requests">): Record<string, unknown> {
+export async function accessLogFields(input: AccessLogInput, store: Pick<Store, "requests">): Promise<Record<string, unknown>> {
   const { meta, method, path } = input;
   const fields: Record<string, unknown> = {
     request_id: meta.id,
@@ -32,9 +32,9 @@ export function accessLogFields(input: AccessLogInput, store: Pick<Store, "reque
   };
   if (method !== "POST" || path === undefined || !RECORDED.test(path) || meta.userId === undefined) return fields;
   // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
-  let row: ReturnType<Store["requests"]["recordOf"]>;
+  let row: Awaited<ReturnType<Store["requests"]["recordOf"]>>;
   try {
-    row = store.requests.recordOf(meta.id);
+    row = await store.requests.recordOf(meta.id);
   } catch {
     return fields; // a log line never fails a request
   }

@@ -49,6 +49,8 @@ export class Metrics {
   private readonly credits: Counter<"kind">;
   private readonly pending: Gauge;
   private lastLedgerId = 0;
+  /** The ledger read in flight (readLedgerDeltas chains on it). */
+  private deltas: Promise<void> = Promise.resolve();
   private refreshedAt = -Infinity;
   private timer: ReturnType<typeof setInterval> | undefined;
 
@@ -140,38 +142,44 @@ export class Metrics {
   }
 
   /** Recomputes the ledger invariant; a failure keeps the last value. */
-  checkLedger(now = performance.now()): void {
+  async checkLedger(now = performance.now()): Promise<void> {
     this.refreshedAt = now;
     try {
-      this.invariant.set(this.sources.store.credits.ledgerMismatches());
+      this.invariant.set(await this.sources.store.credits.ledgerMismatches());
     } catch {
       // A locked or closing database: the next check tries again.
     }
   }
 
-  /** Adds the ledger rows written since the last look to the credit counters, and reads pending requests. */
-  private readLedgerDeltas(): void {
-    const { credits, requests } = this.sources.store;
-    try {
-      const since = credits.ledgerTotalsSince(this.lastLedgerId);
-      for (const [kind, total] of since.byKind) this.credits.inc({ kind }, total);
-      this.lastLedgerId = since.lastId;
-      this.pending.set(requests.pendingCount());
-    } catch {
-      // A locked or closing database: the next scrape tries again.
-    }
+  /**
+   * Adds the ledger rows written since the last look to the credit counters, and reads pending
+   * requests. One read at a time (chained): two scrapes at once must not count the same rows twice.
+   */
+  private readLedgerDeltas(): Promise<void> {
+    this.deltas = this.deltas.then(async () => {
+      const { credits, requests } = this.sources.store;
+      try {
+        const since = await credits.ledgerTotalsSince(this.lastLedgerId);
+        for (const [kind, total] of since.byKind) this.credits.inc({ kind }, total);
+        this.lastLedgerId = since.lastId;
+        this.pending.set(await requests.pendingCount());
+      } catch {
+        // A locked or closing database: the next scrape tries again.
+      }
+    });
+    return this.deltas;
   }
 
   /** The exposition text; rechecks the ledger invariant first when it is older than the interval. */
   async scrape(): Promise<string> {
-    if (performance.now() - this.refreshedAt >= this.settings.ledgerCheckIntervalMs) this.checkLedger();
-    this.readLedgerDeltas();
+    if (performance.now() - this.refreshedAt >= this.settings.ledgerCheckIntervalMs) await this.checkLedger();
+    await this.readLedgerDeltas();
     return this.registry.metrics();
   }
 
   start(): void {
-    this.checkLedger();
-    this.timer ??= setInterval(() => this.checkLedger(), this.settings.ledgerCheckIntervalMs);
+    void this.checkLedger();
+    this.timer ??= setInterval(() => void this.checkLedger(), this.settings.ledgerCheckIntervalMs);
     (this.timer as { unref?: () => void }).unref?.();
   }
 

@@ -7,6 +7,7 @@
  */
 
 import { DatabaseBusyError } from "../core/store";
+import { isPostgresConflict } from "./sql";
 
 /** busy_timeout of the server's connection while it serves (the CLI keeps SQLite's waiting). */
 export const SERVING_BUSY_TIMEOUT_MS = 0;
@@ -17,6 +18,14 @@ export function isDatabaseBusy(e: unknown): boolean {
   return typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || code === "SQLITE_LOCKED");
 }
 
+/**
+ * A write that met another writer and may succeed unchanged when tried again: SQLite's lock
+ * (another process), or PostgreSQL's serialization failure or deadlock (another instance).
+ */
+export function isWriteConflict(e: unknown): boolean {
+  return isDatabaseBusy(e) || isPostgresConflict(e);
+}
+
 export interface BusyRetryOptions {
   /** Give up (DatabaseBusyError) after this long; Infinity retries until it lands. */
   maxWaitMs: number;
@@ -25,8 +34,8 @@ export interface BusyRetryOptions {
 }
 
 /**
- * Runs `write` (one transaction, all or nothing; synchronous or async) until it does not meet the lock.
- * Any other error is thrown at once. Backoff doubles from 2 ms to 250 ms, with jitter so that
+ * Runs `write` (one transaction, all or nothing) until it does not meet another writer
+ * (isWriteConflict). Any other error is thrown at once. Backoff doubles from 2 ms to 250 ms, with jitter so that
  * waiting requests do not retry in lockstep.
  */
 export async function retryWhileBusy<T>(write: () => T | Promise<T>, opts: BusyRetryOptions): Promise<T> {
@@ -38,7 +47,7 @@ export async function retryWhileBusy<T>(write: () => T | Promise<T>, opts: BusyR
     try {
       return await write();
     } catch (e) {
-      if (!isDatabaseBusy(e)) throw e;
+      if (!isWriteConflict(e)) throw e;
       const waited = now() - started;
       if (waited >= opts.maxWaitMs) throw new DatabaseBusyError(waited);
       await sleep(Math.min(delay * (0.5 + Math.random()), Math.max(1, opts.maxWaitMs - waited)));

@@ -39,23 +39,24 @@ export interface Store extends FlowStore, AccountStore {
   ready(): boolean;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread). */
   setBusyTimeout(ms: number): void;
-  close(): void;
+  /** Writes the last queued chat rows, then closes the database; closing twice is a no-op. */
+  close(): Promise<void>;
 }
 
 export function createStore(db: Db, latest: number): Store {
-  const requests = new RequestStore(db);
   const sql = new SqliteClient(db);
+  const requests = new RequestStore(sql);
   const revisions = new Revisions(sql);
   let closed = false;
   return {
     sql,
     users: new UserStore(sql, revisions),
     keys: new ApiKeyStore(sql, revisions),
-    credits: new CreditStore(db),
+    credits: new CreditStore(sql),
     requests,
     upstreams: new UpstreamStateStore(sql, revisions),
     sessions: new SessionStore(sql),
-    tasks: new SqliteTaskStore(db),
+    tasks: new SqliteTaskStore(sql),
     webhooks: new WebhookStore(sql),
     redemptions: new RedemptionCodeStore(sql),
     images: new ImageRecords(sql),
@@ -73,13 +74,13 @@ export function createStore(db: Db, latest: number): Store {
     setBusyTimeout(ms: number) {
       db.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(ms))}`);
     },
-    close() {
+    async close() {
       // Closing twice (a test's cleanup after the server's own stop) is a no-op, not an error.
       if (closed) return;
       closed = true;
       // The last chat rows: wait a little for another process's write lock rather than lose them.
       db.exec("PRAGMA busy_timeout = 2000");
-      requests.stopChats();
+      await requests.stopChats();
       db.close();
     },
   };

@@ -1,7 +1,7 @@
-import type { Db } from "./database";
+import type { SqlClient, SqlValue } from "./sql";
 import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
-import { isDatabaseBusy } from "./busy";
+import { isWriteConflict } from "./busy";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -69,7 +69,7 @@ export class RequestStore implements RequestLog {
   onDroppedRows: (count: number, error: unknown) => void = (count, error) => console.error(`dropped ${count} chat history rows: ${String(error)}`);
 
   constructor(
-    private readonly db: Db,
+    private readonly sql: SqlClient,
     opts: RequestStoreOptions = {},
   ) {
     this.chatBatch = new BatchWriter<RequestRow>({
@@ -77,7 +77,7 @@ export class RequestStore implements RequestLog {
       ...opts.batch,
       schedule: opts.schedule,
       write: (rows) => this.insertChats(rows),
-      isRetryable: isDatabaseBusy,
+      isRetryable: isWriteConflict,
       onDropped: (rows, error) => {
         for (const r of rows) this.queuedChats.delete(r.id);
         this.onDroppedRows(rows.length, error);
@@ -86,12 +86,12 @@ export class RequestStore implements RequestLog {
   }
 
   /** Writes the queued chat rows now (a reader of the history calls this first); false while the database is locked. */
-  flushChats(): boolean {
+  flushChats(): Promise<boolean> {
     return this.chatBatch.flush();
   }
 
   /** Writes what is queued and writes later rows at once (the store is closing). */
-  stopChats(): boolean {
+  stopChats(): Promise<boolean> {
     return this.chatBatch.stop();
   }
 
@@ -99,46 +99,49 @@ export class RequestStore implements RequestLog {
    * One request's record for the access log: a queued chat row, else the stored row; never
    * flushes (the log line of every chat request would otherwise write a batch of one).
    */
-  recordOf(id: string): RequestRow | null {
-    return this.queuedChats.get(id) ?? this.db.query<RequestRow, [string]>("SELECT * FROM requests WHERE id = ?").get(id);
+  async recordOf(id: string): Promise<RequestRow | null> {
+    return this.queuedChats.get(id) ?? (await this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]));
   }
 
   /** Requests charged and not yet finished (indexed by status). */
-  pendingCount(): number {
+  async pendingCount(): Promise<number> {
     // Chat rows are never pending: no flush needed.
-    return this.db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM requests WHERE status = 'pending'").get()?.n ?? 0;
+    return (await this.sql.get<{ n: number }>("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests WHERE status = 'pending'"))?.n ?? 0;
   }
 
-  get(id: string): RequestRow | null {
-    this.flushChats();
-    return this.db.query<RequestRow, [string]>("SELECT * FROM requests WHERE id = ?").get(id);
+  async get(id: string): Promise<RequestRow | null> {
+    await this.flushChats();
+    return this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]);
   }
 
   /** A charged image request that succeeded: the charge stands. */
-  markSucceeded(id: string, t: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): boolean {
-    return this.db.transaction(() => {
-      const changed = this.db
-        .query(
-          `UPDATE requests SET status = 'succeeded', queue_ms = ?, generation_ms = ?, upstream_id = ?, account_id = ?,
-                  attempts = ?, upstream_latency_ms = ?, finished_at = ? WHERE id = ? AND status = 'pending'`,
-        )
-        .run(t.queueMs, t.generationMs, t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, now, id).changes === 1;
-      if (changed && t.task) {
-        this.db
-          .query("UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')")
-          .run(t.task.result, now, t.task.expiresAt, id);
+  async markSucceeded(id: string, t: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): Promise<boolean> {
+    return this.sql.transaction(async (tx) => {
+      // Conditional on 'pending': a racing refund (or another instance's recovery) wins or loses as a whole.
+      const changed =
+        (
+          await tx.run(
+            `UPDATE requests SET status = 'succeeded', queue_ms = ?, generation_ms = ?, upstream_id = ?, account_id = ?,
+                    attempts = ?, upstream_latency_ms = ?, finished_at = ? WHERE id = ? AND status = 'pending'`,
+            [t.queueMs, t.generationMs, t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, now, id],
+          )
+        ).changes === 1;
+      if (!changed) return false;
+      if (t.task) {
+        await tx.run("UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')", [
+          t.task.result, now, t.task.expiresAt, id,
+        ]);
       }
-      if (changed) this.db.query("DELETE FROM task_inputs WHERE task_id = ?").run(id);
-      return changed;
-    }).immediate();
+      await tx.run("DELETE FROM task_inputs WHERE task_id = ?", [id]);
+      return true;
+    });
   }
 
-
   /** Upstream details for a request regardless of outcome (a failure still shows what was tried). */
-  recordTrace(id: string, t: TraceFields): void {
-    this.db
-      .query("UPDATE requests SET upstream_id = ?, account_id = ?, attempts = ?, upstream_latency_ms = ? WHERE id = ?")
-      .run(t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, id);
+  async recordTrace(id: string, t: TraceFields): Promise<void> {
+    await this.sql.run("UPDATE requests SET upstream_id = ?, account_id = ?, attempts = ?, upstream_latency_ms = ? WHERE id = ?", [
+      t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, id,
+    ]);
   }
 
   /** Chat is free: one finished row, no ledger entry; queued and written with the next batch. */
@@ -156,41 +159,38 @@ export class RequestStore implements RequestLog {
   }
 
   /** One transaction for the whole batch: the rows are appended (time-ordered ids) in one commit. */
-  private insertChats(rows: RequestRow[]): void {
-    const insert = this.db.query(
-      `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
-                             generation_ms, queue_ms, error_code, error_message, error_detail, upstream_id, account_id, attempts,
-                             upstream_latency_ms, created_at, finished_at)
-       VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    );
-    this.db.transaction(() => {
+  private async insertChats(rows: RequestRow[]): Promise<void> {
+    await this.sql.transaction(async (tx) => {
       for (const r of rows) {
-        insert.run(
-          r.id, r.user_id, r.key_id, r.endpoint, r.model, r.status, r.prompt, r.prompt_tokens, r.completion_tokens, r.generation_ms,
-          r.queue_ms, r.error_code, r.error_message, r.error_detail, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
+        await tx.run(
+          `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
+                                 generation_ms, queue_ms, error_code, error_message, error_detail, upstream_id, account_id, attempts,
+                                 upstream_latency_ms, created_at, finished_at)
+           VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          [
+            r.id, r.user_id, r.key_id, r.endpoint, r.model, r.status, r.prompt, r.prompt_tokens, r.completion_tokens, r.generation_ms,
+            r.queue_ms, r.error_code, r.error_message, r.error_detail, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
+          ],
         );
       }
-    }).immediate();
+    });
     for (const r of rows) this.queuedChats.delete(r.id);
   }
 
-  list(f: RequestFilter = {}): RequestRow[] {
-    this.flushChats();
+  async list(f: RequestFilter = {}): Promise<RequestRow[]> {
+    await this.flushChats();
     const { sql, args } = whereClause(f);
-    return this.db
-      .query<RequestRow, (string | number)[]>(`SELECT * FROM requests ${sql} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`)
-      .all(...args, f.limit ?? 50, f.offset ?? 0);
+    return this.sql.all<RequestRow>(`SELECT * FROM requests ${sql} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`, [...args, f.limit ?? 50, f.offset ?? 0]);
   }
 
   /** Credits each of these users spent on images: charged minus refunded (pending requests count: their credit is out). */
-  spentByUsers(userIds: number[]): Map<number, number> {
+  async spentByUsers(userIds: number[]): Promise<Map<number, number>> {
     if (userIds.length === 0) return new Map();
-    const rows = this.db
-      .query<{ user_id: number; spent: number }, number[]>(
-        `SELECT user_id, SUM(credits_charged - credits_refunded) AS spent FROM requests
-          WHERE kind = 'image' AND user_id IN (${userIds.map(() => "?").join(", ")}) GROUP BY user_id`,
-      )
-      .all(...userIds);
+    const rows = await this.sql.all<{ user_id: number; spent: number }>(
+      `SELECT user_id, CAST(SUM(credits_charged - credits_refunded) AS BIGINT) AS spent FROM requests
+        WHERE kind = 'image' AND user_id IN (${userIds.map(() => "?").join(", ")}) GROUP BY user_id`,
+      userIds,
+    );
     return new Map(rows.map((r) => [r.user_id, r.spent]));
   }
 
@@ -198,31 +198,28 @@ export class RequestStore implements RequestLog {
    * One page of a user's history for the CSV export, newest first, after the cursor (the last
    * row of the previous page): keyset paging, so each page costs the same however deep it is.
    */
-  exportPage(userId: number, after: { createdAt: number; id: string } | null, limit: number): RequestRow[] {
+  async exportPage(userId: number, after: { createdAt: number; id: string } | null, limit: number): Promise<RequestRow[]> {
     if (after === null) {
-      this.flushChats();
-      return this.db
-        .query<RequestRow, [number, number]>("SELECT * FROM requests WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?")
-        .all(userId, limit);
+      await this.flushChats();
+      return this.sql.all<RequestRow>("SELECT * FROM requests WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [userId, limit]);
     }
-    return this.db
-      .query<RequestRow, [number, number, number, string, number]>(
-        `SELECT * FROM requests WHERE user_id = ? AND (created_at < ? OR (created_at = ? AND id < ?))
-          ORDER BY created_at DESC, id DESC LIMIT ?`,
-      )
-      .all(userId, after.createdAt, after.createdAt, after.id, limit);
+    return this.sql.all<RequestRow>(
+      `SELECT * FROM requests WHERE user_id = ? AND (created_at < ? OR (created_at = ? AND id < ?))
+        ORDER BY created_at DESC, id DESC LIMIT ?`,
+      [userId, after.createdAt, after.createdAt, after.id, limit],
+    );
   }
 
-  count(f: RequestFilter = {}): number {
-    this.flushChats();
+  async count(f: RequestFilter = {}): Promise<number> {
+    await this.flushChats();
     const { sql, args } = whereClause(f);
-    return this.db.query<{ n: number }, (string | number)[]>(`SELECT COUNT(*) AS n FROM requests ${sql}`).get(...args)?.n ?? 0;
+    return (await this.sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${sql}`, args))?.n ?? 0;
   }
 }
 
-function whereClause(f: RequestFilter): { sql: string; args: (string | number)[] } {
+function whereClause(f: RequestFilter): { sql: string; args: SqlValue[] } {
   const where: string[] = [];
-  const args: (string | number)[] = [];
+  const args: SqlValue[] = [];
   if (f.userId !== undefined) { where.push("user_id = ?"); args.push(f.userId); }
   if (f.keyId !== undefined) { where.push("key_id = ?"); args.push(f.keyId); }
   if (f.id !== undefined) { where.push("id = ?"); args.push(f.id); }

@@ -3,82 +3,85 @@
  * the task row and the key claim, in one transaction; its refund with the task's final state);
  * this holds the rest of its life: reading, queueing, starting, expiring.
  */
-import type { Db } from "./database";
+import type { SqlClient, SqlValue } from "./sql";
 import type { IdempotencyRow, TaskInput, TaskRow, TaskStore } from "../core/store";
 
-export class SqliteTaskStore implements TaskStore {
-  constructor(private readonly db: Db) {}
+/** Queued and running async tasks, server-wide and for one user (the one parameter). */
+export const ASYNC_LOAD_SQL = `SELECT CAST(COUNT(*) AS BIGINT) AS all_n, CAST(SUM(CASE WHEN user_id = ? THEN 1 ELSE 0 END) AS BIGINT) AS user_n
+  FROM tasks WHERE mode = 'async' AND status IN ('queued', 'running')`;
 
-  get(id: string): TaskRow | null {
-    return this.db.query<TaskRow, [string]>("SELECT * FROM tasks WHERE id = ?").get(id);
+export interface AsyncLoadRow {
+  all_n: number;
+  user_n: number | null;
+}
+
+export function asyncLoadOf(row: AsyncLoadRow | null): { all: number; user: number } {
+  return { all: row?.all_n ?? 0, user: row?.user_n ?? 0 };
+}
+
+export class SqliteTaskStore implements TaskStore {
+  constructor(private readonly sql: SqlClient) {}
+
+  get(id: string): Promise<TaskRow | null> {
+    return this.sql.get<TaskRow>("SELECT * FROM tasks WHERE id = ?", [id]);
   }
 
-  list(userId: number, opts: { status?: TaskRow["status"]; limit: number; after?: string }): TaskRow[] {
+  async list(userId: number, opts: { status?: TaskRow["status"]; limit: number; after?: string }): Promise<TaskRow[]> {
     const where = ["user_id = ?", "expired = 0"];
-    const args: (string | number)[] = [userId];
+    const args: SqlValue[] = [userId];
     if (opts.status) {
       where.push("status = ?");
       args.push(opts.status);
     }
     if (opts.after) {
-      const cursor = this.get(opts.after);
+      const cursor = await this.get(opts.after);
       if (!cursor || cursor.user_id !== userId) return [];
       where.push("(created_at < ? OR (created_at = ? AND id < ?))");
       args.push(cursor.created_at, cursor.created_at, cursor.id);
     }
     args.push(opts.limit);
-    return this.db
-      .query<TaskRow, (string | number)[]>(`SELECT * FROM tasks WHERE ${where.join(" AND ")} ORDER BY created_at DESC, id DESC LIMIT ?`)
-      .all(...args);
+    return this.sql.all<TaskRow>(`SELECT * FROM tasks WHERE ${where.join(" AND ")} ORDER BY created_at DESC, id DESC LIMIT ?`, args);
   }
 
-  inputs(id: string): TaskInput[] {
-    return this.db
-      .query<TaskInput & { bytes: Uint8Array }, [string]>("SELECT role, param, mime, width, height, bytes FROM task_inputs WHERE task_id = ? ORDER BY position")
-      .all(id)
-      .map((r) => ({ ...r, bytes: new Uint8Array(r.bytes) }));
+  async inputs(id: string): Promise<TaskInput[]> {
+    const rows = await this.sql.all<TaskInput>("SELECT role, param, mime, width, height, bytes FROM task_inputs WHERE task_id = ? ORDER BY position", [id]);
+    return rows.map((r) => ({ ...r, bytes: new Uint8Array(r.bytes) }));
   }
 
-  queued(): TaskRow[] {
-    return this.db.query<TaskRow, []>("SELECT * FROM tasks WHERE status = 'queued' ORDER BY created_at, id").all();
+  queued(): Promise<TaskRow[]> {
+    return this.sql.all<TaskRow>("SELECT * FROM tasks WHERE status = 'queued' ORDER BY created_at, id");
   }
 
-  queuePosition(id: string): number {
-    const task = this.get(id);
+  async queuePosition(id: string): Promise<number> {
+    const task = await this.get(id);
     if (!task || task.status !== "queued") return 0;
-    const ahead = this.db
-      .query<{ n: number }, [number, number, string]>(
-        "SELECT COUNT(*) AS n FROM tasks WHERE status = 'queued' AND (created_at < ? OR (created_at = ? AND id < ?))",
-      )
-      .get(task.created_at, task.created_at, task.id)!.n;
-    return ahead + 1;
+    const ahead = await this.sql.get<{ n: number }>(
+      "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM tasks WHERE status = 'queued' AND (created_at < ? OR (created_at = ? AND id < ?))",
+      [task.created_at, task.created_at, task.id],
+    );
+    return (ahead?.n ?? 0) + 1;
   }
 
-  asyncLoad(userId: number): { all: number; user: number } {
-    const row = this.db
-      .query<{ all_n: number; user_n: number | null }, [number]>(
-        "SELECT COUNT(*) AS all_n, SUM(user_id = ?) AS user_n FROM tasks WHERE mode = 'async' AND status IN ('queued', 'running')",
-      )
-      .get(userId)!;
-    return { all: row.all_n, user: row.user_n ?? 0 };
+  async asyncLoad(userId: number): Promise<{ all: number; user: number }> {
+    return asyncLoadOf(await this.sql.get<AsyncLoadRow>(ASYNC_LOAD_SQL, [userId]));
   }
 
-  start(id: string, now: number): boolean {
-    return this.db.query("UPDATE tasks SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'").run(now, id).changes === 1;
+  async start(id: string, now: number): Promise<boolean> {
+    return (await this.sql.run("UPDATE tasks SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'", [now, id])).changes === 1;
   }
 
-  idempotency(userId: number, key: string, now: number): IdempotencyRow | null {
-    return this.db
-      .query<IdempotencyRow, [number, string, number]>("SELECT * FROM idempotency_keys WHERE user_id = ? AND key = ? AND expires_at > ?")
-      .get(userId, key, now);
+  idempotency(userId: number, key: string, now: number): Promise<IdempotencyRow | null> {
+    return this.sql.get<IdempotencyRow>("SELECT * FROM idempotency_keys WHERE user_id = ? AND key = ? AND expires_at > ?", [userId, key, now]);
   }
 
-  expire(now: number): number {
-    return this.db.transaction(() => {
-      this.db.query("DELETE FROM idempotency_keys WHERE expires_at <= ?").run(now);
-      return this.db
-        .query("UPDATE tasks SET expired = 1, result = NULL, error = NULL, job = NULL WHERE expired = 0 AND expires_at IS NOT NULL AND expires_at <= ?")
-        .run(now).changes;
-    }).immediate();
+  async expire(now: number): Promise<number> {
+    return this.sql.transaction(async (tx) => {
+      await tx.run("DELETE FROM idempotency_keys WHERE expires_at <= ?", [now]);
+      const expired = await tx.run(
+        "UPDATE tasks SET expired = 1, result = NULL, error = NULL, job = NULL WHERE expired = 0 AND expires_at IS NOT NULL AND expires_at <= ?",
+        [now],
+      );
+      return expired.changes;
+    });
   }
 }

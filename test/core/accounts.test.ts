@@ -12,8 +12,8 @@ import { latestVersion, openDatabase } from "../../src/store/database";
 const dir = mkdtempSync(join(tmpdir(), "atelier-accounts-test-"));
 const db = openDatabase(dir);
 const store = createStore(db, latestVersion());
-afterAll(() => {
-  store.close();
+afterAll(async () => {
+  await store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -48,7 +48,7 @@ describe("users", () => {
     const user = await addUser(store, Date.now, { email: "credits@example.com", credits: 7 });
     const ledger = db.query<{ kind: string; amount: number }, [number]>("SELECT kind, amount FROM ledger WHERE user_id = ?").all(user.id);
     expect(ledger).toEqual([{ kind: "grant", amount: 7 }]);
-    expect(store.credits.balance(user.id)).toBe(7);
+    expect(await store.credits.balance(user.id)).toBe(7);
   });
 
   test("invalid emails are refused", async () => {
@@ -133,7 +133,7 @@ describe("KeyAuthenticator", () => {
     expect((await auth.lookup(key.secret))?.disabled).toBe(0);
     const other = createStore(openDatabase(dir), latestVersion());
     await other.users.setDisabled(user.id, true);
-    other.close();
+    await other.close();
     clock.advance(KEY_CHANGE_CHECK_MS);
     expect((await auth.lookup(key.secret))?.disabled).toBe(1);
   });

@@ -66,8 +66,8 @@ function setup(opts: { timeoutMs?: number; concurrency?: number; store?: Store }
     historyPrompt: "hi",
     ...over,
   });
-  const row = (id: string) => store.requests.get(id);
-  const ledgerRows = () => store.credits.ledger(user, 100).length;
+  const row = async (id: string) => await store.requests.get(id);
+  const ledgerRows = async () => (await store.credits.ledger(user, 100)).length;
   return { deps, store, user, clock, engine, gate, background, request, row, ledgerRows };
 }
 
@@ -87,8 +87,8 @@ describe("runChatRequest", () => {
     const outcome = await runChatRequest(deps, req);
     expect(outcome.result).toEqual(REPLY);
     expect(engine.jobs[0]).toMatchObject({ model: MODEL, messages: req.messages, params: { temperature: 0.2 } });
-    expect(row(req.requestId)).toMatchObject({ kind: "chat", status: "succeeded", prompt: "hi", prompt_tokens: 3, completion_tokens: 1, credits_charged: 0 });
-    expect(ledgerRows()).toBe(0);
+    expect(await row(req.requestId)).toMatchObject({ kind: "chat", status: "succeeded", prompt: "hi", prompt_tokens: 3, completion_tokens: 1, credits_charged: 0 });
+    expect(await ledgerRows()).toBe(0);
     await background.idle();
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
@@ -102,7 +102,7 @@ describe("runChatRequest", () => {
     };
     const req = request();
     expect(await failure(runChatRequest(deps, req))).toBeInstanceOf(UpstreamFailed);
-    expect(row(req.requestId)).toMatchObject({ status: "failed", error_code: "UpstreamFailed", upstream_id: "up", account_id: "a1", attempts: 3 });
+    expect(await row(req.requestId)).toMatchObject({ status: "failed", error_code: "UpstreamFailed", upstream_id: "up", account_id: "a1", attempts: 3 });
   });
 
   test("no engine for the model: NoEngineError before the gate, nothing recorded", async () => {
@@ -110,7 +110,7 @@ describe("runChatRequest", () => {
     const req = request({ model: { ...MODEL, source: { kind: "upstream", upstreamId: "missing" } } });
     expect(await failure(runChatRequest(deps, req))).toBeInstanceOf(NoEngineError);
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
-    expect(row(req.requestId)).toBeNull();
+    expect(await row(req.requestId)).toBeNull();
   });
 
   test("the chat gate has no queue: over the limit is GateRejected at once, nothing recorded", async () => {
@@ -122,7 +122,7 @@ describe("runChatRequest", () => {
     const err = await failure(runChatRequest(deps, second));
     expect(err).toBeInstanceOf(GateRejected);
     expect((err as Error).message).toContain("chat completions");
-    expect(row(second.requestId)).toBeNull();
+    expect(await row(second.requestId)).toBeNull();
     release();
     await first;
   });
@@ -134,7 +134,7 @@ describe("runChatRequest", () => {
     const req = request();
     expect(await failure(runChatRequest(deps, req))).toBeInstanceOf(EngineTimeout);
     expect(engine.jobs[0]!.signal.aborted).toBe(true);
-    expect(row(req.requestId)).toMatchObject({ status: "failed", error_code: "EngineTimeout" });
+    expect(await row(req.requestId)).toMatchObject({ status: "failed", error_code: "EngineTimeout" });
     // The limit stays true: the slot is held while the engine still runs.
     expect(gate.stats().running).toBe(1);
     finish();
@@ -151,7 +151,7 @@ describe("runChatRequest", () => {
     await Bun.sleep(1);
     client.abort();
     expect(await failure(running)).toBeInstanceOf(ClientDisconnected);
-    expect(row(req.requestId)).toMatchObject({ status: "failed", error_code: "ClientDisconnected" });
+    expect(await row(req.requestId)).toMatchObject({ status: "failed", error_code: "ClientDisconnected" });
   });
 
   test("a locked database delays only the history row: the reply comes at once, the row lands once the lock is gone", async () => {
@@ -166,14 +166,14 @@ describe("runChatRequest", () => {
       const req = request();
       const outcome = await runChatRequest(deps, req);
       expect(outcome.result).toEqual(REPLY);
-      expect(store.requests.flushChats()).toBe(false);
-      expect(store.requests.recordOf(req.requestId)).toMatchObject({ status: "succeeded" }); // still queued, not lost
+      expect(await store.requests.flushChats()).toBe(false);
+      expect(await store.requests.recordOf(req.requestId)).toMatchObject({ status: "succeeded" }); // still queued, not lost
       other.exec("COMMIT");
-      expect(store.requests.get(req.requestId)).toMatchObject({ status: "succeeded" });
+      expect(await store.requests.get(req.requestId)).toMatchObject({ status: "succeeded" });
       expect(other.query("SELECT COUNT(*) AS n FROM requests").get()).toEqual({ n: 1 });
     } finally {
       other.close();
-      store.close();
+      await store.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -44,8 +44,8 @@ beforeEach(() => {
   now = Date.now();
   warnings.length = 0;
 });
-afterEach(() => {
-  store.close();
+afterEach(async () => {
+  await store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -85,11 +85,11 @@ function setup(opts: Options = {}) {
     ...over,
   });
   /** Everything money-related about one request. */
-  const money = (requestId: string) => ({
-    balance: store.credits.balance(user),
-    ledgerSum: store.credits.ledgerSum(user),
+  const money = async (requestId: string) => ({
+    balance: await store.credits.balance(user),
+    ledgerSum: await store.credits.ledgerSum(user),
     rows: rawDb(store).query<{ kind: string; amount: number }, [string]>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id").all(requestId),
-    status: store.requests.get(requestId)?.status ?? null,
+    status: (await store.requests.get(requestId))?.status ?? null,
   });
   return { deps, store, user, clock, gate, engine, background, logs, request, money, admissions: () => admissions, peak: () => peak };
 }
@@ -121,8 +121,8 @@ describe("success", () => {
     const outcome = await runImageRequest(deps, req);
     expect([outcome.image.width, outcome.image.height]).toEqual([8, 8]);
     expect(outcome.queueMs).toBe(0);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
-    expect(store.requests.get(req.requestId)).toMatchObject({
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
+    expect(await store.requests.get(req.requestId)).toMatchObject({
       user_id: req.userId,
       model: "test-image",
       endpoint: "/v1/images/generations",
@@ -151,7 +151,7 @@ describe("success", () => {
     const req = request({ kind: "edit" });
     await runImageRequest(deps, req);
     expect(called).toBe("edit");
-    expect(money(req.requestId).status).toBe("succeeded");
+    expect((await money(req.requestId)).status).toBe("succeeded");
   });
 
   test("the time spent queued in the gate is reported and recorded", async () => {
@@ -169,7 +169,7 @@ describe("success", () => {
     engine.releaseAll();
     const outcome = await second;
     expect(outcome.queueMs).toBe(700);
-    expect(store.requests.get(req.requestId)?.queue_ms).toBe(700);
+    expect((await store.requests.get(req.requestId))?.queue_ms).toBe(700);
   });
 });
 
@@ -192,12 +192,12 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
       const err = await failure(runImageRequest(deps, req));
       expect(err).toBeInstanceOf(kind);
       // Refunded before the error reached the caller, once.
-      expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: REFUNDED, status: "failed" });
-      expect(store.requests.get(req.requestId)).toMatchObject({ error_code: (err as Error).name, credits_refunded: 1 });
+      expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: REFUNDED, status: "failed" });
+      expect(await store.requests.get(req.requestId)).toMatchObject({ error_code: (err as Error).name, credits_refunded: 1 });
       expect(gate.stats()).toEqual({ running: 0, queued: 0 });
       expect(logs.find((l) => l.msg === "image request failed")).toMatchObject({ request_id: req.requestId, refunded: true });
       await background.idle();
-      expect(money(req.requestId).rows).toEqual(REFUNDED);
+      expect((await money(req.requestId)).rows).toEqual(REFUNDED);
     });
   }
 
@@ -210,8 +210,8 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     };
     const req = request();
     await failure(runImageRequest(deps, req));
-    expect(money(req.requestId).rows).toEqual(REFUNDED);
-    expect(store.requests.get(req.requestId)).toMatchObject({ upstream_id: "up", account_id: "acct-2", attempts: 3 });
+    expect((await money(req.requestId)).rows).toEqual(REFUNDED);
+    expect(await store.requests.get(req.requestId)).toMatchObject({ upstream_id: "up", account_id: "acct-2", attempts: 3 });
   });
 
   test("the deadline: EngineTimeout, the engine's signal is aborted, refunded once", async () => {
@@ -224,8 +224,8 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     expect(performance.now() - started).toBeLessThan(500);
     expect(engine.calls[0]!.signal.aborted).toBe(true);
     expect(engine.calls[0]!.signal.reason).toBe(err);
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
-    expect(store.requests.get(req.requestId)?.error_code).toBe("EngineTimeout");
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
+    expect((await store.requests.get(req.requestId))?.error_code).toBe("EngineTimeout");
     expect(gate.stats().running).toBe(0);
   });
 
@@ -237,18 +237,18 @@ describe("failures after the charge are refunded exactly once, then rethrown", (
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(EngineTimeout);
     await late;
     await background.idle();
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
   });
 
   test("a recovery that refunds the request mid-generation: no second refund, and no image for free", async () => {
     const { deps, store, engine, request, money, clock } = setup();
     engine.behave = async (job) => {
-      store.credits.recoverInterrupted(clock.now()); // e.g. another process recovering at startup
+      await store.credits.recoverInterrupted(clock.now()); // e.g. another process recovering at startup
       return engine.png(job);
     };
     const req = request();
     await failure(runImageRequest(deps, req));
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "interrupted" });
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "interrupted" });
   });
 });
 
@@ -266,16 +266,18 @@ describe("failures before the charge cost nothing", () => {
     expect(err).toBeInstanceOf(ImageInputError);
     expect((err as ImageInputError).param).toBe("reference_images[1]");
     expect(admissions()).toBe(1);
-    expect(money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
     expect(engine.calls).toHaveLength(0);
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
   test("the engine's own input limits are checked while the slot is held, before the charge", async () => {
-    const { deps, engine, gate, request, money } = setup({ credits: 1 });
+    const { deps, engine, gate, request, money, store } = setup({ credits: 1 });
     const seen: unknown[] = [];
+    // inputProblem is synchronous: the balance at that moment, read straight from the database.
+    const balanceNow = () => rawDb(store).query<{ credits: number }, []>("SELECT credits FROM users").get()?.credits;
     engine.inputProblem = (_job, kind) => {
-      seen.push(gate.stats().running, money("x").balance, kind);
+      seen.push(gate.stats().running, balanceNow(), kind);
       return { image: 0, message: "is larger than this engine takes" };
     };
     const png = makePng(8, 8);
@@ -284,14 +286,14 @@ describe("failures before the charge cost nothing", () => {
     expect(err).toBeInstanceOf(ImageInputError);
     expect(err).toMatchObject({ param: "image", reason: "image_not_supported" });
     expect(seen).toEqual([1, 1, "edit"]);
-    expect(money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 1, ledgerSum: 1, rows: [], status: null });
   });
 
   test("no engine for the model's upstream: NoEngineError before anything else, nothing charged, no slot taken", async () => {
     const { deps, gate, request, money } = setup();
     const req = request({ job: { ...request().job, model: { ...MODEL, source: { kind: "upstream", upstreamId: "missing" } } } });
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(NoEngineError);
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
@@ -301,7 +303,7 @@ describe("failures before the charge cost nothing", () => {
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(InsufficientCreditsError);
     expect(admissions()).toBe(0);
     expect(engine.calls).toHaveLength(0);
-    expect(money(req.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: null });
   });
 
   test("two requests for the last credit: one is charged, the other refused by the charge itself with nothing recorded", async () => {
@@ -312,11 +314,11 @@ describe("failures before the charge cost nothing", () => {
     const first = runImageRequest(deps, a);
     const second = failure(runImageRequest(deps, b)); // passes the balance pre-check too
     expect(await second).toBeInstanceOf(InsufficientCreditsError);
-    expect(money(b.requestId)).toMatchObject({ rows: [], status: null });
+    expect(await money(b.requestId)).toMatchObject({ rows: [], status: null });
     expect(gate.stats().running).toBe(1);
     engine.releaseAll();
     await first;
-    expect(money(a.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: CHARGED, status: "succeeded" });
+    expect(await money(a.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: CHARGED, status: "succeeded" });
     expect(gate.stats().running).toBe(0);
   });
 
@@ -329,7 +331,7 @@ describe("failures before the charge cost nothing", () => {
     const err = await failure(runImageRequest(deps, req));
     expect(err).toBeInstanceOf(GateRejected);
     expect((err as GateRejected).reason).toBe("queue_full");
-    expect(money(req.requestId)).toMatchObject({ balance: 2, rows: [], status: null });
+    expect(await money(req.requestId)).toMatchObject({ balance: 2, rows: [], status: null });
     engine.releaseAll();
     await running;
   });
@@ -348,12 +350,12 @@ describe("failures before the charge cost nothing", () => {
     expect(gate.stats().queued).toBe(1);
     queuedAbort.abort();
     expect(((await gone) as GateRejected).reason).toBe("aborted");
-    expect(money(queued.requestId)).toMatchObject({ rows: [], status: null });
+    expect(await money(queued.requestId)).toMatchObject({ rows: [], status: null });
     leaves.abort(); // after the charge: the generation goes on
     expect(engine.calls[0]!.signal.aborted).toBe(false);
     engine.releaseAll();
     await running;
-    expect(money(first.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
+    expect(await money(first.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 });
@@ -375,8 +377,8 @@ describe("the gate slot", () => {
     expect(maxRunning).toBeLessThanOrEqual(2);
     const ok = results.filter((r) => r.status === "fulfilled").length;
     expect(ok).toBe(6);
-    expect(store.credits.balance(user)).toBe(10 - ok);
-    expect(store.credits.ledgerSum(user)).toBe(10 - ok);
+    expect(await store.credits.balance(user)).toBe(10 - ok);
+    expect(await store.credits.ledgerSum(user)).toBe(10 - ok);
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
@@ -390,7 +392,7 @@ describe("the gate slot", () => {
     const idle = background.idle();
     engine.releaseAll();
     await idle;
-    expect(money(req.requestId).status).toBe("succeeded");
+    expect((await money(req.requestId)).status).toBe("succeeded");
     expect(background.size).toBe(0);
   });
 });
@@ -403,7 +405,7 @@ describe("a database locked by another process", () => {
     await runImageRequest(deps, req);
     expect(busy.calls).toBe(4);
     expect(busy.landed).toBe(1);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
   }, HANG);
 
   test("busy for the whole wait: DatabaseBusyError, nothing charged, the slot released", async () => {
@@ -416,7 +418,7 @@ describe("a database locked by another process", () => {
     expect(performance.now() - started).toBeLessThan(500);
     expect(busy.calls).toBeGreaterThan(1);
     expect(busy.landed).toBe(0);
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: [], status: null });
     expect(engine.calls).toHaveLength(0);
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   }, HANG);
@@ -428,13 +430,13 @@ describe("a database locked by another process", () => {
     const req = request();
     const outcome = await runImageRequest(deps, req);
     expect(outcome.image.width).toBe(8);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "pending" });
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "pending" });
     expect(gate.stats().running).toBe(0);
     expect(logs.some((l) => l.level === "warn" && l.msg.includes("before its success is recorded"))).toBe(true);
     locked = false;
     await background.idle();
     expect(busy.landed).toBe(1);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
   }, HANG);
 
   test("busy while refunding: the error is rethrown, the refund lands once the lock is gone, once", async () => {
@@ -444,11 +446,11 @@ describe("a database locked by another process", () => {
     const busy = interceptBusy(store.credits, "refundOnce", () => locked);
     const req = request();
     expect(await failure(runImageRequest(deps, req))).toBeInstanceOf(UpstreamFailed);
-    expect(money(req.requestId)).toMatchObject({ balance: 2, rows: CHARGED, status: "pending" });
+    expect(await money(req.requestId)).toMatchObject({ balance: 2, rows: CHARGED, status: "pending" });
     locked = false;
     await background.idle();
     expect(busy.landed).toBe(1);
-    expect(money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
+    expect(await money(req.requestId)).toEqual({ balance: 3, ledgerSum: 3, rows: REFUNDED, status: "failed" });
   }, HANG);
 
   test("a real write lock held by another connection: the charge waits for it without blocking, then lands once", async () => {
@@ -468,13 +470,13 @@ describe("a database locked by another process", () => {
         await Bun.sleep(2); // the event loop keeps turning while the charge waits
         ticks++;
       }
-      expect(money(req.requestId).rows).toEqual([]);
+      expect((await money(req.requestId)).rows).toEqual([]);
       other.exec("COMMIT");
       await run;
-      expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
+      expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
     } finally {
       other.close();
-      store.close();
+      await store.close();
     }
   }, HANG);
 });
@@ -486,7 +488,7 @@ describe("the model's price", () => {
     const { deps, request, money } = setup({ credits: 5 });
     const req = request({ job: { ...request().job, model: priced(3) } });
     await runImageRequest(deps, req);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [{ kind: "charge", amount: -3 }], status: "succeeded" });
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [{ kind: "charge", amount: -3 }], status: "succeeded" });
   });
 
   test("a failure refunds what was charged, even when the price changed in between", async () => {
@@ -496,12 +498,12 @@ describe("the model's price", () => {
     engine.hold("fail");
     const running = failure(runImageRequest(deps, req));
     await until(() => engine.waiting === 1, "the held job");
-    expect(money(req.requestId).balance).toBe(3);
+    expect((await money(req.requestId)).balance).toBe(3);
     // The operator raises the price while the request runs: the refund must return the 2 charged.
     model.price = 7;
     engine.releaseAll();
     expect(await running).toBeInstanceOf(UpstreamFailed);
-    expect(money(req.requestId)).toEqual({ balance: 5, ledgerSum: 5, rows: [{ kind: "charge", amount: -2 }, { kind: "refund", amount: 2 }], status: "failed" });
+    expect(await money(req.requestId)).toEqual({ balance: 5, ledgerSum: 5, rows: [{ kind: "charge", amount: -2 }, { kind: "refund", amount: 2 }], status: "failed" });
   });
 
   test("a balance below the price is refused before anything is charged, naming price and balance", async () => {
@@ -512,17 +514,17 @@ describe("the model's price", () => {
     expect((e as InsufficientCreditsError).cost).toEqual({ price: 3, balance: 2 });
     expect(admissions()).toBe(0);
     expect(engine.calls.length).toBe(0);
-    expect(money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [], status: null });
+    expect(await money(req.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: [], status: null });
   });
 
   test("a free model (price 0) charges nothing and writes no ledger row, yet keeps the request record", async () => {
     const { deps, engine, request, money } = setup({ credits: 0 });
     const ok = request({ job: { ...request().job, model: priced(0) } });
     await runImageRequest(deps, ok);
-    expect(money(ok.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "succeeded" });
+    expect(await money(ok.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "succeeded" });
     engine.behave = async () => Promise.reject(new UpstreamFailed("503"));
     const bad = request({ job: { ...request().job, model: priced(0) } });
     expect(await failure(runImageRequest(deps, bad))).toBeInstanceOf(UpstreamFailed);
-    expect(money(bad.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "failed" });
+    expect(await money(bad.requestId)).toEqual({ balance: 0, ledgerSum: 0, rows: [], status: "failed" });
   });
 });

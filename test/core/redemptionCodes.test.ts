@@ -81,9 +81,9 @@ describe("redeeming", () => {
     const { codes: [code], batch } = await codes.createBatch({ name: "promo", credits: 40, count: 1, expiresInDays: null, createdBy: "cli" });
     clock.advance(1000);
     expect(await codes.redeem(user, code!, "10.0.0.1")).toEqual({ ok: true, credits: 40, balance: 42, batchName: "promo" });
-    expect(store.credits.balance(user)).toBe(42);
-    expect(store.credits.ledgerSum(user)).toBe(42);
-    const row = store.credits.ledger(user)[0]!;
+    expect(await store.credits.balance(user)).toBe(42);
+    expect(await store.credits.ledgerSum(user)).toBe(42);
+    const row = (await store.credits.ledger(user))[0]!;
     expect(row).toMatchObject({ kind: "redeem", amount: 40, actor: `code:${batch.id}`, request_id: null, created_at: clock.now() });
     const used = rawDb(store).query<{ id: number; redeemed_by: number; redeemed_at: number }, []>("SELECT id, redeemed_by, redeemed_at FROM redemption_codes").get()!;
     expect(used).toEqual({ id: row.code_id!, redeemed_by: user, redeemed_at: clock.now() });
@@ -102,8 +102,8 @@ describe("redeeming", () => {
     expect(await codes.redeem(b, "not a code", "ip")).toEqual({ ok: false, reason: "malformed" });
     clock.advance(86_400_000);
     expect(await codes.redeem(b, late!, "ip")).toEqual({ ok: false, reason: "expired" });
-    expect([store.credits.balance(a), store.credits.balance(b)]).toEqual([5, 0]);
-    expect(store.credits.ledgerSum(b)).toBe(0);
+    expect([await store.credits.balance(a), await store.credits.balance(b)]).toEqual([5, 0]);
+    expect(await store.credits.ledgerSum(b)).toBe(0);
   });
 
   test("the schema itself refuses a second ledger row for one code and a redeem row without a code", async () => {
@@ -111,7 +111,7 @@ describe("redeeming", () => {
     const user = addUser(store, 0);
     const { codes: [code] } = await codes.createBatch({ name: "x", credits: 5, count: 1, expiresInDays: null, createdBy: "cli" });
     await codes.redeem(user, code!, "ip");
-    const codeId = store.credits.ledger(user)[0]!.code_id!;
+    const codeId = (await store.credits.ledger(user))[0]!.code_id!;
     const insert = (id: number | null) => rawDb(store).query("INSERT INTO ledger (user_id, kind, amount, code_id, created_at) VALUES (?, 'redeem', 5, ?, 0)").run(user, id);
     expect(() => insert(codeId)).toThrow(/UNIQUE/);
     expect(() => insert(null)).toThrow(/CHECK/);
@@ -124,7 +124,7 @@ describe("redeeming", () => {
     for (let i = 0; i < 3; i++) expect((await codes.redeem(guesser, generateCode(), "1.1.1.1")).ok).toBe(false);
     const throttled = await codes.redeem(guesser, good[0]!, "2.2.2.2");
     expect(throttled).toMatchObject({ ok: false, reason: "throttled" });
-    expect(store.credits.balance(guesser)).toBe(0);
+    expect(await store.credits.balance(guesser)).toBe(0);
     // Another user on the guesser's address has 2 attempts left there (5 per address).
     expect((await codes.redeem(other, "bad", "1.1.1.1")).ok).toBe(false);
     expect((await codes.redeem(other, good[1]!, "1.1.1.1")).ok).toBe(true);

@@ -89,7 +89,7 @@ describe("RedisAttemptLimiter", () => {
     // Even the right password is refused now, on either instance, from any address.
     expect(await a.withPassword("ann@example.com", "correct horse battery", "10.0.0.3")).toMatchObject({ ok: false, reason: "throttled" });
     expect(await b.withPassword("ann@example.com", "correct horse battery", "10.0.0.4")).toMatchObject({ ok: false, reason: "throttled" });
-    store.close();
+    await store.close();
   });
 
   test("Redis frozen: the check fails with RedisUnavailable within its bound (503), never hangs; answered again once Redis is back", async () => {

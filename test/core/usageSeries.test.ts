@@ -23,21 +23,21 @@ describe("store: usage per day by model and by key", () => {
     const b = (await createKey(store, now, user.id, "beta")).row;
     let n = 0;
     /** One image request on a day ago: charged `price`, then succeeded or failed (refunded). */
-    const request = (userId: number, keyId: number | null, model: string, price: number, daysAgo: number, ok: boolean) => {
+    const request = async (userId: number, keyId: number | null, model: string, price: number, daysAgo: number, ok: boolean) => {
       const at = NOW - daysAgo * DAY_MS;
       const id = `req-${++n}`;
-      store.credits.chargeForImage({ requestId: id, userId, keyId, kind: "generate", model, price, prompt: "p" }, at);
-      if (ok) store.requests.markSucceeded(id, { queueMs: 0, generationMs: 1 }, at + 1);
-      else store.credits.refundOnce(id, { status: "failed", errorCode: "upstream_error", errorMessage: "no" }, at + 1);
+      await store.credits.chargeForImage({ requestId: id, userId, keyId, kind: "generate", model, price, prompt: "p" }, at);
+      if (ok) (await store.requests.markSucceeded(id, { queueMs: 0, generationMs: 1 }, at + 1));
+      else (await store.credits.refundOnce(id, { status: "failed", errorCode: "upstream_error", errorMessage: "no" }, at + 1));
     };
-    request(user.id, a.id, "m/cheap", 1, 0, true);
-    request(user.id, a.id, "m/cheap", 1, 0, true);
-    request(user.id, b.id, "m/dear", 3, 0, true);
-    request(user.id, b.id, "m/dear", 3, 0, false);
-    request(user.id, null, "m/cheap", 1, 2, true);
-    request(user.id, a.id, "m/dear", 3, 2, true);
-    request(user.id, a.id, "m/cheap", 1, 40, true); // outside the 30 days
-    request(other.id, null, "m/cheap", 1, 0, true); // someone else's
+    await request(user.id, a.id, "m/cheap", 1, 0, true);
+    await request(user.id, a.id, "m/cheap", 1, 0, true);
+    await request(user.id, b.id, "m/dear", 3, 0, true);
+    await request(user.id, b.id, "m/dear", 3, 0, false);
+    await request(user.id, null, "m/cheap", 1, 2, true);
+    await request(user.id, a.id, "m/dear", 3, 2, true);
+    await request(user.id, a.id, "m/cheap", 1, 40, true); // outside the 30 days
+    await request(other.id, null, "m/cheap", 1, 0, true); // someone else's
 
     const range = usageRange({}, NOW, 30);
     const today = utcDay(NOW);

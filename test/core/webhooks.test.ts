@@ -171,7 +171,7 @@ describe("recording events", () => {
   test("taskFinished never throws, even when the store does", async () => {
     setup();
     const { userId } = await userWithEndpoint();
-    store.close();
+    await store.close();
     expect(() => dispatcher.taskFinished(event(userId))).not.toThrow();
     await dispatcher.idle();
     expect(logs.some((l) => l.includes("task webhook not recorded"))).toBe(true);
@@ -532,14 +532,14 @@ describe("[webhooks] configuration and the secret key", () => {
     // Another process on the same data directory opens it with the same key.
     const again = new SecretBox(() => loadWebhookSecretKey(a.config.server.data_dir));
     expect(again.open((await a.store.webhooks.endpoint(user))!.secret_sealed!, secretContext(user))).toBe(secret);
-    a.store.close();
+    await a.store.close();
 
     const b = run(`[webhooks]\nsecret_key = "${Buffer.alloc(32, 5).toString("base64")}"\n`);
     const other = addUser(b.store, 0);
     await b.services.taskEvents.endpoints.rotateSecret(other);
     expect(existsSync(join(b.config.server.data_dir, "webhook-secrets.key"))).toBe(false);
     expect(new SecretBox(() => Buffer.alloc(32, 5)).open((await b.store.webhooks.endpoint(other))!.secret_sealed!, secretContext(other))).toMatch(/^whsec_/);
-    b.store.close();
+    await b.store.close();
     rmSync(a.config.server.data_dir, { recursive: true, force: true });
     rmSync(b.config.server.data_dir, { recursive: true, force: true });
   });

@@ -109,9 +109,9 @@ function expectNoDetail(where: string, text: string): void {
   }
 }
 
-async function waitFor<T>(get: () => T | undefined, what: string): Promise<T> {
+async function waitFor<T>(get: () => T | undefined | Promise<T | undefined>, what: string): Promise<T> {
   for (let i = 0; i < 200; i++) {
-    const v = get();
+    const v = await get();
     if (v !== undefined) return v;
     await Bun.sleep(20);
   }
@@ -149,7 +149,7 @@ describe("upstream failure details are for admins", () => {
     expect(chat.status).toBe(502);
     answers.push(await chat.text());
     // A chat's history id is its completion id (not the x-request-id); its row is the user's only chat.
-    ids["talk-500"] = (await waitFor(() => server.services.store.requests.list({ userId: user.userId, kind: "chat" })[0], "the chat row")).id;
+    ids["talk-500"] = (await waitFor(async () => (await server.services.store.requests.list({ userId: user.userId, kind: "chat" }))[0], "the chat row")).id;
     // The admin's own failing request, for the admin's own request page.
     const adminClient = new OpenAI({ apiKey: admin.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
     const adminErr = await adminClient.images.generate({ model: "pic-down", prompt: "an admin's lighthouse", size: "64x64" as "1024x1024" }).catch((e: unknown) => e as InstanceType<typeof OpenAI.APIError>);
@@ -166,22 +166,22 @@ describe("upstream failure details are for admins", () => {
 
   test("each history row keeps the redacted, bounded detail, written with its failure and refund", async () => {
     const { store } = server.services;
-    const row = (id: string) => store.requests.get(id) ?? undefined;
-    const refused = await waitFor(() => (row(ids["pic-down"]!)?.status === "failed" ? row(ids["pic-down"]!) : undefined), "the refused request's row");
+    const row = async (id: string) => (await store.requests.get(id)) ?? undefined;
+    const refused = await waitFor(async () => ((await row(ids["pic-down"]!))?.status === "failed" ? (await row(ids["pic-down"]!)) : undefined), "the refused request's row");
     expect(refused.error_detail).toContain("could not reach the upstream");
     expect(refused.error_message).not.toContain("could not reach");
     expect(refused.credits_refunded).toBe(1);
-    const leaked = await waitFor(() => (row(ids["pic-500"]!)?.status === "failed" ? row(ids["pic-500"]!) : undefined), "the 500's row");
+    const leaked = await waitFor(async () => ((await row(ids["pic-500"]!))?.status === "failed" ? (await row(ids["pic-500"]!)) : undefined), "the 500's row");
     expect(leaked.error_detail).toContain("internal failure while serving account key [redacted]");
     expect(leaked.credits_refunded).toBe(1);
-    const chat = row(ids["talk-500"]!)!;
+    const chat = (await row(ids["talk-500"]!))!;
     expect(chat.status).toBe("failed");
     expect(chat.error_detail).toContain("internal failure while serving account key [redacted]");
     for (const r of [refused, leaked, chat]) {
       expectNoSecret("error_detail", r.error_detail!);
       expect(r.error_detail!.length).toBeLessThanOrEqual(1000);
     }
-    expect(server.balance(user.userId)).toBe(10);
+    expect(await server.balance(user.userId)).toBe(10);
   });
 
   test("the user's history, request pages and CSV export never show it", async () => {

@@ -52,7 +52,7 @@ describe("big uploads", () => {
       ),
     );
     expect(statuses).toEqual([200, 200, 200, 200]);
-    expect(server.balance(u.userId)).toBe(6);
+    expect(await server.balance(u.userId)).toBe(6);
     expect(server.services.budget.inflightBytes).toBe(0);
     expect(server.services.budget.queued).toBe(0);
   });
@@ -63,7 +63,7 @@ describe("big uploads", () => {
     const red = encodePng({ width: 300, height: 200, data: new Uint8Array(300 * 200 * 4).map((_, i) => (i % 4 === 0 || i % 4 === 3 ? 255 : 0)) });
     const res = await client.images.generate({ prompt: "a plain", size: "64x64" as "1024x1024", reference_images: [dataUrl(red), dataUrl(red)] } as never);
     expect(res.data?.[0]?.b64_json).toBeString();
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("a damaged reference in a big body: 400 naming it, not charged; so is base64 cut by a stray character", async () => {
@@ -83,7 +83,7 @@ describe("big uploads", () => {
       expect(res.status).toBe(400);
       expect(((await res.json()) as { error: { param: string; code: string } }).error).toMatchObject({ param: "reference_images[1]", code });
     }
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
     expect(server.services.budget.inflightBytes).toBe(0);
   });
 });

@@ -143,7 +143,7 @@ describe("the openai client", () => {
     expect(response.headers.get("content-type")).toStartWith("application/json");
     expect(data.id).toBe(response.headers.get("x-request-id")!);
     // One id per request: the history row and the access-log line carry the same id.
-    expect(server.services.store.requests.recordOf(data.id)).toMatchObject({ id: data.id, status: "succeeded" });
+    expect(await server.services.store.requests.recordOf(data.id)).toMatchObject({ id: data.id, status: "succeeded" });
     await Bun.sleep(50); // log lines are written in 20 ms batches
     expect(server.logs.some((line) => line.includes(`"request_id":"${data.id}"`) && line.includes('"path":"/v1/chat/completions"'))).toBe(true);
     expect(data.object).toBe("chat.completion");
@@ -336,7 +336,7 @@ describe("validation", () => {
 });
 
 describe("what OpenAI clients send for text", () => {
-  const historyOf = (userId: number) => server.services.store.requests.list({ userId });
+  const historyOf = async (userId: number) => await server.services.store.requests.list({ userId });
 
   test("content as text parts is joined with a line break and developer is read as system, upstream and in builtin-chat", async () => {
     fake.reset();
@@ -378,7 +378,7 @@ describe("what OpenAI clients send for text", () => {
     await expectError({ ...ask("x"), messages: [{ role: "user", content: [{ type: "file", file: {} }] }] }, 400, "messages[0].content[0]", "unsupported_content_part");
     await expectError({ ...ask("x"), messages: [{ role: "user", content: ["hi"] }] }, 400, "messages[0].content[0]", "invalid_value");
     expect(fake.received).toHaveLength(0);
-    expect(historyOf(fresh.userId)).toHaveLength(0);
+    expect(await historyOf(fresh.userId)).toHaveLength(0);
   });
 
   test("a two-step tool conversation through the openai client: tools out, tool_calls back, the tool's answer round-trips", async () => {
@@ -415,7 +415,7 @@ describe("what OpenAI clients send for text", () => {
     expect(second.choices[0]!.message.content).toBe("echo: 18 degrees, sunny");
     expect(second.choices[0]!.message.tool_calls).toBeUndefined();
     // The history keeps the last user message, not the tool's answer.
-    const [row] = server.services.store.requests.list({ userId: user.userId });
+    const [row] = await server.services.store.requests.list({ userId: user.userId });
     expect(row).toMatchObject({ model: "up-chat", status: "succeeded", prompt: "Weather in Oslo?" });
   });
 
@@ -424,7 +424,7 @@ describe("what OpenAI clients send for text", () => {
     const tools = [{ type: "function", function: { name: "get_weather" } }];
     const err = await expectError({ ...ask("hi"), tools }, 400, "tools", "tools_unsupported");
     expect(err.message).toContain("builtin-chat");
-    expect(historyOf(fresh.userId)).toHaveLength(0);
+    expect(await historyOf(fresh.userId)).toHaveLength(0);
     // tool_choice needs tools; a named function must be one of them; tools are checked for shape.
     await expectError({ ...ask("hi"), tool_choice: "required" }, 400, "tool_choice");
     await expectError({ ...ask("hi"), model: "up-chat", tools, tool_choice: { type: "function", function: { name: "other" } } }, 400, "tool_choice.function.name");
@@ -466,9 +466,9 @@ describe("cost and history", () => {
     const { store } = server.services;
     const { res, json } = await post(ask("free of charge?"), { key: fresh.key });
     expect(res.status).toBe(200);
-    expect(server.balance(fresh.userId)).toBe(0);
-    expect(store.credits.ledger(fresh.userId)).toEqual([]);
-    const rows = store.requests.list({ userId: fresh.userId });
+    expect(await server.balance(fresh.userId)).toBe(0);
+    expect(await store.credits.ledger(fresh.userId)).toEqual([]);
+    const rows = await store.requests.list({ userId: fresh.userId });
     expect(rows).toHaveLength(1);
     const usage = json.usage as { prompt_tokens: number; completion_tokens: number };
     expect(rows[0]).toMatchObject({
@@ -491,8 +491,8 @@ describe("cost and history", () => {
     const { res, json } = await post(ask("fail: please"), { key: fresh.key });
     expect(res.status).toBe(502);
     expect((json as unknown as ErrorBody).error.code).toBe("upstream_error");
-    expect(server.balance(fresh.userId)).toBe(3);
-    const [row] = server.services.store.requests.list({ userId: fresh.userId });
+    expect(await server.balance(fresh.userId)).toBe(3);
+    const [row] = await server.services.store.requests.list({ userId: fresh.userId });
     expect(row).toMatchObject({
       kind: "chat",
       status: "failed",
@@ -503,7 +503,7 @@ describe("cost and history", () => {
       upstream_latency_ms: 42,
       credits_charged: 0,
     });
-    expect(server.services.store.credits.ledger(fresh.userId).filter((l) => l.kind !== "grant")).toEqual([]);
+    expect((await server.services.store.credits.ledger(fresh.userId)).filter((l) => l.kind !== "grant")).toEqual([]);
   });
 });
 
@@ -539,9 +539,9 @@ describe("chat concurrency", () => {
     client.abort();
     expect(await request).toBe("aborted");
 
-    let row: ReturnType<typeof server.services.store.requests.list>[number] | undefined;
+    let row: Awaited<ReturnType<typeof server.services.store.requests.list>>[number] | undefined;
     for (let i = 0; i < 500 && !row; i++) {
-      row = server.services.store.requests.list({ userId: fresh.userId })[0];
+      row = (await server.services.store.requests.list({ userId: fresh.userId }))[0];
       if (!row) await Bun.sleep(10);
     }
     expect(row).toMatchObject({ status: "failed", error_code: "client_disconnected" });
@@ -554,7 +554,7 @@ describe("chat concurrency", () => {
     const { res, json } = await post(ask("hold: never released"), { key: fresh.key });
     expect(res.status).toBe(504);
     expect((json as unknown as ErrorBody).error.code).toBe("timeout");
-    expect(server.services.store.requests.list({ userId: fresh.userId })[0]).toMatchObject({ status: "failed", error_code: "timeout" });
+    expect((await server.services.store.requests.list({ userId: fresh.userId }))[0]).toMatchObject({ status: "failed", error_code: "timeout" });
     // The held engine saw the abort and stopped, so its permit is back.
     let status = 0;
     for (let i = 0; i < 100 && status !== 200; i++) {
@@ -636,7 +636,7 @@ upstream_model = "gpt-up"
 
   const rowOf = async (id: string) => {
     for (let i = 0; i < 200; i++) {
-      const row = streaming.services.store.requests.list({ userId: streamer.userId }).find((r) => r.id === id);
+      const row = (await streaming.services.store.requests.list({ userId: streamer.userId })).find((r) => r.id === id);
       if (row) return row;
       await Bun.sleep(10);
     }

@@ -222,7 +222,7 @@ describe("exit codes as the README states them", () => {
     expect(await server.services.store.users.byEmail("huge@example.com")).toBeNull();
     // A value that merely starts with a dash still works where text is expected.
     expect(await run("credits", "grant", "exit-codes@example.com", "2", "--note", "-2 was a typo")).toMatchObject({ code: 0, stderr: "" });
-    expect(server.services.store.credits.ledger((await server.services.store.users.byEmail("exit-codes@example.com"))!.id)[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
+    expect((await server.services.store.credits.ledger((await server.services.store.users.byEmail("exit-codes@example.com"))!.id))[0]).toMatchObject({ amount: 2, note: "-2 was a typo" });
   });
 });
 

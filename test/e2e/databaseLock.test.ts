@@ -60,9 +60,9 @@ function generate(key: string) {
   });
 }
 
-async function eventually(check: () => boolean, ms = 5000): Promise<void> {
+async function eventually(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
   const until = performance.now() + ms;
-  while (!check()) {
+  while (!(await check())) {
     if (performance.now() > until) throw new Error("condition not met in time");
     await Bun.sleep(20);
   }
@@ -92,12 +92,12 @@ test("an image that finishes while the lock is held is delivered, recorded once 
   const res = await answer;
   expect(res.status).toBe(200);
   expect((await res.json()).data[0].b64_json.length).toBeGreaterThan(0);
-  const [row] = server.services.store.requests.list({ userId, limit: 10 });
+  const [row] = await server.services.store.requests.list({ userId, limit: 10 });
   expect(row!.status).toBe("pending");
   await lock.release();
-  await eventually(() => server.services.store.requests.list({ userId, limit: 10 })[0]!.status === "succeeded");
-  expect(server.balance(userId)).toBe(2);
-  expect(server.services.store.credits.ledgerSum(userId)).toBe(2);
+  await eventually(async () => (await server.services.store.requests.list({ userId, limit: 10 }))[0]!.status === "succeeded");
+  expect(await server.balance(userId)).toBe(2);
+  expect(await server.services.store.credits.ledgerSum(userId)).toBe(2);
 });
 
 test("a request that cannot be charged within busy_wait_ms is 503 database_busy, not charged; the server stays responsive", async () => {
@@ -112,8 +112,8 @@ test("a request that cannot be charged within busy_wait_ms is 503 database_busy,
   // SQLite's own busy_timeout would have frozen the event loop for the whole wait.
   expect(worst).toBeLessThan(BUSY_WAIT_MS / 2);
   await lock.release();
-  expect(server.balance(userId)).toBe(3);
-  expect(server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
+  expect(await server.balance(userId)).toBe(3);
+  expect(await server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
 });
 
 test("a failure while the lock is held is answered at once and refunded exactly once when the lock is gone", async () => {
@@ -125,12 +125,12 @@ test("a failure while the lock is held is answered at once and refunded exactly 
   engine.releaseAll();
   const res = await answer;
   expect(res.status).toBe(502);
-  expect(server.balance(userId)).toBe(2);
+  expect(await server.balance(userId)).toBe(2);
   await lock.release();
-  await eventually(() => server.balance(userId) === 3);
-  const [row] = server.services.store.requests.list({ userId, limit: 10 });
+  await eventually(async () => (await server.balance(userId)) === 3);
+  const [row] = await server.services.store.requests.list({ userId, limit: 10 });
   expect(row).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1 });
-  expect(server.services.store.credits.ledgerSum(userId)).toBe(3);
+  expect(await server.services.store.credits.ledgerSum(userId)).toBe(3);
 });
 
 test("chat and key lookups go on while the lock is held; the history row lands afterwards", async () => {
@@ -142,7 +142,7 @@ test("chat and key lookups go on while the lock is held; the history row lands a
     body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }] }),
   });
   expect(res.status).toBe(200);
-  expect(server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
+  expect(await server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
   await lock.release();
-  await eventually(() => server.services.store.requests.list({ userId, limit: 10 }).length === 1);
+  await eventually(async () => (await server.services.store.requests.list({ userId, limit: 10 })).length === 1);
 });

@@ -174,7 +174,7 @@ describe("the gallery in a real browser", () => {
       const row = (await server.services.store.images.get(victim))!;
       const file = join(server.dataDir, "images", blobKey(row.sha256, row.mime));
       expect(existsSync(file)).toBe(true);
-      const balance = server.balance(owner.userId);
+      const balance = await server.balance(owner.userId);
       await page.goto(`${server.url}/gallery?page=2`);
       await page.locator(`.gallery-item[data-image-id="${victim}"]`).getByRole("button", { name: /^Delete/ }).click();
       await page.waitForURL(/done=deleted/);
@@ -185,8 +185,8 @@ describe("the gallery in a real browser", () => {
       await expect_text(page, ".pager", "Page 1 of 1 · 24 images");
       expect(await server.services.store.images.get(victim)).toBeNull();
       expect(existsSync(file)).toBe(false);
-      expect(server.balance(owner.userId)).toBe(balance);
-      expect(server.services.store.requests.get(row.requestId)?.status).toBe("succeeded");
+      expect(await server.balance(owner.userId)).toBe(balance);
+      expect((await server.services.store.requests.get(row.requestId))?.status).toBe("succeeded");
       await shot(page, "07-gallery-after-delete");
     } finally {
       await context.close();

@@ -122,7 +122,7 @@ describe("deeply nested JSON", () => {
         const err = (await res.json()).error;
         expect(err.code).toBe("invalid_json");
         expect(err.message).toContain("64 levels");
-        expect(server.balance(userId)).toBe(5);
+        expect(await server.balance(userId)).toBe(5);
       });
     }
   }
@@ -212,7 +212,7 @@ describe("slow bodies", () => {
       // After the grace period, 5 bytes cover 2.5 ms of the minimum rate: the answer comes soon after.
       expect(performance.now() - started).toBeLessThan(5000);
       expect(server.services.budget.inflightBytes).toBe(0);
-      expect(server.balance(userId)).toBe(5);
+      expect(await server.balance(userId)).toBe(5);
     });
   }
 

@@ -123,7 +123,7 @@ describe("the interlaced 1 GiB-of-zeros PNG", () => {
       expect(body.error.code).toBe("invalid_image");
       expect(body.error.param).toBe(c.param);
       expect(body.error.message).toContain("inflates to more than the 16504 bytes its header allows");
-      expect(server.balance(u.userId)).toBe(2);
+      expect(await server.balance(u.userId)).toBe(2);
       expect(growth).toBeLessThan(RSS_GROWTH_LIMIT);
     });
   }
@@ -136,11 +136,11 @@ describe("the interlaced 1 GiB-of-zeros PNG", () => {
     expect(body.error.code).toBe("invalid_engine_output");
     // The client gets a plain message; what the engine's output did wrong is for the operator.
     expect(body.error.message).not.toContain("inflates");
-    expect(server.balance(u.userId)).toBe(2);
+    expect(await server.balance(u.userId)).toBe(2);
     const failed = () => server.logs.filter((l) => l.includes('"image request failed"') && l.includes("inflates to more than the 16504 bytes its header allows"));
     for (let i = 0; i < 100 && failed().length === 0; i++) await Bun.sleep(20);
     expect(failed()).toHaveLength(1);
-    const record = server.services.store.requests.list({ userId: u.userId, limit: 1 })[0]!;
+    const record = (await server.services.store.requests.list({ userId: u.userId, limit: 1 }))[0]!;
     expect(record).toMatchObject({ status: "failed", error_code: "invalid_engine_output" });
     expect(`${record.error_message} ${server.logs.join("\n")}`).toContain("inflates to more than the 16504 bytes its header allows");
     expect(growth).toBeLessThan(RSS_GROWTH_LIMIT);
@@ -153,7 +153,7 @@ describe("the interlaced 1 GiB-of-zeros PNG", () => {
     for (const r of await Promise.all(bombs)) expect(r.status).toBe(400);
     const ok = await postJson("/v1/images/generations", u.key, { prompt: "x", size: "64x64", reference_images: [dataUrl(opaque64)] });
     expect(ok.status).toBe(200);
-    expect(server.balance(u.userId)).toBe(2);
+    expect(await server.balance(u.userId)).toBe(2);
   });
 });
 
@@ -165,5 +165,5 @@ test("a progressive JPEG of 20,000 near-empty scans over 36 megapixels is refuse
   const body = (await res.json()) as ApiErrorBody;
   expect(body.error).toMatchObject({ code: "invalid_image", param: "reference_image" });
   expect(body.error.message).toContain("more than 100 scans");
-  expect(server.balance(u.userId)).toBe(1);
+  expect(await server.balance(u.userId)).toBe(1);
 });

@@ -19,11 +19,11 @@ const post = (key: string, path: string, body: unknown, headers: Record<string, 
   fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${key}`, ...headers }, body: JSON.stringify(body) });
 
 /** The history row, the ledger charge and the access log line of the user's only request all carry `id`. */
-function expectOneIdEverywhere(userId: number, id: string): void {
+async function expectOneIdEverywhere(userId: number, id: string): Promise<void> {
   const { store } = server.services;
-  const history = store.requests.list({ userId, limit: 10 });
+  const history = await store.requests.list({ userId, limit: 10 });
   expect(history.map((r) => r.id)).toEqual([id]);
-  const charges = store.credits.ledger(userId, 10).filter((l) => l.kind === "charge");
+  const charges = (await store.credits.ledger(userId, 10)).filter((l) => l.kind === "charge");
   expect(charges.map((l) => l.request_id)).toEqual([id]);
   const logged = server.logs.map((l) => JSON.parse(l) as { msg: string; request_id?: string; user_id?: number }).filter((l) => l.msg === "request" && l.request_id === id);
   expect(logged).toHaveLength(1);
@@ -40,7 +40,7 @@ describe("the image answer's id is the request's one id", () => {
     expect(body.data[0]!.b64_json).toBeString();
     // Give the log line (written after the answer) a moment.
     await Bun.sleep(50);
-    expectOneIdEverywhere(u.userId, body.id);
+    await expectOneIdEverywhere(u.userId, body.id);
   });
 
   test("url answers and the official openai client (which keeps the unknown field) see the same id", async () => {
@@ -51,7 +51,7 @@ describe("the image answer's id is the request's one id", () => {
     expect(data.data![0]!.url).toStartWith(server.url);
     expect(response.headers.get("x-request-id")).toBe(id);
     await Bun.sleep(50);
-    expectOneIdEverywhere(u.userId, id);
+    await expectOneIdEverywhere(u.userId, id);
   });
 
   test("a multipart edit answers with its request id", async () => {
@@ -65,7 +65,7 @@ describe("the image answer's id is the request's one id", () => {
     const body = (await res.json()) as { id: string };
     expect(res.headers.get("x-request-id")).toBe(body.id);
     await Bun.sleep(50);
-    expectOneIdEverywhere(u.userId, body.id);
+    await expectOneIdEverywhere(u.userId, body.id);
   });
 
   test("the stream's completed event carries it", async () => {
@@ -80,7 +80,7 @@ describe("the image answer's id is the request's one id", () => {
     expect(completed).toHaveLength(1);
     expect(completed[0]!.id).toBe(res.headers.get("x-request-id")!);
     await Bun.sleep(50);
-    expectOneIdEverywhere(u.userId, completed[0]!.id);
+    await expectOneIdEverywhere(u.userId, completed[0]!.id);
   });
 
   test("an async task's result carries the task id, which is the request id", async () => {
@@ -96,6 +96,6 @@ describe("the image answer's id is the request's one id", () => {
     }
     expect(done.status).toBe("succeeded");
     expect(done.result!.id).toBe(task.id);
-    expectOneIdEverywhere(u.userId, task.id);
+    await expectOneIdEverywhere(u.userId, task.id);
   });
 });

@@ -90,7 +90,7 @@ async function refused(server: TestServer, body: Record<string, unknown>, param:
   const answer = (await res.json()) as { error: { param: string; code: string; message: string } };
   expect({ status: res.status, param: answer.error.param, code: answer.error.code }).toEqual({ status: 400, param, code });
   if (words) expect(answer.error.message).toContain(words);
-  expect(server.balance(u.userId)).toBe(3);
+  expect(await server.balance(u.userId)).toBe(3);
   return answer.error;
 }
 
@@ -105,7 +105,7 @@ describe("with [fetch] allow_private (an image host on loopback)", () => {
       ["reference_images[1]", "image/png", 40, 30],
     ]);
     expect(Buffer.from(job.images[0]!.bytes).equals(Buffer.from(REFERENCE))).toBe(true);
-    expect(open.balance(u.userId)).toBe(1);
+    expect(await open.balance(u.userId)).toBe(1);
   });
 
   test("a JSON edit with the image and the mask by URL", async () => {
@@ -114,7 +114,7 @@ describe("with [fetch] allow_private (an image host on loopback)", () => {
     expect(res.status).toBe(200);
     const job = jobs.at(-1)!;
     expect([job.images[0]!.width, job.mask?.width, job.mask?.param]).toEqual([64, 64, "mask"]);
-    expect(open.balance(u.userId)).toBe(0);
+    expect(await open.balance(u.userId)).toBe(0);
   });
 
   test("over 10 MiB (announced or streamed), not an image, 404, too slow, 4 redirects: 400 naming the field, not charged", async () => {
@@ -152,7 +152,7 @@ describe("our own signed links", () => {
     expect(res.status).toBe(200);
     const stored = new Uint8Array(await (await fetch(link)).arrayBuffer());
     expect(Buffer.from(jobs.at(-1)!.images[0]!.bytes).equals(Buffer.from(stored))).toBe(true);
-    expect(strict.balance(u.userId)).toBe(1);
+    expect(await strict.balance(u.userId)).toBe(1);
   });
 
   test("an altered own link is not ours: it is fetched like any URL (and refused as loopback here), not charged", async () => {

@@ -96,7 +96,7 @@ beforeEach(() => {
 });
 
 const client = (key: string) => new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
-const requestsOf = (userId: number) => server.services.store.requests.list({ userId, limit: 100 });
+const requestsOf = async (userId: number) => await server.services.store.requests.list({ userId, limit: 100 });
 
 type AnyEvent = { type: string; b64_json: string; partial_image_index?: number; size: string; quality: string; background: string; output_format: string; created_at: number; generation_time_ms?: number };
 
@@ -132,8 +132,8 @@ describe("generations with the official client", () => {
 
     const plain = await client(u.key).images.generate({ model: "builtin-image", prompt: "a lighthouse at dusk", size: "96x64" as "1024x1024" });
     expect(plain.data![0]!.b64_json).toBe(completed.b64_json);
-    expect(server.balance(u.userId)).toBe(1);
-    expect(requestsOf(u.userId).map((r) => r.status)).toEqual(["succeeded", "succeeded"]);
+    expect(await server.balance(u.userId)).toBe(1);
+    expect((await requestsOf(u.userId)).map((r) => r.status)).toEqual(["succeeded", "succeeded"]);
   });
 
   test("partial_images 0 (or absent) sends only the completed event; background is echoed", async () => {
@@ -143,7 +143,7 @@ describe("generations with the official client", () => {
     const absent = await collect(await client(u.key).images.generate({ prompt: "snowy mountains", size: "64x64" as "1024x1024", stream: true, background: "transparent", quality: "low" }));
     expect(absent).toHaveLength(1);
     expect(absent[0]).toMatchObject({ type: "image_generation.completed", background: "transparent", quality: "low" });
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("a fake OpenAI upstream that streams: its two partials pass through, then its completed image", async () => {
@@ -158,7 +158,7 @@ describe("generations with the official client", () => {
     });
     expect(decode(events[2]!.b64_json).width).toBe(1024);
     expect(fakeOpenAI.received[0]!.json).toMatchObject({ model: "gpt-image-1", stream: true, partial_images: 2 });
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("an upstream that does not stream: only the completed event", async () => {
@@ -199,7 +199,7 @@ describe("edits with the official client", () => {
       expect(e.size).toBe("80x48");
       expect(decode(e.b64_json)).toMatchObject({ width: 80, height: 48 });
     }
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("an edit through the streaming upstream: image_edit events pass through", async () => {
@@ -232,8 +232,8 @@ describe("failures", () => {
     expect(apiError.message).not.toContain("the scripted engine broke down");
     expect(apiError.code).toBe("upstream_error");
     expect(apiError.type).toBe("upstream_error");
-    expect(server.balance(u.userId)).toBe(1);
-    expect(requestsOf(u.userId)[0]).toMatchObject({ status: "failed", error_code: "upstream_error", credits_refunded: 1 });
+    expect(await server.balance(u.userId)).toBe(1);
+    expect((await requestsOf(u.userId))[0]).toMatchObject({ status: "failed", error_code: "upstream_error", credits_refunded: 1 });
   });
 
   test("the error event on the wire is OpenAI's: event: error, data {type: error, error: {message, type, param, code}}", async () => {
@@ -253,7 +253,7 @@ describe("failures", () => {
     expect(String(error.error.message)).toContain("The upstream service failed");
     expect(String(error.error.message)).not.toContain("overloaded");
     expect(text).not.toContain(UPSTREAM_KEY);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("before the charge the answer is the usual JSON error, not a stream: 402, 400 partial_images, 404 model", async () => {
@@ -281,8 +281,8 @@ describe("failures", () => {
     expect(multipart.status).toBe(400);
     expect(((await multipart.json()) as { error: { param: string } }).error.param).toBe("partial_images");
 
-    expect(server.balance(u.userId)).toBe(2);
-    expect(requestsOf(u.userId)).toHaveLength(0);
+    expect(await server.balance(u.userId)).toBe(2);
+    expect(await requestsOf(u.userId)).toHaveLength(0);
   });
 });
 
@@ -318,8 +318,8 @@ describe("the connection", () => {
     // Gone before the first event (the engine waits 300 ms first).
     controller.abort();
     await res.body?.cancel().catch(() => {});
-    await until(() => requestsOf(u.userId)[0]?.status === "succeeded", "the dropped generation to finish", 5000);
-    expect(server.balance(u.userId)).toBe(0);
+    await until(async () => (await requestsOf(u.userId))[0]?.status === "succeeded", "the dropped generation to finish", 5000);
+    expect(await server.balance(u.userId)).toBe(0);
     await server.services.background.idle();
     expect(server.logs.filter((l) => /"level":"error"/.test(l))).toEqual([]);
   });

@@ -35,7 +35,7 @@ afterAll(async () => {
   await server.close();
 });
 
-const ledgerOk = (userId: number) => expect(server.services.store.credits.ledgerSum(userId)).toBe(server.balance(userId));
+const ledgerOk = async (userId: number) => expect(await server.services.store.credits.ledgerSum(userId)).toBe(await server.balance(userId));
 
 function post(key: string, path: string, body: unknown, headers: Record<string, string> = {}) {
   return fetch(server.url + path, {
@@ -61,8 +61,8 @@ describe("Idempotency-Key", () => {
     for (const r of answers) expect(r.status).toBe(200);
     expect(new Set(bodies.map((b) => b.data[0].b64_json)).size).toBe(1);
     expect(answers.filter((r) => r.headers.get("idempotent-replayed") === "true")).toHaveLength(7);
-    expect(server.balance(userId)).toBe(4);
-    ledgerOk(userId);
+    expect(await server.balance(userId)).toBe(4);
+    await ledgerOk(userId);
     engine.behave = async (job) => engine.png(job);
   });
 
@@ -80,7 +80,7 @@ describe("Idempotency-Key", () => {
     const image = await client.images.generate({ model: "builtin-image", prompt: "a slow fox", size: "64x64" as never }, { headers: { "Idempotency-Key": "client-retry-1" } });
     expect(image.data?.[0]?.b64_json?.length).toBeGreaterThan(0);
     expect(calls).toBe(1);
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
     engine.behave = async (job) => engine.png(job);
   });
 
@@ -92,7 +92,7 @@ describe("Idempotency-Key", () => {
     const err = (await res.json()).error;
     expect(err.code).toBe("idempotency_key_reused");
     expect(err.message).toContain("reuse-1");
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
   });
 
   test("keys are per user: another user's same key runs its own request", async () => {
@@ -102,7 +102,7 @@ describe("Idempotency-Key", () => {
     const res = await post(b.key, "/v1/images/generations", GEN, { "idempotency-key": "shared-name" });
     expect(res.status).toBe(200);
     expect(res.headers.get("idempotent-replayed")).toBeNull();
-    expect(server.balance(b.userId)).toBe(1);
+    expect(await server.balance(b.userId)).toBe(1);
   });
 
   test("a request that failed and was refunded runs again under its key", async () => {
@@ -111,13 +111,13 @@ describe("Idempotency-Key", () => {
       throw new UpstreamFailed("the first try fails");
     };
     expect((await post(key, "/v1/images/generations", GEN, { "idempotency-key": "fail-then-ok" })).status).toBe(502);
-    expect(server.balance(userId)).toBe(3);
+    expect(await server.balance(userId)).toBe(3);
     engine.behave = async (job) => engine.png(job);
     const again = await post(key, "/v1/images/generations", GEN, { "idempotency-key": "fail-then-ok" });
     expect(again.status).toBe(200);
     expect(again.headers.get("idempotent-replayed")).toBeNull();
-    expect(server.balance(userId)).toBe(2);
-    ledgerOk(userId);
+    expect(await server.balance(userId)).toBe(2);
+    await ledgerOk(userId);
   });
 
   test("multipart edits are fingerprinted by their files: the same upload replays, another file is a different request", async () => {
@@ -136,7 +136,7 @@ describe("Idempotency-Key", () => {
     expect(replay.status).toBe(200);
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect((await send(200)).status).toBe(400);
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
   });
 
   test("keys and their answers are durable: after a restart on the same data the repeat is replayed, not charged", async () => {
@@ -151,7 +151,7 @@ describe("Idempotency-Key", () => {
       expect(res.status).toBe(200);
       expect(res.headers.get("idempotent-replayed")).toBe("true");
       expect((await res.json()).data[0].b64_json).toBe(original.data[0].b64_json);
-      expect(second.balance(userId)).toBe(2);
+      expect(await second.balance(userId)).toBe(2);
     } finally {
       await second.close();
     }
@@ -187,19 +187,19 @@ describe("async tasks", () => {
     expect(res.headers.get("x-request-id")).toBe(task.id);
     expect(task).toMatchObject({ object: "image.task", model: "builtin-image", endpoint: "generations" });
     expect(["queued", "running", "succeeded"]).toContain(task.status);
-    expect(server.balance(userId)).toBe(2);
+    expect(await server.balance(userId)).toBe(2);
     const done = await waitForTask(key, task.id);
     expect(done.status).toBe("succeeded");
     expect(Object.keys(done.result).sort()).toEqual(["created", "data", "generation_time_ms", "id", "image_id", "output_format", "quality", "size"]);
     expect(done.result.id).toBe(task.id);
     expect(done.result.size).toBe("64x64");
     expect(done.started_at).toBeGreaterThanOrEqual(done.created_at);
-    expect(server.services.store.requests.get(task.id)).toMatchObject({ status: "succeeded", credits_charged: 1 });
+    expect(await server.services.store.requests.get(task.id)).toMatchObject({ status: "succeeded", credits_charged: 1 });
     // The task row names the kept image; the bytes live once, in the image store.
-    const row = server.services.store.tasks.get(task.id)!;
+    const row = (await server.services.store.tasks.get(task.id))!;
     expect(row.result).not.toContain(done.result.data[0].b64_json);
     expect(JSON.parse(row.result!).image_id).toBe(done.result.image_id);
-    ledgerOk(userId);
+    await ledgerOk(userId);
   });
 
   test("the official openai client submits a task with Prefer and reads it back", async () => {
@@ -233,13 +233,13 @@ describe("async tasks", () => {
     const other = await server.userWithKey();
     const foreign = await fetch(`${server.url}/v1/images/tasks/${ids[0]}`, { headers: { authorization: `Bearer ${other.key}` } });
     expect(foreign.status).toBe(404);
-    while (engine.waiting > 0 || server.services.store.tasks.queued().length > 0) {
+    while (engine.waiting > 0 || (await server.services.store.tasks.queued()).length > 0) {
       engine.releaseAll();
       await Bun.sleep(20);
     }
     for (const id of ids) expect((await waitForTask(key, id)).status).toBe("succeeded");
     engine.behave = async (job) => engine.png(job);
-    expect(server.balance(userId)).toBe(2);
+    expect(await server.balance(userId)).toBe(2);
   });
 
   test("cancel: a queued task is refunded at once, a running one is aborted and refunded, an ended one is 409", async () => {
@@ -247,20 +247,20 @@ describe("async tasks", () => {
     engine.behave = (job) => new Promise((_, reject) => job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted"))));
     const running = (await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id;
     const queued = (await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id;
-    await until(() => engine.calls.some(() => true) && server.services.store.tasks.get(running)?.status === "running", "the first task to run");
-    expect(server.balance(userId)).toBe(3);
+    await until(async () => engine.calls.some(() => true) && (await server.services.store.tasks.get(running))?.status === "running", "the first task to run");
+    expect(await server.balance(userId)).toBe(3);
     const cancelQueued = await post(key, `/v1/images/tasks/${queued}/cancel`, {});
     expect(cancelQueued.status).toBe(200);
     expect(await cancelQueued.json()).toMatchObject({ status: "canceled", error: { code: "task_canceled" } });
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
     const cancelRunning = await post(key, `/v1/images/tasks/${running}/cancel`, {});
     expect(cancelRunning.status).toBe(200);
     expect((await cancelRunning.json()).status).toBe("canceled");
-    expect(server.balance(userId)).toBe(5);
+    expect(await server.balance(userId)).toBe(5);
     const again = await post(key, `/v1/images/tasks/${running}/cancel`, {});
     expect(again.status).toBe(409);
     expect((await again.json()).error.code).toBe("task_not_cancelable");
-    ledgerOk(userId);
+    await ledgerOk(userId);
     engine.behave = async (job) => engine.png(job);
   });
 
@@ -272,7 +272,7 @@ describe("async tasks", () => {
     expect(res.headers.get("idempotent-replayed")).toBe("true");
     expect((await res.json()).id).toBe(first.id);
     await waitForTask(key, first.id);
-    expect(server.balance(userId)).toBe(2);
+    expect(await server.balance(userId)).toBe(2);
   });
 
   test("a proxy that gives up after 1 s in front of a 3 s generation: the async task still delivers the image", async () => {
@@ -311,8 +311,8 @@ describe("async tasks", () => {
       engine.behave = async (job) => engine.png(job);
     }
     // The synchronous request the proxy cut off still ran to the end and was charged; the async one too.
-    await until(() => server.balance(userId) === 1, "both generations to be charged");
-    ledgerOk(userId);
+    await until(async () => (await server.balance(userId)) === 1, "both generations to be charged");
+    await ledgerOk(userId);
   });
 
   test("a stream the client drops: the generation finishes and its result is kept with the task", async () => {
@@ -335,7 +335,7 @@ describe("async tasks", () => {
     engine.behave = async (job) => engine.png(job);
     expect(done).toMatchObject({ status: "succeeded", endpoint: "generations" });
     expect(done.result.data[0].b64_json.length).toBeGreaterThan(0);
-    expect(server.balance(userId)).toBe(1);
+    expect(await server.balance(userId)).toBe(1);
   });
 
   test("a running stream's progress shows on its task (what a reattaching page polls)", async () => {
@@ -364,7 +364,7 @@ describe("async tasks", () => {
     const { key } = await server.userWithKey({ credits: 2 });
     const { id } = await (await post(key, "/v1/images/generations", GEN, ASYNC)).json();
     await waitForTask(key, id);
-    server.services.store.tasks.expire(Date.now() + 25 * 3_600_000);
+    await server.services.store.tasks.expire(Date.now() + 25 * 3_600_000);
     const res = await fetch(`${server.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } });
     expect(res.status).toBe(404);
     expect((await res.json()).error.code).toBe("task_expired");
@@ -377,8 +377,8 @@ describe("async tasks", () => {
     for (let i = 0; i < 21; i++) statuses.push((await post(key, "/v1/images/generations", GEN, ASYNC)).status);
     expect(statuses.slice(0, 20).every((s) => s === 202)).toBe(true);
     expect(statuses[20]).toBe(429);
-    expect(server.balance(userId)).toBe(20);
-    while (server.services.store.tasks.queued().length > 0 || engine.waiting > 0) {
+    expect(await server.balance(userId)).toBe(20);
+    while ((await server.services.store.tasks.queued()).length > 0 || engine.waiting > 0) {
       engine.releaseAll();
       await Bun.sleep(20);
     }

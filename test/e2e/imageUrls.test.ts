@@ -40,7 +40,7 @@ describe("response_format url", () => {
     const u = await server.userWithKey({ credits: 2 });
     const inline = await b64Answer(u.key);
     const linked = await urlAnswer(u.key);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
 
     expect(linked.body.data![0]!.b64_json).toBeUndefined();
     expect(linked.url.startsWith(`${server.url}/files/images/${linked.body.image_id}.png?expires=`)).toBe(true);
@@ -129,6 +129,6 @@ describe("response_format url", () => {
     expect(second.image_id).toBe(first.image_id);
     expect(second.data[0]!.b64_json).toBeUndefined();
     expect(new Uint8Array(await (await fetch(second.data[0]!.url)).arrayBuffer())).toEqual(new Uint8Array(await (await fetch(first.data[0]!.url)).arrayBuffer()));
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 });

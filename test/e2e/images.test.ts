@@ -63,7 +63,7 @@ describe("with the official openai client", () => {
     expect(raw.output_format).toBe("png");
     expect(raw.generation_time_ms).toBeGreaterThanOrEqual(0);
     expect(typeof res.data![0]!.revised_prompt).toBe("string");
-    expect(server.balance(u.userId)).toBe(4);
+    expect(await server.balance(u.userId)).toBe(4);
   });
 
   test("the default model is used when none is named", async () => {
@@ -71,7 +71,7 @@ describe("with the official openai client", () => {
     const res = await client(u.key).images.generate({ prompt: "a cat", size: "64x64" as "1024x1024" });
     expect(decodeB64(res.data![0]!.b64_json!).width).toBe(64);
     expect(jobs.at(-1)!.model.id).toBe("builtin-image");
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("fields the openai types allow to be null (model, n, size, quality, background…) count as absent", async () => {
@@ -94,7 +94,7 @@ describe("with the official openai client", () => {
     expect(jobs.at(-1)!.extra).toEqual({});
     const edit = await post("/v1/images/edits", u.key, { prompt: "snow", model: null, size: null, mask: null, user: null, images: [{ image_url: dataUrl(makePng(64, 64, pattern)) }] });
     expect(edit.status).toBe(200);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("stream: true answers OpenAI's server-sent events (test/e2e/imageStream.test.ts has the rest)", async () => {
@@ -103,7 +103,7 @@ describe("with the official openai client", () => {
     const types: string[] = [];
     for await (const event of stream) types.push(event.type);
     expect(types).toEqual(["image_generation.completed"]);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("images.edit with one file", async () => {
@@ -113,7 +113,7 @@ describe("with the official openai client", () => {
     const img = decodeB64(res.data![0]!.b64_json!);
     expect([img.width, img.height]).toEqual([96, 64]);
     expect(jobs.at(-1)!.images).toHaveLength(1);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("images.edit with an array of files (sent as image[]); part content types are sniffed, not trusted", async () => {
@@ -130,7 +130,7 @@ describe("with the official openai client", () => {
     expect((res as unknown as { size: string }).size).toBe("64x64");
     const job = jobs.at(-1)!;
     expect(job.images.map((i) => [i.mime, i.width, i.height])).toEqual([["image/png", 64, 64], ["image/jpeg", 40, 30]]);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("images.edit with a mask repaints only the transparent area", async () => {
@@ -161,7 +161,7 @@ describe("with the official openai client", () => {
     }
     expect(kept).toBe((W / 2) * H);
     expect(changed).toBeGreaterThan(0);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 });
 
@@ -187,7 +187,7 @@ describe("through fetch", () => {
     // The opaque bottom half is untouched.
     expect(out.data.subarray(64 * 24 * 4)).toEqual(input.data.subarray(64 * 24 * 4));
     expect(jobs.at(-1)!.mask?.width).toBe(64);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("reference images (PNG and JPEG, declared as jpg) reach the engine; OpenAI's extra fields pass through, unknown ones are ignored", async () => {
@@ -207,7 +207,7 @@ describe("through fetch", () => {
     const job = jobs.at(-1)!;
     expect(job.images.map((i) => i.mime)).toEqual(["image/png", "image/jpeg"]);
     expect(job.extra).toEqual({ style: "vivid", user: "end-user-7" });
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("a chunked multipart upload without Content-Length works", async () => {
@@ -226,7 +226,7 @@ describe("through fetch", () => {
     });
     const res = await fetch(`${server.url}/v1/images/edits`, { method: "POST", headers: { authorization: `Bearer ${u.key}`, "content-type": contentType }, body: stream });
     expect(res.status).toBe(200);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("one credit, eight concurrent generations and edits: exactly one succeeds, the rest are 402 without retry, the balance never goes negative", async () => {
@@ -243,9 +243,9 @@ describe("through fetch", () => {
     expect(results.filter((r) => r.status === 200)).toHaveLength(1);
     expect(results.filter((r) => r.status !== 200)).toEqual(Array(7).fill({ status: 402, retry: "false", code: "insufficient_credits" }));
     const credits = server.services.store.credits;
-    expect(credits.balance(u.userId)).toBe(0);
-    expect(credits.ledgerSum(u.userId)).toBe(0);
-    expect(server.services.store.requests.count({ userId: u.userId })).toBe(1);
+    expect(await credits.balance(u.userId)).toBe(0);
+    expect(await credits.ledgerSum(u.userId)).toBe(0);
+    expect(await server.services.store.requests.count({ userId: u.userId })).toBe(1);
   });
 
   test("the 32000-character prompt limit counts characters, not UTF-16 units (32000 emoji pass, 32001 fail)", async () => {
@@ -256,7 +256,7 @@ describe("through fetch", () => {
     const over = await post("/v1/images/generations", u.key, { prompt: "🎨".repeat(32001), size: "64x64" });
     expect(over.status).toBe(400);
     expect(((await over.json()) as { error: { param: string } }).error.param).toBe("prompt");
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("indexed image parts (image[0], image[1], as qs-style form encoders send a list) are accepted in index order", async () => {
@@ -269,7 +269,7 @@ describe("through fetch", () => {
     expect(res.status).toBe(200);
     expect(jobs.at(-1)!.images.map((i) => `${i.width}x${i.height}`)).toEqual(["64x48", "32x32"]);
     expect(((await res.json()) as { size: string }).size).toBe("64x48");
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("a response_format other than b64_json or url is a 400 that costs nothing (url: see imageUrls.test.ts)", async () => {
@@ -278,7 +278,7 @@ describe("through fetch", () => {
     expect(res.status).toBe(400);
     const body = (await res.json()) as { error: { param: string; code: string; message: string } };
     expect(body.error.param).toBe("response_format");
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 });
 
@@ -349,8 +349,8 @@ describe("bad input is refused with the right param and never charged", () => {
       expect(body.error.param).toBe(c.param);
       if (c.code) expect(body.error.code).toBe(c.code);
       expect(body.error.message.length).toBeGreaterThan(10);
-      expect(server.balance(u.userId)).toBe(3);
-      expect(server.services.store.requests.count({ userId: u.userId })).toBe(0);
+      expect(await server.balance(u.userId)).toBe(3);
+      expect(await server.services.store.requests.count({ userId: u.userId })).toBe(0);
     });
   }
 
@@ -386,8 +386,8 @@ describe("bad input is refused with the right param and never charged", () => {
       const body = (await res.json()) as { error: { param: string | null; code: string | null } };
       expect(body.error.param).toBe(c.param);
       if (c.code) expect(body.error.code).toBe(c.code);
-      expect(server.balance(u.userId)).toBe(3);
-      expect(server.services.store.requests.count({ userId: u.userId })).toBe(0);
+      expect(await server.balance(u.userId)).toBe(3);
+      expect(await server.services.store.requests.count({ userId: u.userId })).toBe(0);
     });
   }
 

@@ -93,16 +93,16 @@ async function spawnServer(): Promise<{ proc: Subprocess<"ignore", "pipe", "pipe
   throw new Error(`the server did not start: ${lines.join("\n")}\n${await new Response(proc.stderr).text()}`);
 }
 
-function readState(userId: number) {
+async function readState(userId: number) {
   const store = createStore(openDatabase(dataDir), latestVersion());
   try {
     return {
-      balance: store.credits.balance(userId),
-      ledgerSum: store.credits.ledgerSum(userId),
-      requests: store.requests.list({ userId }),
+      balance: await store.credits.balance(userId),
+      ledgerSum: await store.credits.ledgerSum(userId),
+      requests: await store.requests.list({ userId }),
     };
   } finally {
-    store.close();
+    await store.close();
   }
 }
 
@@ -111,7 +111,7 @@ test("a generation interrupted by kill -9 is refunded at the next start and mark
   const setup = createStore(openDatabase(dataDir), latestVersion());
   const user = await addUser(setup, Date.now, { email: "crash@example.com", credits: 3 });
   const { key } = await createKey(setup, Date.now, user.id, "crash");
-  setup.close();
+  await setup.close();
 
   const first = await spawnServer();
   const pending = fetch(`${first.url}/v1/images/generations`, {
@@ -121,7 +121,7 @@ test("a generation interrupted by kill -9 is refunded at the next start and mark
   }).catch((e: Error) => e);
   await until(() => upstreamCalls >= 1, "the upstream to receive the generation", 20_000);
 
-  const during = readState(user.id);
+  const during = await readState(user.id);
   expect(during.balance).toBe(2);
   expect(during.requests[0]).toMatchObject({ status: "pending", credits_charged: 1 });
 
@@ -131,7 +131,7 @@ test("a generation interrupted by kill -9 is refunded at the next start and mark
 
   const second = await spawnServer();
   expect(second.lines.some((l) => l.includes("refunded requests interrupted by a previous stop"))).toBe(true);
-  const after = readState(user.id);
+  const after = await readState(user.id);
   expect(after.balance).toBe(3);
   expect(after.ledgerSum).toBe(3);
   expect(after.requests[0]).toMatchObject({ status: "interrupted", error_code: "interrupted", credits_charged: 1, credits_refunded: 1 });

@@ -41,19 +41,19 @@ function generate(key: string, body: Record<string, unknown> = {}, init: Request
   });
 }
 
-const requestsOf = (userId: number) => server.services.store.requests.list({ userId, limit: 1000 });
+const requestsOf = async (userId: number) => await server.services.store.requests.list({ userId, limit: 1000 });
 
-function expectLedgerInvariant(userId: number) {
+async function expectLedgerInvariant(userId: number) {
   const { store } = server.services;
-  expect(store.credits.balance(userId)).toBe(store.credits.ledgerSum(userId));
-  for (const r of requestsOf(userId)) {
+  expect(await store.credits.balance(userId)).toBe(await store.credits.ledgerSum(userId));
+  for (const r of (await requestsOf(userId))) {
     expect(r.credits_charged).toBe(1);
     if (r.status === "succeeded") expect(r.credits_refunded).toBe(0);
     else {
       expect(["failed", "interrupted"]).toContain(r.status);
       expect(r.credits_refunded).toBe(1);
     }
-    const rows = store.credits.ledger(userId, 10_000).filter((l) => l.request_id === r.id);
+    const rows = (await store.credits.ledger(userId, 10_000)).filter((l) => l.request_id === r.id);
     expect(rows.filter((l) => l.kind === "charge")).toHaveLength(1);
     expect(rows.filter((l) => l.kind === "refund")).toHaveLength(r.status === "succeeded" ? 0 : 1);
   }
@@ -68,11 +68,11 @@ describe("credits", () => {
     expect(res.headers.get("x-queue-time-ms")).toMatch(/^\d+$/);
     const body = (await res.json()) as { generation_time_ms: number; size: string };
     expect(body.size).toBe("64x64");
-    expect(server.balance(u.userId)).toBe(2);
-    const [row] = requestsOf(u.userId);
+    expect(await server.balance(u.userId)).toBe(2);
+    const [row] = await requestsOf(u.userId);
     expect(row).toMatchObject({ status: "succeeded", endpoint: "/v1/images/generations", model: "builtin-image", credits_charged: 1, credits_refunded: 0, prompt: "a red fox" });
     expect(row!.generation_ms).not.toBeNull();
-    expectLedgerInvariant(u.userId);
+    await expectLedgerInvariant(u.userId);
   });
 
   test("402 at zero credits, before the engine or the queue is touched", async () => {
@@ -88,8 +88,8 @@ describe("credits", () => {
     // It ends with where credits come from ([workbench] top_up_message, empty by default).
     expect(body.error.message).toEndWith(" Ask the administrator of this service for more credits.");
     expect(engine.calls.length).toBe(calls);
-    expect(requestsOf(u.userId)).toHaveLength(0);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await requestsOf(u.userId)).toHaveLength(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   const failures: [string, () => Promise<never> | never, number, string][] = [
@@ -105,10 +105,10 @@ describe("credits", () => {
       expect(res.status).toBe(status);
       const body = (await res.json()) as { error: { code: string } };
       expect(body.error.code).toBe(code);
-      expect(server.balance(u.userId)).toBe(2);
-      const [row] = requestsOf(u.userId);
+      expect(await server.balance(u.userId)).toBe(2);
+      const [row] = await requestsOf(u.userId);
       expect(row).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1, error_code: code });
-      expectLedgerInvariant(u.userId);
+      await expectLedgerInvariant(u.userId);
     });
   }
 
@@ -125,8 +125,8 @@ describe("credits", () => {
       expect(res.status).toBe(502);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe("invalid_engine_output");
     }
-    expect(server.balance(u.userId)).toBe(3);
-    expectLedgerInvariant(u.userId);
+    expect(await server.balance(u.userId)).toBe(3);
+    await expectLedgerInvariant(u.userId);
   });
 });
 
@@ -142,10 +142,10 @@ describe("upstream trace", () => {
       throw e;
     };
     expect((await generate(u.key, { prompt: "traced failure" })).status).toBe(502);
-    const rows = requestsOf(u.userId);
+    const rows = await requestsOf(u.userId);
     expect(rows.find((r) => r.prompt === "traced ok")).toMatchObject({ status: "succeeded", upstream_id: "up-1", account_id: "acct-a", attempts: 2, upstream_latency_ms: 120 });
     expect(rows.find((r) => r.prompt === "traced failure")).toMatchObject({ status: "failed", upstream_id: "up-1", account_id: "acct-b", attempts: 3, credits_refunded: 1 });
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 });
 
@@ -162,12 +162,12 @@ describe("the concurrency gate", () => {
     const body = (await res.json()) as { error: { code: string; message: string; type: string } };
     expect(body.error.code).toBe("concurrency_limit_exceeded");
     expect(body.error.message).toMatch(/per-user limit of 2|server-wide limit of 2/);
-    expect(server.balance(u.userId)).toBe(10 - LIMIT);
+    expect(await server.balance(u.userId)).toBe(10 - LIMIT);
     engine.releaseAll();
     for (const r of await Promise.all(running)) expect(r.status).toBe(200);
-    expect(server.balance(u.userId)).toBe(10 - LIMIT);
-    expect(requestsOf(u.userId)).toHaveLength(LIMIT);
-    expectLedgerInvariant(u.userId);
+    expect(await server.balance(u.userId)).toBe(10 - LIMIT);
+    expect(await requestsOf(u.userId)).toHaveLength(LIMIT);
+    await expectLedgerInvariant(u.userId);
   });
 
   test("the server-wide limit applies across users and is named in the message", async () => {
@@ -179,7 +179,7 @@ describe("the concurrency gate", () => {
     const res = await generate(b.key);
     expect(res.status).toBe(429);
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/server-wide limit of 2/);
-    expect(server.balance(b.userId)).toBe(5);
+    expect(await server.balance(b.userId)).toBe(5);
     engine.releaseAll();
     await Promise.all(running);
   });
@@ -195,13 +195,13 @@ describe("a client that disconnects", () => {
       await until(() => engine.waiting === 1, "the engine to start");
       abort.abort();
       await pending;
-      expect(requestsOf(u.userId)[0]!.status).toBe("pending");
+      expect((await requestsOf(u.userId))[0]!.status).toBe("pending");
       engine.releaseAll();
       await server.services.background.idle();
-      const [row] = requestsOf(u.userId);
+      const [row] = await requestsOf(u.userId);
       expect(row!.status).toBe(outcome === "succeeds" ? "succeeded" : "failed");
-      expect(server.balance(u.userId)).toBe(outcome === "succeeds" ? 3 : 4);
-      expectLedgerInvariant(u.userId);
+      expect(await server.balance(u.userId)).toBe(outcome === "succeeds" ? 3 : 4);
+      await expectLedgerInvariant(u.userId);
     });
   }
 });
@@ -242,8 +242,8 @@ describe("with a queue and a short engine deadline", () => {
     const res = await send(u.key, "never finishes");
     expect(res.status).toBe(504);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("timeout");
-    expect(queued.balance(u.userId)).toBe(1);
-    expect(queued.services.store.requests.list({ userId: u.userId })[0]).toMatchObject({ status: "failed", error_code: "timeout", credits_refunded: 1 });
+    expect(await queued.balance(u.userId)).toBe(1);
+    expect((await queued.services.store.requests.list({ userId: u.userId }))[0]).toMatchObject({ status: "failed", error_code: "timeout", credits_refunded: 1 });
   });
 
   test("a queued request waits for a slot, reports the wait in x-queue-time-ms, and its generation time excludes it", async () => {
@@ -261,9 +261,9 @@ describe("with a queue and a short engine deadline", () => {
     const res = await third;
     expect(res.status).toBe(200);
     expect(Number(res.headers.get("x-queue-time-ms"))).toBeGreaterThanOrEqual(40);
-    const row = queued.services.store.requests.list({ userId: u.userId }).find((r) => r.prompt === "three")!;
+    const row = (await queued.services.store.requests.list({ userId: u.userId })).find((r) => r.prompt === "three")!;
     expect(row.queue_ms).toBeGreaterThanOrEqual(40);
-    expect(queued.balance(u.userId)).toBe(0);
+    expect(await queued.balance(u.userId)).toBe(0);
   });
 
   test("a client that gives up while queued leaves the queue and is never charged", async () => {
@@ -284,8 +284,8 @@ describe("with a queue and a short engine deadline", () => {
     await until(() => queued.services.gates.image.stats().queued === 0, "the queue to drop the request");
     slow.releaseAll();
     await Promise.all(first);
-    expect(queued.balance(u.userId)).toBe(3);
-    expect(queued.services.store.requests.list({ userId: u.userId }).map((r) => r.prompt).sort()).toEqual(["one", "two"]);
+    expect(await queued.balance(u.userId)).toBe(3);
+    expect((await queued.services.store.requests.list({ userId: u.userId })).map((r) => r.prompt).sort()).toEqual(["one", "two"]);
   });
 
   test("after a concurrent burst of mixed successes and failures, every balance equals its ledger sum", async () => {
@@ -310,9 +310,9 @@ describe("with a queue and a short engine deadline", () => {
     await queued.services.background.idle();
     const { store } = queued.services;
     for (const [i, u] of users.entries()) {
-      expect(store.credits.balance(u.userId)).toBe(store.credits.ledgerSum(u.userId));
-      const rows = store.requests.list({ userId: u.userId, limit: 1000 });
-      const ledger = store.credits.ledger(u.userId, 10_000);
+      expect(await store.credits.balance(u.userId)).toBe(await store.credits.ledgerSum(u.userId));
+      const rows = await store.requests.list({ userId: u.userId, limit: 1000 });
+      const ledger = await store.credits.ledger(u.userId, 10_000);
       for (const r of rows) {
         const charges = ledger.filter((l) => l.request_id === r.id && l.kind === "charge");
         const refunds = ledger.filter((l) => l.request_id === r.id && l.kind === "refund");
@@ -322,7 +322,7 @@ describe("with a queue and a short engine deadline", () => {
       }
       const successes = statuses.filter((s, j) => sent[j]!.user === i && s === 200).length;
       expect(successes).toBe(rows.filter((r) => r.status === "succeeded").length);
-      expect(store.credits.balance(u.userId)).toBe([6, 20, 0][i]! - successes);
+      expect(await store.credits.balance(u.userId)).toBe([6, 20, 0][i]! - successes);
     }
     // The broke user got only 402s; something succeeded and something failed.
     expect(statuses.filter((s, j) => sent[j]!.user === 2).every((s) => s === 402)).toBe(true);

@@ -48,8 +48,8 @@ async function post(key: string, path: string, body: unknown, headers: Record<st
   return { status: res.status, body: (await res.json()) as { error?: { code: string | null; param: string | null; type: string } } & Record<string, unknown>, headers: res.headers };
 }
 
-const ledgerRows = (userId: number) => store().credits.ledger(userId, 1000);
-const requestCount = (userId: number) => store().requests.count({ userId });
+const ledgerRows = async (userId: number) => await store().credits.ledger(userId, 1000);
+const requestCount = async (userId: number) => await store().requests.count({ userId });
 
 describe("expiry", () => {
   test("an expired key answers 401 api_key_expired on every route; one that has not expired works", async () => {
@@ -60,8 +60,8 @@ describe("expiry", () => {
       expect(e.status).toBe(401);
       expect(e.code).toBe("api_key_expired");
     }
-    expect(server.balance(expired.userId)).toBe(5);
-    expect(requestCount(expired.userId)).toBe(0);
+    expect(await server.balance(expired.userId)).toBe(5);
+    expect(await requestCount(expired.userId)).toBe(0);
 
     const fresh = await keyHolder(5, { expiresAt: Date.now() + 60_000 });
     const page = await client(fresh.key).models.list();
@@ -91,10 +91,10 @@ describe("model allow-list", () => {
     expect(e.param).toBe("model");
 
     expect(engine.calls.length).toBe(calls);
-    expect(server.balance(h.userId)).toBe(10);
-    expect(ledgerRows(h.userId).filter((l) => l.kind !== "grant")).toEqual([]);
-    expect(requestCount(h.userId)).toBe(0);
-    expect(store().tasks.list(h.userId, { limit: 10 })).toEqual([]);
+    expect(await server.balance(h.userId)).toBe(10);
+    expect((await ledgerRows(h.userId)).filter((l) => l.kind !== "grant")).toEqual([]);
+    expect(await requestCount(h.userId)).toBe(0);
+    expect(await store().tasks.list(h.userId, { limit: 10 })).toEqual([]);
 
     // The allowed model works with the same key.
     const chat = await client(h.key).chat.completions.create({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }] });
@@ -109,11 +109,11 @@ describe("model allow-list", () => {
     expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
     expect(e.code).toBe("model_not_allowed");
     expect(e.param).toBe("model");
-    expect(requestCount(h.userId)).toBe(0);
+    expect(await requestCount(h.userId)).toBe(0);
 
     const img = await client(h.key).images.generate({ model: "builtin-image", prompt: "a cat" });
     expect(img.data?.[0]?.b64_json).toBeTruthy();
-    expect(server.balance(h.userId)).toBe(2);
+    expect(await server.balance(h.userId)).toBe(2);
   });
 
   test("/v1/models lists only the allowed models; retrieving another answers 404 model_not_found", async () => {
@@ -146,7 +146,7 @@ describe("credit cap", () => {
       const failed = (await client(h.key).images.generate({ prompt: "fail" }).catch((err: unknown) => err)) as InstanceType<typeof OpenAI.APIError>;
       expect(failed.status).toBe(502);
       await client(h.key).images.generate({ prompt: "two" });
-      expect(server.balance(h.userId)).toBe(8);
+      expect(await server.balance(h.userId)).toBe(8);
 
       const calls = engine.calls.length;
       for (const extra of [{}, { prefer: "respond-async" }] as Record<string, string>[]) {
@@ -156,16 +156,16 @@ describe("credit cap", () => {
         expect(r.headers.get("x-should-retry")).toBe("false");
       }
       expect(engine.calls.length).toBe(calls);
-      expect(server.balance(h.userId)).toBe(8);
+      expect(await server.balance(h.userId)).toBe(8);
       expect(await store().keys.spent(h.keyId)).toBe(2);
       // The ledger still sums to the balance, with one charge per charged request.
-      expect(store().credits.ledgerSum(h.userId)).toBe(8);
-      expect(ledgerRows(h.userId).filter((l) => l.kind === "charge").length).toBe(3);
+      expect(await store().credits.ledgerSum(h.userId)).toBe(8);
+      expect((await ledgerRows(h.userId)).filter((l) => l.kind === "charge").length).toBe(3);
 
       // Another key of the same user is not capped.
       const other = await createKey(store(), Date.now, h.userId, "uncapped");
       await client(other.key.secret).images.generate({ prompt: "four" });
-      expect(server.balance(h.userId)).toBe(7);
+      expect(await server.balance(h.userId)).toBe(7);
     } finally {
       engine.behave = async (job) => engine.png(job);
     }
@@ -182,7 +182,7 @@ describe("credit cap", () => {
       const both = [0, 1].map((i) => post(h.key, "/images/generations", { prompt: `race ${i}` }));
       await until(() => engine.waiting >= 1, "one request to reach the engine");
       // Give the other request time to reach its charge (it cannot reach the engine).
-      await until(() => store().requests.count({ userId: h.userId }) >= 3, "the first charge");
+      await until(async () => (await store().requests.count({ userId: h.userId })) >= 3, "the first charge");
       await Bun.sleep(200);
       engine.releaseAll();
       const results = await Promise.all(both);
@@ -192,9 +192,9 @@ describe("credit cap", () => {
       engine.releaseAll();
       engine.behave = async (job) => engine.png(job);
     }
-    expect(server.balance(h.userId)).toBe(7);
+    expect(await server.balance(h.userId)).toBe(7);
     expect(await store().keys.spent(h.keyId)).toBe(3);
-    expect(store().credits.ledgerSum(h.userId)).toBe(7);
+    expect(await store().credits.ledgerSum(h.userId)).toBe(7);
   });
 });
 

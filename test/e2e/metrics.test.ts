@@ -106,7 +106,7 @@ describe("/metrics", () => {
     expect(value(m, "atelier_credits_total", { kind: "deduct" })).toBe(0);
     expect(value(m, "atelier_image_requests_pending")).toBe(0);
     expect(value(m, "atelier_ledger_mismatched_users")).toBe(0);
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
   });
 
   test("the ledger invariant gauge goes to 1 when a balance is changed without its ledger row", async () => {

@@ -56,9 +56,8 @@ afterAll(async () => {
 });
 
 const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
-const ledgerKinds = (userId: number) =>
-  server.services.store.credits
-    .ledger(userId)
+const ledgerKinds = async (userId: number) =>
+  (await server.services.store.credits.ledger(userId))
     .reverse()
     .filter((l) => l.request_id)
     .map((l) => [l.kind, l.amount]);
@@ -78,29 +77,29 @@ describe("the charge and the refund use the price", () => {
   test("a synchronous success costs the price; an upstream failure refunds exactly it", async () => {
     const { key, userId } = await server.userWithKey({ credits: 5 });
     await client(key).images.generate({ model: "priced", prompt: "a lighthouse" });
-    expect(server.balance(userId)).toBe(3);
+    expect(await server.balance(userId)).toBe(3);
     fake.queueFaults(UPSTREAM_KEY, { kind: "status", status: 500, message: "upstream down" });
     const e = await client(key).images.generate({ model: "priced", prompt: "a lighthouse" }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(OpenAI.APIError);
-    expect(server.balance(userId)).toBe(3);
-    expect(ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2], ["refund", 2]]);
-    expect(server.services.store.credits.ledgerSum(userId)).toBe(3);
+    expect(await server.balance(userId)).toBe(3);
+    expect(await ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2], ["refund", 2]]);
+    expect(await server.services.store.credits.ledgerSum(userId)).toBe(3);
   });
 
   test("the built-in model charges [server] builtin_image_price and a model without a price charges 1", async () => {
     const { key, userId } = await server.userWithKey({ credits: 10 });
     await client(key).images.generate({ model: "builtin-image", prompt: "dunes", size: "256x256" });
-    expect(server.balance(userId)).toBe(7);
+    expect(await server.balance(userId)).toBe(7);
     await client(key).images.generate({ model: "plain", prompt: "dunes" });
-    expect(server.balance(userId)).toBe(6);
+    expect(await server.balance(userId)).toBe(6);
   });
 
   test("a free model works at a zero balance and writes no ledger row", async () => {
     const { key, userId } = await server.userWithKey({ credits: 0 });
     const res = await client(key).images.generate({ model: "free", prompt: "a free sketch" });
     expect(res.data?.[0]?.b64_json).toBeTruthy();
-    expect(server.balance(userId)).toBe(0);
-    expect(ledgerKinds(userId)).toEqual([]);
+    expect(await server.balance(userId)).toBe(0);
+    expect(await ledgerKinds(userId)).toEqual([]);
   });
 
   test("a streamed request costs the price once", async () => {
@@ -112,8 +111,8 @@ describe("the charge and the refund use the price", () => {
     });
     expect(res.status).toBe(200);
     expect(await res.text()).toContain("image_generation.completed");
-    expect(server.balance(userId)).toBe(2);
-    expect(ledgerKinds(userId)).toEqual([["charge", -2]]);
+    expect(await server.balance(userId)).toBe(2);
+    expect(await ledgerKinds(userId)).toEqual([["charge", -2]]);
   });
 
   test("an async task costs the price when accepted; an idempotent repeat is not charged again", async () => {
@@ -125,17 +124,17 @@ describe("the charge and the refund use the price", () => {
       body: JSON.stringify({ model: "priced", prompt: "a quiet harbour" }),
     });
     expect(accepted.status).toBe(202);
-    expect(server.balance(userId)).toBe(4);
+    expect(await server.balance(userId)).toBe(4);
     const { id } = (await accepted.json()) as { id: string };
-    await until(() => server.services.store.tasks.get(id)?.status === "succeeded", "the async task");
+    await until(async () => (await server.services.store.tasks.get(id))?.status === "succeeded", "the async task");
 
     const body = JSON.stringify({ model: "priced", prompt: "the same harbour" });
     for (let i = 0; i < 2; i++) {
       const res = await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { ...headers, "idempotency-key": "harbour-1" }, body });
       expect(res.status).toBe(200);
     }
-    expect(server.balance(userId)).toBe(2);
-    expect(ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2]]);
+    expect(await server.balance(userId)).toBe(2);
+    expect(await ledgerKinds(userId)).toEqual([["charge", -2], ["charge", -2]]);
   });
 
   test("a balance below the price: 402 insufficient_credits naming price and balance, nothing charged", async () => {
@@ -149,10 +148,10 @@ describe("the charge and the refund use the price", () => {
     expect(err.message).toContain("this model costs 2 credits per image and your balance is 1");
     expect(err.headers?.get("x-should-retry")).toBe("false");
     expect(fake.received.length).toBe(before);
-    expect(server.balance(userId)).toBe(1);
+    expect(await server.balance(userId)).toBe(1);
     // The cheaper model still works with the same balance.
     await client(key).images.generate({ model: "plain", prompt: "affordable" });
-    expect(server.balance(userId)).toBe(0);
+    expect(await server.balance(userId)).toBe(0);
   });
 });
 

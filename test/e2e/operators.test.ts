@@ -154,7 +154,7 @@ describe("operators in a real browser", () => {
           await m.getByRole("button", { name: "Redeem" }).click();
           await m.locator("#redeem [role=alert]").waitFor();
           expect(await m.locator("#redeem").textContent()).toContain("This code was already redeemed.");
-          expect(server.balance(user.id)).toBe(18);
+          expect(await server.balance(user.id)).toBe(18);
           await shot(m, `${size}-user-redeem-refused`);
 
           // The admin sees the user's key with its spend, and revokes it: the key answers 401.

@@ -168,7 +168,7 @@ afterAll(async () => {
 
 describe("the playground on the streaming and async paths", () => {
   test("a streamed generation shows the previews as they arrive, then the image", async () => {
-    const before = server.balance(userId);
+    const before = await server.balance(userId);
     await startGenerate("previews of a lighthouse");
     const caption = page.locator("#gen-result [data-preview-caption]");
     await containsText(caption, "Preview 2 of 2");
@@ -187,7 +187,7 @@ describe("the playground on the streaming and async paths", () => {
     openGate("final");
     await finalImageShown();
     await containsText(page.locator("#gen-result [data-announce]"), "The image is ready.");
-    expect(server.balance(userId)).toBe(before - 1);
+    expect(await server.balance(userId)).toBe(before - 1);
     await shots("02-stream-done");
   }, TEST_TIMEOUT_MS);
 
@@ -222,7 +222,7 @@ describe("the playground on the streaming and async paths", () => {
       body: JSON.stringify({ prompt: "blocker task", size: "64x64" }),
     });
     expect(blocker.status).toBe(202);
-    const before = server.balance(userId);
+    const before = await server.balance(userId);
 
     await startGenerate("background lighthouse", true);
     await containsText(page.locator("#gen-result [data-status]"), "Queued, position 1 in the queue");
@@ -244,7 +244,7 @@ describe("the playground on the streaming and async paths", () => {
 
     openGate("background");
     await finalImageShown();
-    expect(server.balance(userId)).toBe(before - 1);
+    expect(await server.balance(userId)).toBe(before - 1);
   }, TEST_TIMEOUT_MS);
 
   test("a queued background task can be canceled: the credit is refunded", async () => {
@@ -256,7 +256,7 @@ describe("the playground on the streaming and async paths", () => {
       body: JSON.stringify({ prompt: "blocker again", size: "64x64" }),
     });
     expect(blocker.status).toBe(202);
-    const before = server.balance(userId);
+    const before = await server.balance(userId);
 
     await startGenerate("background to cancel", true);
     await containsText(page.locator("#gen-result [data-status]"), "Queued");
@@ -266,7 +266,7 @@ describe("the playground on the streaming and async paths", () => {
     expect(await page.locator("#gen-result [data-error]").getAttribute("class")).toBe("msg notice");
     expect(await page.locator("#gen-result [data-busy]").isHidden()).toBe(true);
     expect(await rememberedTask()).toBeNull();
-    expect(server.balance(userId)).toBe(before);
+    expect(await server.balance(userId)).toBe(before);
     await shots("06-background-canceled");
     openGate("blocker");
   }, TEST_TIMEOUT_MS);

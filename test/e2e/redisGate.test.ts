@@ -51,7 +51,7 @@ describe("[redis] url: the image gate shared by every instance", () => {
       const body = (await res.json()) as { data: { b64_json: string }[] };
       expect(body.data[0]!.b64_json.length).toBeGreaterThan(0);
     }
-    expect(a.balance(user.userId)).toBe(3);
+    expect(await a.balance(user.userId)).toBe(3);
     expect(await (await fetch(`${a.url}/readyz`)).json()).toEqual({ status: "ready" });
   });
 
@@ -67,7 +67,7 @@ describe("[redis] url: the image gate shared by every instance", () => {
       expect(body.error.message).toContain("server-wide limit of 1");
       expect(res.headers.get("retry-after")).toBe("1");
     }
-    expect(a.balance(user.userId)).toBe(5);
+    expect(await a.balance(user.userId)).toBe(5);
     held.release();
     let res = await generate(b, user.key);
     // The release is sent without waiting; a request racing it may still see the slot taken.
@@ -78,7 +78,7 @@ describe("[redis] url: the image gate shared by every instance", () => {
     }
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    expect(a.balance(user.userId)).toBe(4);
+    expect(await a.balance(user.userId)).toBe(4);
     other.close();
   });
 });
@@ -98,7 +98,7 @@ describe("[redis] url: Redis unreachable", () => {
       expect(body.error.type).toBe("server_error");
       expect(body.error.message).not.toContain(String(deadPort));
       expect(res.headers.get("retry-after")).toBe("1");
-      expect(server.balance(user.userId)).toBe(3);
+      expect(await server.balance(user.userId)).toBe(3);
       const ready = await fetch(`${server.url}/readyz`);
       expect(ready.status).toBe(503);
       expect(((await ready.json()) as { error: { code: string } }).error.code).toBe("not_ready");

@@ -64,5 +64,5 @@ test("webhook_url is refused before any charge: without Prefer: respond-async, a
   const unsigned = await post(key, { prompt: "a fox", size: "64x64", webhook_url: `http://127.0.0.1:${receiver.port}/x` }, { prefer: "respond-async" });
   expect(unsigned.status).toBe(400);
   expect((await unsigned.json()).error).toMatchObject({ param: "webhook_url", code: "invalid_webhook_url" });
-  expect(server.balance(userId)).toBe(2);
+  expect(await server.balance(userId)).toBe(2);
 });

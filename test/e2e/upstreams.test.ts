@@ -112,7 +112,7 @@ afterAll(async () => {
   await webui.stop();
 });
 
-const lastRequestOf = (userId: number) => server.services.store.requests.list({ userId, limit: 1 })[0]!;
+const lastRequestOf = async (userId: number) => (await server.services.store.requests.list({ userId, limit: 1 }))[0]!;
 const received = (fake: FakeUpstream, key: string) => fake.received.filter((r) => r.account === key);
 
 async function apiError(p: Promise<unknown>): Promise<APIError> {
@@ -132,7 +132,7 @@ describe("happy paths through the official openai client", () => {
     expect(res.model).toBe("gpt-chat");
     const got = openai.received.filter((r) => r.path === "/v1/chat/completions").at(-1)!;
     expect(got.json).toMatchObject({ model: "gpt-chat-up", temperature: 0.3, messages: [{ role: "user", content: "hi there" }] });
-    expect(lastRequestOf(u.userId)).toMatchObject({ kind: "chat", upstream_id: "oa", attempts: 1 });
+    expect(await lastRequestOf(u.userId)).toMatchObject({ kind: "chat", upstream_id: "oa", attempts: 1 });
   });
 
   test("generation: JSON to /images/generations, a real PNG back, 1 credit, history with upstream and account", async () => {
@@ -145,8 +145,8 @@ describe("happy paths through the official openai client", () => {
     expect(got).toHaveLength(1);
     expect(got[0]!.path).toBe("/v1/images/generations");
     expect(got[0]!.json).toMatchObject({ model: "gpt-image-up", prompt: "a fox", size: "96x64" });
-    expect(server.balance(u.userId)).toBe(2);
-    const row = lastRequestOf(u.userId);
+    expect(await server.balance(u.userId)).toBe(2);
+    const row = await lastRequestOf(u.userId);
     expect(row).toMatchObject({ status: "succeeded", upstream_id: "oa", attempts: 1 });
     expect(["h1", "h2"]).toContain(row.account_id!);
     expect(row.upstream_latency_ms).toBeGreaterThanOrEqual(0);
@@ -176,7 +176,7 @@ describe("happy paths through the official openai client", () => {
     const got = openai.received.slice(before)[0]!;
     expect(got.path).toBe("/v1/images/edits");
     expect(got.files!.map((f) => f.name).sort()).toEqual(["image", "mask"]);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test("a url answer reaches the client as b64_json, with the upstream's revised_prompt", async () => {
@@ -203,7 +203,7 @@ describe("happy paths through the official openai client", () => {
     expect(got.path).toBe("/sdapi/v1/txt2img");
     expect(got.json).toMatchObject({ prompt: "a tower", width: 96, height: 64, steps: 40, sampler_name: "Euler a", cfg_scale: 7, override_settings: { sd_model_checkpoint: "dreamshaper_8.safetensors" } });
     expect(got.account).toBe("artist");
-    expect(lastRequestOf(u.userId)).toMatchObject({ upstream_id: "sd", account_id: "gpu", attempts: 1 });
+    expect(await lastRequestOf(u.userId)).toMatchObject({ upstream_id: "sd", account_id: "gpu", attempts: 1 });
   });
 });
 
@@ -217,14 +217,14 @@ describe("faults through the server", () => {
     expect(retryAfter).toBeGreaterThanOrEqual(8);
     expect(retryAfter).toBeLessThanOrEqual(9);
     expect(Number(e.headers?.get("retry-after-ms"))).toBeLessThanOrEqual(9000);
-    expect(server.balance(u.userId)).toBe(1);
-    expect(lastRequestOf(u.userId)).toMatchObject({ status: "failed", credits_refunded: 1, upstream_id: "oa429", attempts: 2 });
+    expect(await server.balance(u.userId)).toBe(1);
+    expect(await lastRequestOf(u.userId)).toMatchObject({ status: "failed", credits_refunded: 1, upstream_id: "oa429", attempts: 2 });
     // Both accounts now cool down: the next request is refused without asking the upstream.
     const asked = received(openai, KEYS.r1).length + received(openai, KEYS.r2).length;
     const again = await apiError(client(u.key).images.generate({ model: "rl-image", prompt: "x", size: "64x64" as "1024x1024" }));
     expect(again.status).toBe(429);
     expect(received(openai, KEYS.r1).length + received(openai, KEYS.r2).length).toBe(asked);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("5xx on every attempt: 502 upstream_error after max_attempts; refunded; the attempts recorded", async () => {
@@ -232,8 +232,8 @@ describe("faults through the server", () => {
     const e = await apiError(client(u.key).images.generate({ model: "fail-image", prompt: "x", size: "64x64" as "1024x1024" }));
     expect(e.status).toBe(502);
     expect((e.error as { type: string }).type).toBe("upstream_error");
-    expect(server.balance(u.userId)).toBe(1);
-    const row = lastRequestOf(u.userId);
+    expect(await server.balance(u.userId)).toBe(1);
+    const row = await lastRequestOf(u.userId);
     expect(row).toMatchObject({ status: "failed", credits_refunded: 1, upstream_id: "oafail", attempts: 3 });
     expect(["f1", "f2"]).toContain(row.account_id!);
   });
@@ -246,7 +246,7 @@ describe("faults through the server", () => {
     expect(e.message).toContain("rejected as a result of our safety system");
     expect(e.message).not.toContain(KEYS.y1);
     expect(received(openai, KEYS.y1)).toHaveLength(1);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
   });
 
   test("401 disables the account (served by the other); visible to admins; re-enabled by the admin route and the CLI", async () => {
@@ -254,7 +254,7 @@ describe("faults through the server", () => {
     const admin = await server.userWithKey({ role: "admin" });
     const res = await client(u.key).images.generate({ model: "auth-image", prompt: "x", size: "64x64" as "1024x1024" });
     expect(res.data![0]!.b64_json).toBeTruthy();
-    expect(lastRequestOf(u.userId)).toMatchObject({ status: "succeeded", upstream_id: "oa401", account_id: "x2", attempts: 2 });
+    expect(await lastRequestOf(u.userId)).toMatchObject({ status: "succeeded", upstream_id: "oa401", account_id: "x2", attempts: 2 });
     expect(server.logs.some((l) => l.includes("disabled") && l.includes('"account":"x1"'))).toBe(true);
 
     const view = async (key: string) => {
@@ -285,7 +285,7 @@ describe("faults through the server", () => {
     const x1Before = received(openai, KEYS.x1).length;
     for (let i = 0; i < 2; i++) await client(u.key).images.generate({ model: "auth-image", prompt: "x", size: "64x64" as "1024x1024" });
     expect(received(openai, KEYS.x1).length).toBe(x1Before + 1);
-    expect(server.balance(u.userId)).toBe(1);
+    expect(await server.balance(u.userId)).toBe(1);
 
     // And through the CLI's code path, writing the database the server reads on every pick.
     expect(await enableUpstreamAccount(config, store, "oa401", "x1")).toContain("enabled oa401/x1");
@@ -345,7 +345,7 @@ describe("faults through the server", () => {
     }
     expect(openai.maxConcurrent.get(KEYS.h1)).toBe(2);
     expect(openai.maxConcurrent.get(KEYS.h2)).toBe(1);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 });
 
@@ -354,7 +354,7 @@ describe("secrets", () => {
     expect(bodies.length).toBeGreaterThan(10);
     // The server writes its pool snapshot for the CLI; that must be clean too.
     await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
-    const history = JSON.stringify(server.services.store.requests.list({ limit: 500 }));
+    const history = JSON.stringify(await server.services.store.requests.list({ limit: 500 }));
     const snapshots = JSON.stringify([...(await server.services.store.upstreams.loadSnapshots()).values()]);
     const haystacks = { logs: server.logs.join("\n"), bodies: bodies.join("\n"), history, snapshots };
     for (const [where, text] of Object.entries(haystacks)) {

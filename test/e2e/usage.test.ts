@@ -78,11 +78,11 @@ describe("GET /v1/usage", () => {
     expect(body.totals).toEqual(expected);
 
     // The same figures from the ledger: charges and refunds of this user's requests.
-    const ledger = server.services.store.credits.ledger(userId, 1000);
+    const ledger = await server.services.store.credits.ledger(userId, 1000);
     const charged = -ledger.filter((l) => l.kind === "charge").reduce((s, l) => s + l.amount, 0);
     const refunded = ledger.filter((l) => l.kind === "refund").reduce((s, l) => s + l.amount, 0);
     expect([body.totals.credits_charged, body.totals.credits_refunded]).toEqual([charged, refunded]);
-    expect(server.balance(userId)).toBe(20 - body.totals.credits_spent);
+    expect(await server.balance(userId)).toBe(20 - body.totals.credits_spent);
   });
 
   test("by model and by key", async () => {

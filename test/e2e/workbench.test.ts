@@ -230,7 +230,7 @@ describe("workbench in a real browser", () => {
     expect((await failure.textContent())!.length).toBeGreaterThan(10);
     expect(await user.locator("#gen-result [data-figure]").isHidden()).toBe(true);
     await containsText(user.locator("#balance"), String(before - 1));
-    expect(server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before - 1);
+    expect(await server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before - 1);
     await shot(user, "05c-playground-error");
     await user.locator("#gen-model").selectOption("builtin-image");
 
@@ -287,7 +287,7 @@ describe("workbench in a real browser", () => {
   }, TEST_TIMEOUT_MS);
 
   test("an admin grants credits and the user sees the new balance", async () => {
-    const before = server.balance((await server.services.store.users.byEmail(userEmail))!.id);
+    const before = await server.balance((await server.services.store.users.byEmail(userEmail))!.id);
     await admin.goto(`${server.url}/admin?q=${encodeURIComponent("painter-")}`);
     const row = admin.locator(`tr[data-user-email="${userEmail}"]`);
     await row.getByLabel(`Credits for ${userEmail}`).fill("5");
@@ -310,8 +310,8 @@ describe("workbench in a real browser", () => {
     await row2.getByLabel(`Credits for ${userEmail}`).fill("100000");
     await row2.getByRole("button", { name: "Deduct" }).click();
     await containsText(admin.getByRole("alert"), "Cannot deduct 100000");
-    expect(server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
-    expect(server.services.store.credits.ledgerSum((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
+    expect(await server.balance((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
+    expect(await server.services.store.credits.ledgerSum((await server.services.store.users.byEmail(userEmail))!.id)).toBe(before + 5);
 
     for (const [path, name] of [["/admin/requests", "10-admin-requests"], ["/admin/upstreams", "11-admin-upstreams"], ["/admin/models", "12-admin-models"]] as const) {
       await admin.goto(`${server.url}${path}`);
@@ -341,7 +341,7 @@ describe("workbench in a real browser", () => {
   test("cross-origin form posts to state-changing routes are rejected (CSRF)", async () => {
     const userId = (await server.services.store.users.byEmail(userEmail))!.id;
     const keysBefore = (await server.services.store.keys.listForUser(userId)).length;
-    const balanceBefore = server.balance(userId);
+    const balanceBefore = await server.balance(userId);
 
     // The session cookie is sent (127.0.0.1 on another port is the same site), so only the
     // CSRF checks stand in the way.
@@ -355,7 +355,7 @@ describe("workbench in a real browser", () => {
     const adminResponse = admin.waitForResponse((r) => r.url().includes("/admin/users/") && r.request().method() === "POST");
     await admin.goto(`http://127.0.0.1:${evil.port}/?target=/admin/users/${adminUserRow.id}/credits`);
     expect((await adminResponse).status()).toBe(403);
-    expect(server.balance(userId)).toBe(balanceBefore);
+    expect(await server.balance(userId)).toBe(balanceBefore);
 
     // A cross-origin fetch to /v1 with the session cookie is refused too and charges nothing.
     await user.goto(`http://127.0.0.1:${evil.port}/nothing`).catch(() => undefined);
@@ -367,7 +367,7 @@ describe("workbench in a real browser", () => {
         body: JSON.stringify({ prompt: "stolen" }),
       }).catch(() => undefined);
     }, server.url);
-    expect(server.balance(userId)).toBe(balanceBefore);
+    expect(await server.balance(userId)).toBe(balanceBefore);
 
     // Same origin but without the token: refused.
     const cookie = (await userContext.cookies(server.url)).find((c) => c.name === "atelier_session")!;
@@ -384,7 +384,7 @@ describe("workbench in a real browser", () => {
     });
     expect(noHeader.status).toBe(403);
     expect((await noHeader.json()).error.code).toBe("csrf_token_invalid");
-    expect(server.balance(userId)).toBe(balanceBefore);
+    expect(await server.balance(userId)).toBe(balanceBefore);
     expect((await server.services.store.keys.listForUser(userId)).length).toBe(keysBefore);
   }, TEST_TIMEOUT_MS);
 
@@ -445,7 +445,7 @@ describe("workbench in a real browser", () => {
         await p.waitForURL(/playground/);
       };
       await signIn(page);
-      const before = server.balance((await server.services.store.users.byEmail(email))!.id);
+      const before = await server.balance((await server.services.store.users.byEmail(email))!.id);
       await context.clearCookies();
       await page.getByLabel("Prompt").first().fill("after the session ended");
       await page.getByRole("button", { name: "Generate (1 credit)" }).click();
@@ -455,7 +455,7 @@ describe("workbench in a real browser", () => {
       await signIn(await context.newPage());
       await page.getByRole("button", { name: "Generate (1 credit)" }).click();
       await containsText(page.locator("#gen-result [data-error]"), "This page belongs to an earlier session. Reload it");
-      expect(server.balance((await server.services.store.users.byEmail(email))!.id)).toBe(before);
+      expect(await server.balance((await server.services.store.users.byEmail(email))!.id)).toBe(before);
       await shot(page, "15-playground-session-ended");
     } finally {
       await context.close();

@@ -99,7 +99,7 @@ upstream = "acme"
   imageId = (await server.services.store.images.listForUser(painter.userId, Date.now(), 1, 0))[0]!.id;
   painterId = painter.userId;
   keyId = (await server.services.store.keys.listForUser(painterId))[0]!.id;
-  requestId = server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
+  requestId = (await server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 }))[0]!.id;
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,

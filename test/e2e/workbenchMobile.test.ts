@@ -142,7 +142,7 @@ upstream = "acme"
 
   const { store } = server.services;
   const image = (await store.images.listForUser(user.userId, Date.now(), 1, 0))[0];
-  const request = store.requests.list({ userId: user.userId, limit: 1, offset: 0 })[0];
+  const request = (await store.requests.list({ userId: user.userId, limit: 1, offset: 0 }))[0];
   const key = (await store.keys.listForUser(user.userId)).find((k) => k.revoked_at === null);
   expect(image && request && key).toBeTruthy();
   DETAIL_PAGES.user.push(`/gallery/${image!.id}`, `/credits/requests/${request!.id}`, `/keys/${key!.id}`);
@@ -314,7 +314,7 @@ describe("the small things", () => {
       await row.getByRole("button", { name: "Grant credits to grant-target@example.com" }).click();
       await page.waitForURL(/done=granted/);
       expect(await page.locator("main [role=status]").first().textContent()).toBe("Granted 5 credits to grant-target@example.com; grant-target@example.com now has 7 credits.");
-      expect(server.balance(target.userId)).toBe(7);
+      expect(await server.balance(target.userId)).toBe(7);
       await shot(page, "phone-light-admin-granted");
 
       await page.locator('tr[data-user-email="grant-target@example.com"] input[name="amount"]').fill("1");

@@ -149,7 +149,7 @@ describe("API keys page", () => {
     const denied = (await c.chat.completions.create({ model: "builtin-chat", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
     expect(denied.status).toBe(403);
     expect(denied.code).toBe("model_not_allowed");
-    expect(server.balance(owner.userId)).toBe(18);
+    expect(await server.balance(owner.userId)).toBe(18);
 
     await page.goto(`${server.url}/keys`);
     const row = page.locator("table.keys tbody tr").first();
@@ -264,7 +264,7 @@ describe("usage, request detail and CSV", () => {
     const header = rows[0]!;
     expect(header.slice(0, 3)).toEqual(["id", "created_at", "finished_at"]);
     const body = rows.slice(1);
-    expect(body.length).toBe(server.services.store.requests.count({ userId: owner.userId }));
+    expect(body.length).toBe(await server.services.store.requests.count({ userId: owner.userId }));
     const prompt = (r: string[]) => r[header.indexOf("prompt")];
     expect(body.map(prompt)).toContain(`'${FORMULA}`);
     expect(body.map(prompt)).toContain("line one\nline two, with a comma");

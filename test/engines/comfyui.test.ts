@@ -390,7 +390,7 @@ params = { workflow = ${toml(INPAINT)}, output_node = "9" }
       const oa = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
       const gen = await oa.images.generate({ model: "sdxl", prompt: "a lighthouse", size: "1024x1536" });
       expect(readPng(Buffer.from(gen.data![0]!.b64_json!, "base64"))).toMatchObject({ width: 1024, height: 1536 });
-      expect(server.balance(userId)).toBe(9);
+      expect(await server.balance(userId)).toBe(9);
 
       const base = makePng(32, 32, () => [200, 100, 50, 255]);
       const edit = await oa.images.edit({
@@ -401,7 +401,7 @@ params = { workflow = ${toml(INPAINT)}, output_node = "9" }
       });
       expect(edit.data![0]!.b64_json).toBeTruthy();
       expect(fake.received.filter((r) => r.path.startsWith("/upload/")).map((r) => r.path)).toEqual(["/upload/image", "/upload/mask"]);
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
 
       fake.queueFaults("key-a", { kind: "node-errors" });
       const refused = await oa.images.generate({ model: "sdxl", prompt: "x", size: "1024x1024" }).catch((e) => e);
@@ -409,7 +409,7 @@ params = { workflow = ${toml(INPAINT)}, output_node = "9" }
       expect(refused.status).toBe(400);
       expect(refused.code).toBe("upstream_rejected");
       expect(refused.message).toContain("CheckpointLoaderSimple");
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
     } finally {
       await server.stop();
     }

@@ -286,12 +286,12 @@ describe("through a real server with the official openai client", () => {
       const png = readPng(Buffer.from(gen.data![0]!.b64_json!, "base64"));
       expect(png).toMatchObject({ width: 48, height: 32 });
       expect(fake.received.at(-1)!.json!.generationConfig).toEqual({ responseModalities: ["TEXT", "IMAGE"], imageConfig: { aspectRatio: "3:2" } });
-      expect(server.balance(userId)).toBe(9);
+      expect(await server.balance(userId)).toBe(9);
 
       const base = makePng(32, 32, () => [200, 100, 50, 255]);
       const edit = await oa.images.edit({ model: "banana", prompt: "make it blue", image: await toFile(base, "base.png", { type: "image/png" }) });
       expect(edit.data![0]!.b64_json).toBeTruthy();
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
 
       const sent = fake.received.length;
       const masked = await oa.images
@@ -307,7 +307,7 @@ describe("through a real server with the official openai client", () => {
       expect(masked.message).toContain("banana");
       expect(masked.message).toContain("mask");
       expect(fake.received.length).toBe(sent);
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
 
       fake.alwaysFault(KEY_A, { kind: "variant", name: "safety" });
       fake.alwaysFault(KEY_B, { kind: "variant", name: "safety" });
@@ -316,7 +316,7 @@ describe("through a real server with the official openai client", () => {
       expect(refused.status).toBe(400);
       expect(refused.code).toBe("upstream_rejected");
       expect(refused.message).toContain("IMAGE_SAFETY");
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
 
       fake.alwaysFault(KEY_A, { kind: "variant", name: "blocked" });
       fake.alwaysFault(KEY_B, { kind: "variant", name: "blocked" });
@@ -324,7 +324,7 @@ describe("through a real server with the official openai client", () => {
       expect(blocked.status).toBe(400);
       expect(blocked.code).toBe("upstream_rejected");
       expect(blocked.message).toContain("the prompt was blocked (SAFETY)");
-      expect(server.balance(userId)).toBe(8);
+      expect(await server.balance(userId)).toBe(8);
       for (const line of server.logs) {
         expect(line).not.toContain(KEY_A);
         expect(line).not.toContain(KEY_B);

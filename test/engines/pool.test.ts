@@ -221,11 +221,11 @@ describe("failures", () => {
     // once the pool's change check comes round (at most 100 ms), without a query on every pick.
     const other = createStore(openDatabase(dir), latestVersion());
     expect(await other.upstreams.enableAccount("up", "a")).toBe(true);
-    other.close();
+    await other.close();
     advance(100);
     for (let i = 0; i < 3; i++) await pool.run(attempt);
     expect(calls.slice(3)).toContain("a");
-    store.close();
+    await store.close();
     rmSync(dir, { recursive: true, force: true });
   });
 

@@ -104,7 +104,7 @@ upstream = "${id}"
 
     await client.images.generate({ model: "pic", prompt: "a lighthouse", size: "1024x1024" });
     expect(fake.received.map((r) => [r.path, r.json?.model])).toEqual([["/v1/images/generations", "pic"]]);
-    expect(server.balance(u.userId)).toBe(0);
+    expect(await server.balance(u.userId)).toBe(0);
   });
 
   test('the same configuration with the id "builtin" is refused at startup, naming the key', () => {

@@ -87,7 +87,7 @@ describe("over a raw socket", () => {
         await Bun.sleep(200);
       }
     }
-    const before = server.balance(userId);
+    const before = await server.balance(userId);
     const res = await rawRequest(server.url, head(body.length), drip());
     expect(res.status).toBe(408);
     expect(JSON.parse(res.body).error.code).toBe("request_timeout");
@@ -96,7 +96,7 @@ describe("over a raw socket", () => {
     const bound = (GRACE_MS + (body.length / MIN_RATE) * 1000 + SLOW_BODY_TICK_MS) / 200;
     expect(sent).toBeLessThan(body.length);
     expect(sent).toBeLessThanOrEqual(Math.ceil(bound) + 3);
-    expect(server.balance(userId)).toBe(before);
+    expect(await server.balance(userId)).toBe(before);
     expect(server.services.budget.inflightBytes).toBe(0);
     expect(watchedBodies()).toBe(0);
   });

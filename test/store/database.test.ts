@@ -46,7 +46,7 @@ describe("openDatabase", () => {
     await expect(store.users.create({ email: "ada@example.COM", passwordHash: null, role: "user", credits: 0 }, Date.now())).rejects.toThrow(/already exists/);
     expect(() => db.exec("UPDATE users SET credits = -1")).toThrow(/CHECK/);
     expect((await store.users.byEmail("ADA@example.com"))?.email).toBe("Ada@Example.com");
-    store.close();
+    await store.close();
   });
 
   test("refuses a database written by a newer binary, and leaves it untouched", () => {

@@ -32,9 +32,9 @@ test("a code redeemed by four processes at once credits exactly once", async () 
   );
   expect(outcomes.filter((o) => o.ok)).toHaveLength(1);
   expect(outcomes.filter((o) => !o.ok).map((o) => o.reason)).toEqual(["used", "used", "used"]);
-  const balances = users.map((u) => store.credits.balance(u));
+  const balances = await Promise.all(users.map((u) => store.credits.balance(u)));
   expect(balances.reduce((a, b) => a! + b!, 0)).toBe(7);
-  for (const u of users) expect(store.credits.ledgerSum(u)).toBe(store.credits.balance(u)!);
-  expect(store.credits.ledgerMismatches()).toBe(0);
-  store.close();
+  for (const u of users) expect(await store.credits.ledgerSum(u)).toBe((await store.credits.balance(u))!);
+  expect(await store.credits.ledgerMismatches()).toBe(0);
+  await store.close();
 }, 30_000);

@@ -13,4 +13,4 @@ const codes = new RedemptionCodes(store.redemptions, Date.now);
 const wait = Number(startAt) - Date.now();
 if (wait > 0) await Bun.sleep(wait);
 console.log(JSON.stringify(await codes.redeem(Number(userId), code!, `proc-${process.pid}`)));
-store.close();
+await store.close();

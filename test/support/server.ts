@@ -15,7 +15,7 @@ export interface TestServer extends RunningServer {
   logs: string[];
   /** Creates a user with credits and an API key; returns the full key. */
   userWithKey(opts?: { email?: string; credits?: number; role?: "user" | "admin"; password?: string }): Promise<{ userId: number; email: string; key: string }>;
-  balance(userId: number): number;
+  balance(userId: number): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -55,8 +55,8 @@ export async function startTestServer(
       const { key } = await createKey(store, Date.now, user.id, "test");
       return { userId: user.id, email, key: key.secret };
     },
-    balance(userId: number) {
-      return store.credits.balance(userId) ?? Number.NaN;
+    async balance(userId: number) {
+      return (await store.credits.balance(userId)) ?? Number.NaN;
     },
     async close() {
       await running.stop();

@@ -29,7 +29,7 @@ describe("create a user", () => {
     const user = (await store.users.byEmail("new@example.com"))!;
     expect(made.headers.get("location")).toBe(`/admin/users/${user.id}?done=created`);
     expect(user).toMatchObject({ role: "user", credits: 12 });
-    expect(store.credits.ledger(user.id)).toMatchObject([{ kind: "grant", amount: 12, actor: "admin:boss@example.com" }]);
+    expect(await store.credits.ledger(user.id)).toMatchObject([{ kind: "grant", amount: 12, actor: "admin:boss@example.com" }]);
     expect(await signIn("new@example.com")).not.toBeNull();
     expect(logs.join("\n")).not.toContain(WORKBENCH_PASSWORD);
 
@@ -73,13 +73,13 @@ describe("one user's page", () => {
     const admin = await session("boss@example.com", "admin");
     const user = await session("user@example.com");
     const other = await session("other@example.com");
-    store.credits.grant(user.id, 10, Date.now());
+    await store.credits.grant(user.id, 10, Date.now());
     const { key, row } = await createKey(store, Date.now, user.id, "laptop <script>");
     const { row: otherKey } = await createKey(store, Date.now, other.id, "theirs");
     const charge = (id: string, price: number): ImageCharge => ({ requestId: id, userId: user.id, keyId: row.id, kind: "generate", model: "m", price, prompt: "p" });
-    store.credits.chargeForImage(charge("r1", 3), Date.now());
-    store.credits.chargeForImage(charge("r2", 2), Date.now());
-    store.credits.refundOnce("r2", { status: "failed", errorCode: "x", errorMessage: "x" }, Date.now());
+    await store.credits.chargeForImage(charge("r1", 3), Date.now());
+    await store.credits.chargeForImage(charge("r2", 2), Date.now());
+    await store.credits.refundOnce("r2", { status: "failed", errorCode: "x", errorMessage: "x" }, Date.now());
 
     const page = await (await admin.get(`/admin/users/${user.id}`)).text();
     expect(page).toContain("laptop &lt;script&gt;");
@@ -106,18 +106,18 @@ describe("all requests: filters", () => {
     const admin = await session("boss@example.com", "admin");
     const a = await session("ann@example.com");
     const b = await session("bob@example.com");
-    store.credits.grant(a.id, 50, Date.now());
-    store.credits.grant(b.id, 50, Date.now());
+    await store.credits.grant(a.id, 50, Date.now());
+    await store.credits.grant(b.id, 50, Date.now());
     const { row: aKey } = await createKey(store, Date.now, a.id, "ann-key");
     const day = (d: string) => Date.parse(`${d}T12:00:00Z`);
-    const put = (id: string, userId: number, keyId: number | null, model: string, at: number, fail = false) => {
-      store.credits.chargeForImage({ requestId: id, userId, keyId, kind: "generate", model, price: 1, prompt: `prompt ${id}` }, at);
-      if (fail) store.credits.refundOnce(id, { status: "failed", errorCode: "upstream_failed", errorMessage: "boom" }, at);
-      else store.requests.markSucceeded(id, { queueMs: 1, generationMs: 2 }, at);
+    const put = async (id: string, userId: number, keyId: number | null, model: string, at: number, fail = false) => {
+      await store.credits.chargeForImage({ requestId: id, userId, keyId, kind: "generate", model, price: 1, prompt: `prompt ${id}` }, at);
+      if (fail) (await store.credits.refundOnce(id, { status: "failed", errorCode: "upstream_failed", errorMessage: "boom" }, at));
+      else (await store.requests.markSucceeded(id, { queueMs: 1, generationMs: 2 }, at));
     };
-    put("req_a1", a.id, aKey.id, "alpha", day("2026-03-01"));
-    put("req_a2", a.id, null, "beta", day("2026-03-05"), true);
-    put("req_b1", b.id, null, "alpha", day("2026-03-09"));
+    await put("req_a1", a.id, aKey.id, "alpha", day("2026-03-01"));
+    await put("req_a2", a.id, null, "beta", day("2026-03-05"), true);
+    await put("req_b1", b.id, null, "alpha", day("2026-03-09"));
 
     const ids = async (query: string) => {
       const res = await admin.get(`/admin/requests?${query}`);

@@ -131,7 +131,7 @@ describe("every page in Chinese", () => {
     const painterId = (await server.services.store.users.byEmail("painter@example.com"))!.id;
     const { store } = server.services;
     const keyId = (await store.keys.listForUser(painterId))[0]!.id;
-    const requestId = store.requests.list({ userId: painterId, limit: 1, offset: 0 })[0]!.id;
+    const requestId = (await store.requests.list({ userId: painterId, limit: 1, offset: 0 }))[0]!.id;
     const params: Record<string, string> = {
       "/gallery/:id": `/gallery/${imageId}`,
       "/admin/users/:id": `/admin/users/${painterId}`,

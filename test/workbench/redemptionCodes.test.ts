@@ -69,7 +69,7 @@ describe("users: redeeming on the credits page", () => {
     const ok = await user.post("/credits/redeem", { code: code!.toLowerCase().replace(/-/g, " ") });
     expect(ok.status).toBe(303);
     expect(ok.headers.get("location")).toBe("/credits?redeemed=40#redeem");
-    expect(store!.credits.balance(user.id)).toBe(40);
+    expect(await store!.credits.balance(user.id)).toBe(40);
     const credits = await (await handle("/credits?redeemed=40", { headers: { cookie: user.cookie } })).text();
     expect(credits).toContain("Code redeemed: +40 credits.");
     expect(credits).toMatch(/<td>redeem<\/td>\s*<td class="num plus">\+40<\/td>/);
@@ -83,8 +83,8 @@ describe("users: redeeming on the credits page", () => {
     const text = await malformed.text();
     expect(text).toContain("That is not a redemption code");
     expect(text).toContain('value="&lt;script&gt;x&lt;/script&gt;"');
-    expect(store!.credits.balance(other.id)).toBe(0);
-    expect(store!.credits.ledgerMismatches()).toBe(0);
+    expect(await store!.credits.balance(other.id)).toBe(0);
+    expect(await store!.credits.ledgerMismatches()).toBe(0);
     expect(logs.join("\n")).not.toContain(code!);
     expect(logs.join("\n")).not.toContain(code!.replace(/-/g, ""));
   }, TIMEOUT_MS);
@@ -97,7 +97,7 @@ describe("users: redeeming on the credits page", () => {
     expect((await form("/credits/redeem", { code: code! }, { cookie: user.cookie })).status).toBe(403);
     expect((await form("/credits/redeem", { code: code!, _csrf: user.csrf }, { cookie: user.cookie, origin: "http://evil.test" })).status).toBe(403);
     expect((await form("/credits/redeem", { code: code!, _csrf: "x".repeat(user.csrf.length) }, { cookie: user.cookie })).status).toBe(403);
-    expect(store!.credits.balance(user.id)).toBe(0);
+    expect(await store!.credits.balance(user.id)).toBe(0);
     expect((await user.post("/credits/redeem", { code: code! })).status).toBe(303);
   }, TIMEOUT_MS);
 
@@ -109,8 +109,8 @@ describe("users: redeeming on the credits page", () => {
     const statuses = await Promise.all(users.map((u) => u.post("/credits/redeem", { code: code! }).then((r) => r.status)));
     expect(statuses.filter((s) => s === 303)).toHaveLength(1);
     expect(statuses.filter((s) => s === 409)).toHaveLength(9);
-    expect(users.map((u) => store!.credits.balance(u.id)!).reduce((a, b) => a + b, 0)).toBe(9);
-    expect(store!.credits.ledgerMismatches()).toBe(0);
+    expect((await Promise.all(users.map(async (u) => (await store!.credits.balance(u.id))!))).reduce((a, b) => a + b, 0)).toBe(9);
+    expect(await store!.credits.ledgerMismatches()).toBe(0);
   }, TIMEOUT_MS);
 
   test("after 10 failed attempts the user is throttled (429, retry-after), even with a good code", async () => {
@@ -123,6 +123,6 @@ describe("users: redeeming on the credits page", () => {
     expect(throttled.status).toBe(429);
     expect(Number(throttled.headers.get("retry-after"))).toBeGreaterThan(0);
     expect(await throttled.text()).toContain("Too many failed attempts");
-    expect(store!.credits.balance(user.id)).toBe(0);
+    expect(await store!.credits.balance(user.id)).toBe(0);
   }, TIMEOUT_MS);
 });

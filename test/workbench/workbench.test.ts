@@ -86,7 +86,7 @@ describe("sessions", () => {
     const cookie = cookieOf(res);
     const user = (await store.users.byEmail("new@example.com"))!;
     expect(user.credits).toBe(7);
-    expect(store.credits.ledgerSum(user.id)).toBe(7);
+    expect(await store.credits.ledgerSum(user.id)).toBe(7);
     // Only a hash of the cookie value is stored.
     const stored = db.query<{ id_hash: string }, []>("SELECT id_hash FROM sessions").all();
     expect(stored.length).toBe(1);
@@ -248,7 +248,7 @@ describe("registration and setup", () => {
     expect((await first.store.users.byEmail("a@example.com"))!.role).toBe("admin");
     const reuse = await first.form("/setup", { token, email: "b@example.com", password: "long enough pw" });
     expect(reuse.status).toBe(410);
-    first.store.close();
+    await first.store.close();
 
     const config = loadConfig({ env: {} });
     db = openDatabase(":memory:");
@@ -302,20 +302,20 @@ describe("admin forms", () => {
     // A plain user can neither see nor use the admin forms.
     expect((await handle("/admin", { headers: { cookie: worker } })).status).toBe(403);
     expect((await act(worker, `/admin/users/${w.id}/credits`, { _csrf: workerCsrf, amount: "50", op: "grant" })).status).toBe(403);
-    expect(store.credits.balance(w.id)).toBe(2);
+    expect(await store.credits.balance(w.id)).toBe(2);
 
     const granted = await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "5", op: "grant", note: "bonus" });
     // The redirect names the ledger row it wrote, so the notice can say whom and how much.
-    const grantRow = store.credits.ledger(w.id, 1)[0]!;
+    const grantRow = (await store.credits.ledger(w.id, 1))[0]!;
     expect(granted.headers.get("location")).toBe(`/admin?done=granted&user=${w.id}&entry=${grantRow.id}`);
     const notice = await (await handle(granted.headers.get("location")!, { headers: { cookie: boss } })).text();
     expect(notice).toContain(`Granted 5 credits to ${w.email}; ${w.email} now has 7 credits.`);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "3", op: "deduct" })).status).toBe(303);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "1.5", op: "grant" })).status).toBe(400);
     expect((await act(boss, `/admin/users/${w.id}/credits`, { _csrf: bossCsrf, amount: "99", op: "deduct" })).status).toBe(400);
-    expect(store.credits.balance(w.id)).toBe(4);
-    expect(store.credits.ledgerSum(w.id)).toBe(4);
-    const ledger = store.credits.ledger(w.id);
+    expect(await store.credits.balance(w.id)).toBe(4);
+    expect(await store.credits.ledgerSum(w.id)).toBe(4);
+    const ledger = await store.credits.ledger(w.id);
     expect(ledger[1]).toMatchObject({ kind: "grant", amount: 5, note: "bonus", actor: "admin:boss@example.com" });
     expect(ledger[0]).toMatchObject({ kind: "deduct", amount: -3 });
     // The page's cap is the CLI's: MAX_CREDIT_GRANT, and not one more.
@@ -323,7 +323,7 @@ describe("admin forms", () => {
     expect((await boss2(MAX_CREDIT_GRANT + 1, "grant")).status).toBe(400);
     expect((await boss2(MAX_CREDIT_GRANT, "grant")).status).toBe(303);
     expect((await boss2(MAX_CREDIT_GRANT, "deduct")).status).toBe(303);
-    expect(store.credits.balance(b.id)).toBe(0);
+    expect(await store.credits.balance(b.id)).toBe(0);
 
     expect((await act(boss, `/admin/users/${w.id}/disable`, { _csrf: bossCsrf })).status).toBe(303);
     expect((await store.users.byId(w.id))!.disabled).toBe(1);
@@ -422,7 +422,7 @@ describe("admin users page with many users", () => {
     expect(text).toContain("Enter a whole number of credits from 1 to 1000000000 for user205@example.com.");
     expect(rowsOf(text)).toBe(1);
     expect(text).toContain('data-user-email="user205@example.com"');
-    expect(store.credits.balance(last.id)).toBe(0);
+    expect(await store.credits.balance(last.id)).toBe(0);
   }, 30_000);
 });
 

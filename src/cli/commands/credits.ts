@@ -17,7 +17,7 @@ export async function creditsCommand(argv: string[], io: Io): Promise<number> {
   const n = positiveInteger("N", amount, false, MAX_CREDIT_GRANT);
   return withExistingStore(configWithoutUpstreamSecrets(values), async (store) => {
     const u = await requireUserByEmail(store, email);
-    const balance = store.credits.grant(u.id, n, Date.now(), values.note, "cli");
+    const balance = await store.credits.grant(u.id, n, Date.now(), values.note, "cli");
     io.out(`granted ${n} credit${n === 1 ? "" : "s"} to ${u.email}; balance ${balance}`);
     return 0;
   });

@@ -28,7 +28,7 @@ export async function renderOpenApi(config: Config): Promise<string> {
     const res = await app.handle(new Request("http://localhost/openapi.json"));
     return JSON.stringify(await res.json(), null, 2);
   } finally {
-    store.close();
+    await store.close();
   }
 }
 

@@ -62,7 +62,7 @@ async function userAdd(email: string, values: Values, io: Io): Promise<number> {
       io.out(`no password: ${row.email} can use API keys but cannot sign in to the workbench until \`atelier user password ${row.email} --password …\``);
     }
   } finally {
-    store.close();
+    await store.close();
   }
   return 0;
 }

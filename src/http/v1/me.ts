@@ -58,7 +58,7 @@ export function meRoutes(services: Pick<Services, "auth" | "store">) {
     .get(
       "/me",
       async ({ principal }) => {
-        const balance = store.credits.balance(principal.userId) ?? 0;
+        const balance = (await store.credits.balance(principal.userId)) ?? 0;
         const k = principal.key;
         let key = null;
         if (k && principal.keyId !== null) {

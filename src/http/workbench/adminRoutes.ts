@@ -51,7 +51,7 @@ export function adminRoutes(services: Services) {
     usersPageFor(v, await store.users.list({ search, limit: USERS_SHOWN + 1 }), search, extra, status);
   const usersPageFor = async (v: Viewer, found: UserRow[], search: string, { form, ...extra }: Extra, status: number) => {
     const users = found.slice(0, USERS_SHOWN);
-    const spent = store.requests.spentByUsers(users.map((u) => u.id));
+    const spent = await store.requests.spentByUsers(users.map((u) => u.id));
     const createUser = createUserCard(v, minPasswordLength, form);
     return htmlResponse(adminUsersPage(v, { users, more: found.length > USERS_SHOWN, search, storage: await store.images.usageByUser(), spent, createUser, ...extra }), status);
   };
@@ -60,7 +60,7 @@ export function adminRoutes(services: Services) {
       adminUserPage(v, {
         user,
         keys: await store.keys.listWithSpend(user.id),
-        spent: store.requests.spentByUsers([user.id]).get(user.id) ?? 0,
+        spent: (await store.requests.spentByUsers([user.id])).get(user.id) ?? 0,
         usage: (await store.images.usageByUser()).get(user.id),
         minPasswordLength,
         ...extra,
@@ -79,7 +79,7 @@ export function adminRoutes(services: Services) {
     const user = await targetUser(query.user ?? "");
     const entryId = Number(query.entry);
     if (!user || !Number.isInteger(entryId)) return null;
-    const row = store.credits.ledger(user.id, LEDGER_ROWS_SEARCHED).find((l) => l.id === entryId);
+    const row = (await store.credits.ledger(user.id, LEDGER_ROWS_SEARCHED)).find((l) => l.id === entryId);
     if (!row || row.kind !== (query.done === "granted" ? "grant" : "deduct")) return null;
     const t = viewer.t;
     const n = Math.abs(row.amount);
@@ -87,8 +87,8 @@ export function adminRoutes(services: Services) {
     return row.kind === "grant" ? t("admin.creditNotice.granted", params) : t("admin.creditNotice.deducted", params);
   };
   /** Where to go after a credit change: the users page, told which ledger row to describe. */
-  const afterCreditChange = (done: "granted" | "deducted", userId: number) => {
-    const entry = store.credits.ledger(userId, 1)[0];
+  const afterCreditChange = async (done: "granted" | "deducted", userId: number) => {
+    const entry = (await store.credits.ledger(userId, 1))[0];
     return redirect(`/admin?done=${done}&user=${userId}${entry ? `&entry=${entry.id}` : ""}`);
   };
 
@@ -166,7 +166,7 @@ export function adminRoutes(services: Services) {
       const actor = `admin:${viewer.user.email}`;
       if (f.op === "deduct") {
         try {
-          store.credits.deduct(user.id, amount, clock(), note, actor);
+          await store.credits.deduct(user.id, amount, clock(), note, actor);
         } catch (e) {
           if (e instanceof InsufficientCreditsError) {
             return usersPage(viewer, user.email, { error: viewer.t("admin.error.insufficient", { amount, email: user.email, credits: user.credits }) }, 400);
@@ -176,7 +176,7 @@ export function adminRoutes(services: Services) {
         return afterCreditChange("deducted", user.id);
       }
       if (f.op !== "grant") return usersPage(viewer, "", { error: viewer.t("admin.error.op") }, 400);
-      store.credits.grant(user.id, amount, clock(), note, actor);
+      await store.credits.grant(user.id, amount, clock(), note, actor);
       return afterCreditChange("granted", user.id);
     }, { admin: true, ...hide })
     .post("/admin/users/:id/:action", async ({ viewer, params }) => {
@@ -208,7 +208,7 @@ export function adminRoutes(services: Services) {
       const userId = q.user === undefined ? undefined : ((await store.users.byEmail(q.user))?.id ?? null);
       const keyId = q.key === undefined ? undefined : ((await store.keys.byPrefix(q.key.replace(/…$/, "")))?.id ?? null);
       const filter = adminFilter(q, { userId, keyId });
-      const rows = filter ? store.requests.list(filter) : [];
+      const rows = filter ? await store.requests.list(filter) : [];
       const emails = new Map<number, string>();
       for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, (await store.users.byId(id))?.email ?? `#${id}`);
       const keyIds = [...new Set(rows.flatMap((r) => (r.key_id === null ? [] : [r.key_id])))];
@@ -218,7 +218,7 @@ export function adminRoutes(services: Services) {
         adminRequestsPage(viewer, {
           query: q,
           requests: rows,
-          total: filter ? store.requests.count({ ...filter, limit: undefined, offset: undefined }) : 0,
+          total: filter ? await store.requests.count({ ...filter, limit: undefined, offset: undefined }) : 0,
           models: catalog.list().map((m) => m.id),
           emails,
           keys: await store.keys.prefixesOf(keyIds),

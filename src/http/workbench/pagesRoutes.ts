@@ -16,16 +16,16 @@ export async function creditsPageResponse(services: Services, viewer: Viewer, qu
   const { store, catalog } = services;
   const userId = viewer.user.id;
   const q = parseHistoryQuery(query);
-  const requests = store.requests.list(toFilter(q, userId));
+  const requests = await store.requests.list(toFilter(q, userId));
   const imageRequests = requests.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
   return htmlResponse(
     creditsPage(viewer, {
       query: q,
       requests,
       images: await store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
-      total: store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
+      total: await store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
       models: catalog.list().map((m) => m.id),
-      ledger: store.credits.ledger(userId, 100),
+      ledger: await store.credits.ledger(userId, 100),
       redeem,
     }),
     status,

@@ -55,7 +55,7 @@ export function usageRoutes(services: Services) {
     }, { viewer: true, ...hide })
     .get("/credits/requests/:id", async ({ viewer, params }) => {
       const userId = viewer.user.id;
-      const r = store.requests.get(params.id);
+      const r = await store.requests.get(params.id);
       // Another user's request reads as one that does not exist.
       if (!r || r.user_id !== userId) return problemPage(viewer, 404, viewer.t("requestDetail.notFound.title"), viewer.t("requestDetail.notFound.text"));
       const imageId = r.kind === "image" ? ((await store.images.imageIdsForRequests(userId, [r.id], clock())).get(r.id) ?? null) : null;
@@ -68,12 +68,12 @@ export function usageRoutes(services: Services) {
       let started = false;
       // Pulled page by page as the client reads: the whole history is never in memory at once.
       const stream = new ReadableStream<string>({
-        pull(controller) {
+        async pull(controller) {
           if (!started) {
             started = true;
             controller.enqueue(csvLine([...CSV_COLUMNS]));
           }
-          const rows = store.requests.exportPage(userId, after, EXPORT_PAGE_ROWS);
+          const rows = await store.requests.exportPage(userId, after, EXPORT_PAGE_ROWS);
           if (rows.length > 0) controller.enqueue(rows.map((r) => csvRow(r, keys)).join(""));
           if (rows.length < EXPORT_PAGE_ROWS) return controller.close();
           const last = rows[rows.length - 1]!;

@@ -103,7 +103,7 @@ export function imagesRoutes(services: Services) {
     const fingerprint = await requestFingerprint(request.method, pathOf(request), body);
     // Twice at most: a concurrent first request may claim the key between our look and our charge.
     for (let attempt = 0; ; attempt++) {
-      const decision = decideIdempotency(store.tasks, principal.userId, key, fingerprint, services.clock());
+      const decision = await decideIdempotency(store.tasks, principal.userId, key, fingerprint, services.clock());
       if (decision.kind === "replay") {
         const replayed = await replay(decision.task, key, request, body);
         if (replayed) return replayed;
@@ -175,7 +175,7 @@ export function imagesRoutes(services: Services) {
     while (current && (current.status === "running" || current.status === "queued")) {
       if (performance.now() > until) throw new IdempotencyInProgress(key);
       await Bun.sleep(100);
-      current = store.tasks.get(task.id);
+      current = await store.tasks.get(task.id);
     }
     if (!current || current.status !== "succeeded") return null;
     // The image comes back from the image store; a url request gets a fresh link to it.

@@ -29,7 +29,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
       "",
       async ({ principal, query }) => {
         const limit = query.limit ?? 20;
-        const rows = services.store.tasks.list(principal.userId, { status: query.status, limit: limit + 1, after: query.after });
+        const rows = await services.store.tasks.list(principal.userId, { status: query.status, limit: limit + 1, after: query.after });
         return { object: "list" as const, data: await Promise.all(rows.slice(0, limit).map((r) => tasks.describe(r))), has_more: rows.length > limit };
       },
       {
@@ -45,7 +45,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
       },
     )
     .get("/:id", async ({ principal, params }) => {
-      const task = await tasks.describe(tasks.taskOf(principal.userId, params.id));
+      const task = await tasks.describe(await tasks.taskOf(principal.userId, params.id));
       // Succeeded, but its image is no longer kept (deleted, or over the storage budget): as expired.
       if (task.status === "succeeded" && !task.result) throw new TaskNotFound(task.id, true);
       return task;
@@ -63,7 +63,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
     .post(
       "/:id/cancel",
       async ({ principal, params }) => {
-        tasks.taskOf(principal.userId, params.id);
+        await tasks.taskOf(principal.userId, params.id);
         return await tasks.describe(await tasks.cancel(principal.userId, params.id));
       },
       {
