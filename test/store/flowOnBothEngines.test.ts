@@ -1,0 +1,191 @@
+/**
+ * The money path's store modules (credits, requests, tasks) run the same statements on SQLite
+ * and on a real PostgreSQL: each case below runs on both. On PostgreSQL two pools on one
+ * database stand for two instances, so the races are real: two charges at a key's cap − 1, two
+ * async submissions for a user's last queue place, refunds of one request from both sides.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { IdempotencyKeyTaken, KeyCreditCapReached, TaskQueueFull, type FailedOutcome, type ImageCharge } from "../../src/core/store";
+import { ApiKeyStore } from "../../src/store/apiKeys";
+import { retryWhileBusy } from "../../src/store/busy";
+import { CreditStore } from "../../src/store/credits";
+import { openDatabase } from "../../src/store/database";
+import { RequestStore } from "../../src/store/requests";
+import { Revisions } from "../../src/store/revisions";
+import { SqliteClient, type SqlClient } from "../../src/store/sql";
+import { SqliteTaskStore } from "../../src/store/tasks";
+import { UserStore } from "../../src/store/users";
+import { startPostgres, type TestPostgres } from "../support/postgresServer";
+
+/** The money-path modules of one instance on one SQL client. */
+function flow(sql: SqlClient) {
+  const revisions = new Revisions(sql);
+  return { sql, users: new UserStore(sql, revisions), keys: new ApiKeyStore(sql, revisions), credits: new CreditStore(sql), requests: new RequestStore(sql), tasks: new SqliteTaskStore(sql) };
+}
+type Flow = ReturnType<typeof flow>;
+
+/** As the server's whenWritable: a write that meets another writer (busy, serialization failure, deadlock) is retried. */
+const writable = <T>(write: () => Promise<T>) => retryWhileBusy(write, { maxWaitMs: 10_000 });
+
+const FAILED: FailedOutcome = { status: "failed", errorCode: "upstream_failed", errorMessage: "the upstream failed" };
+const charge = (requestId: string, userId: number, extra: Partial<ImageCharge> = {}): ImageCharge => ({
+  requestId, userId, keyId: null, kind: "generate", model: "test-image", price: 1, prompt: "a red square", ...extra,
+});
+
+interface Engine {
+  name: string;
+  open(): Promise<{ a: SqlClient; b: SqlClient }>;
+  stop(): Promise<void>;
+}
+
+const sqlite: Engine = (() => {
+  const clients: SqlClient[] = [];
+  return {
+    name: "SQLite",
+    async open() {
+      // One in-memory database and its one connection (two processes on one file: test/store/credits.test.ts).
+      const a = new SqliteClient(openDatabase(":memory:"));
+      clients.push(a);
+      return { a, b: a };
+    },
+    async stop() {
+      for (const c of clients.splice(0)) await c.close();
+    },
+  };
+})();
+
+const postgres: Engine = (() => {
+  const dbs: TestPostgres[] = [];
+  return {
+    name: "PostgreSQL",
+    async open() {
+      const pg = await startPostgres({ migrated: true });
+      dbs.push(pg);
+      return { a: pg.client(), b: pg.client() };
+    },
+    async stop() {
+      for (const pg of dbs.splice(0)) await pg.stop();
+    },
+  };
+})();
+
+let emails = 0;
+
+for (const engine of [sqlite, postgres]) {
+  describe(`the money path on ${engine.name}`, () => {
+    let a: Flow;
+    let b: Flow;
+    beforeAll(async () => {
+      const opened = await engine.open();
+      a = flow(opened.a);
+      b = flow(opened.b);
+    });
+    afterAll(async () => {
+      await a.requests.stopChats();
+      await b.requests.stopChats();
+      await engine.stop();
+    });
+
+    const user = async (credits: number) => (await a.users.create({ email: `flow${++emails}@example.com`, passwordHash: null, role: "user", credits }, 1_000)).id;
+    const ledgerRows = (requestId: string) => a.sql.all<{ kind: string; amount: number }>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id", [requestId]);
+
+    test("charge, success and refund: the balance, the ledger (integers, summing to it) and the request row move together", async () => {
+      const u = await user(5);
+      expect(await a.credits.chargeForImage(charge("ok-1", u, { price: 2 }), 2_000)).toBe(3);
+      expect(await b.credits.chargeForImage(charge("bad-1", u), 2_001)).toBe(2);
+      expect(await a.requests.markSucceeded("ok-1", { queueMs: 3, generationMs: 40, upstreamId: "up", attempts: 1 }, 2_100)).toBe(true);
+      expect(await b.credits.refundOnce("ok-1", FAILED, 2_200)).toBe(false);
+      expect(await b.credits.refundOnce("bad-1", FAILED, 2_200)).toBe(true);
+      expect(await a.credits.balance(u)).toBe(3);
+      expect(await a.credits.ledgerSum(u)).toBe(3);
+      expect(await a.credits.ledgerMismatches()).toBe(0);
+      expect(await ledgerRows("bad-1")).toEqual([{ kind: "charge", amount: -1 }, { kind: "refund", amount: 1 }]);
+      expect(await b.requests.get("ok-1")).toMatchObject({ status: "succeeded", credits_charged: 2, credits_refunded: 0, queue_ms: 3, generation_ms: 40, upstream_id: "up", finished_at: 2_100 });
+      expect(await b.requests.get("bad-1")).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1, error_code: "upstream_failed" });
+      expect((await a.requests.spentByUsers([u])).get(u)).toBe(2);
+      expect(await a.requests.count({ userId: u, kind: "image" })).toBe(2);
+      const totals = await a.credits.ledgerTotalsSince(0);
+      expect(totals.byKind.get("charge")).toBeGreaterThanOrEqual(3);
+      expect(typeof totals.lastId).toBe("number");
+      await expect(a.credits.chargeForImage(charge("broke", u, { price: 5 }), 2_300)).rejects.toMatchObject({ name: "InsufficientCreditsError", cost: { price: 5, balance: 3 } });
+      expect(await a.requests.get("broke")).toBeNull();
+    });
+
+    test("two instances charging at the key's cap − 1 at once: exactly one is charged, the rest see the cap", async () => {
+      const u = await user(10);
+      const key = await a.keys.create({ userId: u, name: "capped", prefix: `sk-atl-cap${emails}`, secretHash: `hash-cap-${engine.name}`, limits: { expiresAt: null, creditCap: 2, allowedModels: null } }, 1_000);
+      await a.credits.chargeForImage(charge(`cap0-${engine.name}`, u, { keyId: key.id }), 3_000);
+      const tries = [a, b, a, b].map((s, i) => writable(() => s.credits.chargeForImage(charge(`cap${i + 1}-${engine.name}`, u, { keyId: key.id }), 3_001)));
+      const results = await Promise.allSettled(tries);
+      expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+      for (const r of results) if (r.status === "rejected") expect(r.reason).toBeInstanceOf(KeyCreditCapReached);
+      expect(await b.credits.balance(u)).toBe(8);
+      expect(await b.credits.ledgerSum(u)).toBe(8);
+    });
+
+    test("refunds of one request from both instances and a recovery at once: refunded once", async () => {
+      const u = await user(3);
+      await a.credits.chargeForImage(charge(`race-${engine.name}`, u), 4_000);
+      const refunds = await Promise.all([
+        writable(() => a.credits.refundOnce(`race-${engine.name}`, FAILED, 4_001)),
+        writable(() => b.credits.refundOnce(`race-${engine.name}`, FAILED, 4_001)),
+        writable(() => b.credits.recoverInterrupted(4_001)).then((ids) => ids.includes(`race-${engine.name}`)),
+        writable(() => a.credits.refundOnce(`race-${engine.name}`, FAILED, 4_001)),
+      ]);
+      expect(refunds.filter(Boolean)).toHaveLength(1);
+      expect(await a.credits.balance(u)).toBe(3);
+      expect(await ledgerRows(`race-${engine.name}`)).toEqual([{ kind: "charge", amount: -1 }, { kind: "refund", amount: 1 }]);
+    });
+
+    test("async tasks: the charge writes the task, its inputs and the key claim; the queue reads, starts once and expires", async () => {
+      const u = await user(5);
+      const inputs = [{ role: "image" as const, param: "image", mime: "image/png" as const, width: 1, height: 1, bytes: new Uint8Array([137, 80, 78, 71, 0, 255]) }];
+      const task = (mode: "async" | "sync") => ({ mode, status: "queued" as const, endpoint: "edits" as const, model: "test-image", inputs, job: { model: "test-image", prompt: "p", size: null, quality: "auto", extra: {} } });
+      const idem = { key: `k-${engine.name}`, fingerprint: "f1", expiresAt: 9_000 };
+      await a.credits.chargeForImage(charge(`t1-${engine.name}`, u, { task: task("async"), idempotency: idem }), 5_000);
+      await b.credits.chargeForImage(charge(`t2-${engine.name}`, u, { task: task("async") }), 5_001);
+      await expect(b.credits.chargeForImage(charge(`t3-${engine.name}`, u, { task: task("async"), idempotency: idem }), 5_002)).rejects.toBeInstanceOf(IdempotencyKeyTaken);
+      expect(await a.requests.get(`t3-${engine.name}`)).toBeNull();
+      expect(await a.credits.balance(u)).toBe(3);
+      expect(await b.tasks.idempotency(u, idem.key, 5_002)).toMatchObject({ request_id: `t1-${engine.name}`, fingerprint: "f1", expires_at: 9_000 });
+      expect((await b.tasks.inputs(`t1-${engine.name}`))[0]).toEqual(inputs[0]!);
+      expect(await a.tasks.queuePosition(`t2-${engine.name}`)).toBe(2);
+      expect(await a.tasks.asyncLoad(u)).toEqual({ all: expect.any(Number), user: 2 });
+      expect((await a.tasks.list(u, { limit: 10 })).map((t) => t.id)).toEqual([`t2-${engine.name}`, `t1-${engine.name}`]);
+      expect((await a.tasks.list(u, { limit: 10, after: `t2-${engine.name}` })).map((t) => t.id)).toEqual([`t1-${engine.name}`]);
+      // Two runners claim the same queued task: one wins.
+      expect((await Promise.all([a.tasks.start(`t1-${engine.name}`, 5_100), b.tasks.start(`t1-${engine.name}`, 5_100)])).filter(Boolean)).toHaveLength(1);
+      expect(await a.requests.markSucceeded(`t1-${engine.name}`, { queueMs: 100, generationMs: 5, task: { result: "{}", expiresAt: 6_000 } }, 5_200)).toBe(true);
+      expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ status: "succeeded", result: "{}", expires_at: 6_000 });
+      expect(await a.tasks.inputs(`t1-${engine.name}`)).toEqual([]);
+      expect(await a.tasks.expire(6_000)).toBeGreaterThanOrEqual(1);
+      expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ expired: 1, result: null });
+    });
+
+    test("two async submissions for a user's last queue place, one on each instance: one is charged, the other is TaskQueueFull", async () => {
+      const u = await user(5);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image", queueLimits: { queueSize: 1_000, perUserQueueSize: 2 } };
+      await a.credits.chargeForImage(charge(`q0-${engine.name}`, u, { task: queued }), 7_000);
+      const results = await Promise.allSettled([a, b].map((s, i) => writable(() => s.credits.chargeForImage(charge(`q${i + 1}-${engine.name}`, u, { task: queued }), 7_001))));
+      expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+      expect(results.find((r) => r.status === "rejected")).toMatchObject({ reason: expect.any(TaskQueueFull) });
+      expect(await a.tasks.asyncLoad(u)).toMatchObject({ user: 2 });
+      expect(await a.credits.balance(u)).toBe(3);
+    });
+
+    test("chat rows are batched and read back after a flush; the CSV export pages by key", async () => {
+      const u = await user(0);
+      for (let i = 0; i < 3; i++) {
+        a.requests.recordChat({ id: `chat-${engine.name}-${i}`, userId: u, keyId: null, model: "chat", status: "succeeded", promptTokens: 3, completionTokens: 1, generationMs: 5 }, 8_000 + i);
+      }
+      expect(await a.requests.recordOf(`chat-${engine.name}-0`)).toMatchObject({ kind: "chat", status: "succeeded" });
+      expect(await a.requests.count({ userId: u, kind: "chat" })).toBe(3);
+      expect(await b.requests.count({ userId: u, kind: "chat" })).toBe(3);
+      const first = await b.requests.exportPage(u, null, 2);
+      expect(first.map((r) => r.id)).toEqual([`chat-${engine.name}-2`, `chat-${engine.name}-1`]);
+      const last = first[1]!;
+      expect((await b.requests.exportPage(u, { createdAt: last.created_at, id: last.id }, 2)).map((r) => r.id)).toEqual([`chat-${engine.name}-0`]);
+      expect(await b.requests.pendingCount()).toBeGreaterThanOrEqual(0);
+    });
+  });
+}
