@@ -82,7 +82,10 @@ export class TaskRunner {
     this.stopped = false;
     void this.kick();
     this.sweep = setInterval(() => this.expireOld(), 60_000);
-    this.expireOld();
+    // In a task of its own, not inside the caller's chain of awaits: an async SQLite transaction
+    // begun there would still be open when the caller goes on, and a second store opened in this
+    // process (tests run two servers on one file) would wait synchronously for its lock, forever.
+    setTimeout(() => this.expireOld(), 0).unref?.();
   }
 
   /** Stops starting tasks; running ones finish (the graceful stop waits for background work). */
