@@ -253,6 +253,26 @@ const Redis = T.Object(
   { additionalProperties: false, default: {} },
 );
 
+const Instance = T.Object(
+  {
+    id: T.Optional(
+      T.String({
+        pattern: "^[A-Za-z0-9._:-]{1,64}$",
+        description:
+          "This instance's name among those sharing one database (letters, digits, . _ : -). A restart under the same id refunds what the previous run left pending at once; unset, each start takes a new random id and a crashed run's requests are refunded when its lease runs out.",
+      }),
+    ),
+    heartbeat_ms: T.Integer({ minimum: 100, maximum: 600_000, default: 5_000, description: "How often the instance records that it is alive and sweeps requests of instances that are not." }),
+    lease_ms: T.Integer({
+      minimum: 200,
+      maximum: 3_600_000,
+      default: 30_000,
+      description: "How long after its last heartbeat an instance counts as stopped: its pending requests are then refunded by whichever instance sees them first. At least two heartbeats.",
+    }),
+  },
+  { additionalProperties: false, default: {} },
+);
+
 export const ConfigSchema = T.Object(
   {
     server: Server,
@@ -268,6 +288,7 @@ export const ConfigSchema = T.Object(
     fetch: Fetch,
     metrics: Metrics,
     redis: Redis,
+    instance: Instance,
   },
   { additionalProperties: false },
 );
@@ -401,22 +422,12 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
   checkStorage(config.storage);
+  if (config.instance.lease_ms < 2 * config.instance.heartbeat_ms) {
+    throw new ConfigError(`instance.lease_ms: must be at least two heartbeats (2 × heartbeat_ms = ${2 * config.instance.heartbeat_ms}), got ${config.instance.lease_ms}`);
+  }
   checkComfyModels(config, file);
   if (deferred?.length) deferredSecrets.set(config, deferred);
   return config;
-}
-
-/**
- * [database] url is read and checked, but the store's modules are still moving to the async SQL
- * interface (issue 14): until the store opens on PostgreSQL, whatever opens the store refuses a
- * configured URL rather than silently keeping the data in SQLite.
- */
-export function refusePostgresUntilWired(config: Config): void {
-  if (config.database.url !== undefined) {
-    throw new ConfigError(
-      "database.url: this build cannot keep its store in PostgreSQL yet (the store's modules are being converted); unset [database] url and ATELIER_DATABASE_URL to use SQLite in data_dir",
-    );
-  }
 }
 
 const S3_KEYS = ["bucket", "endpoint", "region", "access_key_id", "secret_access_key"] as const;

@@ -9,10 +9,9 @@ import { createApp } from "./app";
 import { corsHeadersForError } from "./http/cors";
 import { apiErrorOf } from "./http/errorMapping";
 import { createServices, type Services } from "./services";
-import { refusePostgresUntilWired, type Config } from "./config";
+import type { Config } from "./config";
 import type { Logger } from "./logger";
-import { openDatabase, latestVersion } from "./store/database";
-import { createStore } from "./store";
+import { isSharedStore, openStore } from "./store/open";
 import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
 import { newId } from "./core/ids";
@@ -39,14 +38,17 @@ export interface StartOptions {
 }
 
 export async function startServer(config: Config, logger: Logger, options: StartOptions = {}): Promise<RunningServer> {
-  refusePostgresUntilWired(config);
-  const db = openDatabase(config.server.data_dir);
-  const store = createStore(db, latestVersion());
+  const store = await openStore(config);
   const services = createServices({ config, store, logger });
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
   options.customize?.(services);
-  const recovered = await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
+  // Embedded (SQLite), this is the only server on the file (the server lock): whatever is still
+  // pending was interrupted. Sharing PostgreSQL, other live instances may be running theirs: only
+  // this instance's own (a previous run under its [instance] id) are refunded at start, the rest
+  // by the heartbeat's sweep once their owner's lease has run out.
+  const recovered = isSharedStore(config) ? [] : await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
+  recovered.push(...(await services.liveness.start()));
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
   store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);
@@ -155,6 +157,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inflight.size });
         services.tasks.stop();
+        const livenessStopped = services.liveness.stop();
         services.metrics.stop();
         const sweepStopped = services.imageSweeper.stop();
         const graceful = server.stop(false);
@@ -163,6 +166,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
         await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
         clearTimeout(graceTimer);
         await server.stop(true);
+        await livenessStopped;
         await services.upstreams.close();
         services.redis?.close();
         await store.close();

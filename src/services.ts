@@ -36,6 +36,8 @@ import { decodeImageOffThread, encodePng } from "./core/image/codec";
 import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
 import { S3ImageBlobs, s3BlobSettingsOf } from "./store/s3ImageBlobs";
 import { Metrics } from "./http/metrics";
+import { InstanceLiveness } from "./core/instances";
+import { hostname } from "node:os";
 
 export interface AppDeps {
   config: Config;
@@ -80,6 +82,11 @@ export interface Services {
   taskEvents: WebhookDispatcher;
   /** The Prometheus registry behind /metrics ([metrics]); its refresh timer is started and stopped by the server. */
   metrics: Metrics;
+  /**
+   * This instance's heartbeat and the sweep that refunds the requests of instances that stopped
+   * (core/instances); started and stopped by the server.
+   */
+  liveness: InstanceLiveness;
   /** HTTP requests being answered (the server wrapper counts them; 0 under app.handle()). */
   httpInFlight: { count: number };
 }
@@ -180,6 +187,24 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
   });
 }
 
+/** How often an instance sharing its database looks for tasks queued by the others. */
+const TASK_POLL_MS = 1_000;
+
+/** The heartbeat under the store's instance id ([instance]); refunds go through the ledger's one refund path. */
+function createLiveness(deps: AppDeps, clock: Clock, taskRetentionMs: number): InstanceLiveness {
+  const { instance } = deps.config;
+  return new InstanceLiveness(
+    { id: deps.store.instanceId, host: hostname(), heartbeatMs: instance.heartbeat_ms, leaseMs: instance.lease_ms },
+    {
+      records: deps.store.instances,
+      refundInterrupted: (id, reason) =>
+        deps.store.whenWritable(() => deps.store.credits.refundInterrupted(id, reason, clock(), taskRetentionMs), { maxWaitMs: deps.config.database.busy_wait_ms }),
+      clock,
+      logger: deps.logger,
+    },
+  );
+}
+
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock ?? Date.now;
   deps.store.requests.onDroppedRows = (count, error) => deps.logger.error("chat history rows could not be written and were dropped", { count, error: String(error) });
@@ -190,7 +215,7 @@ export function createServices(deps: AppDeps): Services {
   const workbench = createWorkbench({ config: deps.config, store: deps.store, clock, logger: deps.logger, ...(attemptCounters ? { attemptCounters } : {}) });
   const imageBlobs = createImageBlobs(deps.config, clock);
   const images = createImageArchive(deps, imageBlobs, clock);
-  const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "httpInFlight"> = {
+  const services: Omit<Services, "upstreams" | "imageFlow" | "tasks" | "taskEvents" | "metrics" | "liveness" | "httpInFlight"> = {
     config: deps.config,
     store: deps.store,
     logger: deps.logger,
@@ -245,7 +270,10 @@ export function createServices(deps: AppDeps): Services {
     events: { taskFinished: (event) => taskEvents.taskFinished(event) },
     limits: { concurrency: limits.async_concurrency, perUserConcurrency: limits.async_per_user_concurrency, queueSize: limits.async_queue_size, perUserQueueSize: limits.async_per_user_queue_size },
     retentionMs: deps.config.tasks.retention_hours * 3_600_000,
+    // Another instance may queue a task this one has room for: look for them now and then.
+    pollMs: deps.config.database.url !== undefined ? TASK_POLL_MS : 0,
   });
-  return { ...services, upstreams, imageFlow, tasks, taskEvents, metrics, httpInFlight };
+  const liveness = createLiveness(deps, services.clock, tasks.retentionMs);
+  return { ...services, upstreams, imageFlow, tasks, taskEvents, metrics, liveness, httpInFlight };
 }
 

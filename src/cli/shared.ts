@@ -3,9 +3,10 @@
  * store of a data directory that must already exist, and the formats of the listings.
  */
 import { existsSync } from "node:fs";
-import { loadConfig, refusePostgresUntilWired, type Config } from "../config";
-import { createStore, type Store } from "../store";
-import { databasePath, latestVersion, openDatabase } from "../store/database";
+import { loadConfig, type Config } from "../config";
+import type { Store } from "../store";
+import { databasePath } from "../store/database";
+import { openStore } from "../store/open";
 import type { SqlDialect } from "../store/sql";
 import { CliError } from "./args";
 
@@ -54,12 +55,13 @@ export function configWithoutUpstreamSecrets(options: DataOptions): Config {
  * empty one and answer "no user with email …".
  */
 export async function withExistingStore<T>(config: Config, fn: (store: Store) => T | Promise<T>): Promise<T> {
-  refusePostgresUntilWired(config);
-  const file = databasePath(config.server.data_dir);
-  if (!existsSync(file)) {
-    throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
+  if (config.database.url === undefined) {
+    const file = databasePath(config.server.data_dir);
+    if (!existsSync(file)) {
+      throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);
+    }
   }
-  const store = createStore(openDatabase(config.server.data_dir), latestVersion());
+  const store = await openStore(config);
   try {
     return await fn(store);
   } finally {

@@ -52,7 +52,8 @@ const realTimer = (fn: () => void, ms: number) => {
 };
 
 export class InstanceLiveness {
-  private lastBeat = 0;
+  /** When this instance's heartbeat was last written; null before start (nothing of its own to guard yet). */
+  private lastBeat: number | null = null;
   private cancel: (() => void) | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
@@ -98,7 +99,8 @@ export class InstanceLiveness {
 
   /** True while this instance's heartbeat is within its lease (others leave its work alone). */
   healthy(): boolean {
-    return !this.stopped && this.deps.clock() - this.lastBeat < this.settings.leaseMs;
+    if (this.stopped) return false;
+    return this.lastBeat === null || this.deps.clock() - this.lastBeat < this.settings.leaseMs;
   }
 
   /** One heartbeat and one sweep; the timer calls it, tests call it directly. */

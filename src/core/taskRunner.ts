@@ -37,6 +37,11 @@ export interface TaskRunnerDeps extends ImageFlowDeps {
   limits: AsyncLimits;
   /** How long a finished task stays readable. */
   retentionMs: number;
+  /**
+   * Look for queued tasks this often besides the kicks of this process (0: never). Instances
+   * sharing a database see each other's queue only this way.
+   */
+  pollMs?: number;
 }
 
 /** No such task for this user (never existed, someone else's, or expired). */
@@ -69,6 +74,7 @@ export class TaskRunner {
   private nextPass: Promise<void> | null = null;
   private lastPass: Promise<void> = Promise.resolve();
   private sweep: ReturnType<typeof setInterval> | undefined;
+  private poll: ReturnType<typeof setInterval> | undefined;
 
   constructor(private readonly deps: TaskRunnerDeps) {}
 
@@ -86,12 +92,14 @@ export class TaskRunner {
     // begun there would still be open when the caller goes on, and a second store opened in this
     // process (tests run two servers on one file) would wait synchronously for its lock, forever.
     setTimeout(() => this.expireOld(), 0).unref?.();
+    if (this.deps.pollMs) this.poll = setInterval(() => void this.kick(), this.deps.pollMs);
   }
 
   /** Stops starting tasks; running ones finish (the graceful stop waits for background work). */
   stop(): void {
     this.stopped = true;
     clearInterval(this.sweep);
+    clearInterval(this.poll);
   }
 
   /** Accepts an async task: checked and charged now, run later. Returns its row. */

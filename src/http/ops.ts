@@ -22,6 +22,20 @@ async function redisAnswers(redis: RedisClient): Promise<boolean> {
   }
 }
 
+/** Longest wait for the database's answer before /readyz calls it unreachable. */
+const STORE_TIMEOUT_MS = 2_000;
+
+/** True when the database answers in time and its schema is current. */
+async function storeAnswers(store: Store): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STORE_TIMEOUT_MS)));
+  try {
+    return await Promise.race([store.ready(), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Longest wait for the image bucket's answer before /readyz calls it unreachable. */
 const STORAGE_PROBE_TIMEOUT_MS = 2_000;
 
@@ -35,7 +49,13 @@ async function storageAnswers(probe: (timeoutMs: number) => Promise<void>): Prom
   }
 }
 
-export function opsRoutes(deps: { store: Store; redis?: RedisClient | undefined; imageStorageProbe?: ((timeoutMs: number) => Promise<void>) | undefined }) {
+export function opsRoutes(deps: {
+  store: Store;
+  redis?: RedisClient | undefined;
+  imageStorageProbe?: ((timeoutMs: number) => Promise<void>) | undefined;
+  /** This instance's heartbeat: unready once it could not be written for a whole lease (others may be refunding its work). */
+  liveness?: { healthy(): boolean } | undefined;
+}) {
   return new Elysia({ name: "ops" })
     .use(sharedModels)
     .get("/healthz", () => ({ status: "ok" as const, version: VERSION, commit: buildCommit() }), {
@@ -51,8 +71,11 @@ export function opsRoutes(deps: { store: Store; redis?: RedisClient | undefined;
     .get(
       "/readyz",
       async () => {
-        if (!deps.store.ready()) {
+        if (!(await storeAnswers(deps.store))) {
           throw new ApiError(503, "server_error", "The database is unreachable or its schema is not current.", null, "not_ready");
+        }
+        if (deps.liveness && !deps.liveness.healthy()) {
+          throw new ApiError(503, "server_error", "This instance could not record its heartbeat in the database for a whole lease.", null, "not_ready");
         }
         if (deps.redis && !(await redisAnswers(deps.redis))) {
           throw new ApiError(503, "server_error", "Redis (the shared concurrency gate, [redis] url) is unreachable.", null, "not_ready");

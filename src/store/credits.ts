@@ -89,7 +89,11 @@ async function checkAsyncRoom(tx: SqlQueries, c: ImageCharge): Promise<void> {
 const INTERRUPTED_MESSAGE = "the server stopped before the request finished";
 
 export class CreditStore implements CreditLedger {
-  constructor(private readonly sql: SqlClient) {}
+  constructor(
+    private readonly sql: SqlClient,
+    /** The instance whose charges these are: each pending request records it (core/instances). */
+    private readonly owner: string,
+  ) {}
 
   async balance(userId: number): Promise<number | null> {
     return (await this.sql.get<{ credits: number }>("SELECT credits FROM users WHERE id = ?", [userId]))?.credits ?? null;
@@ -160,9 +164,9 @@ export class CreditStore implements CreditLedger {
       }
       await checkAsyncRoom(tx, c);
       await tx.run(
-        `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, prompt, created_at)
-         VALUES (?, ?, ?, 'image', ?, ?, 'pending', ?, ?, ?)`,
-        [c.requestId, c.userId, c.keyId, ENDPOINT_OF_KIND[c.kind], c.model, c.price, c.prompt, now],
+        `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, prompt, created_at, owner)
+         VALUES (?, ?, ?, 'image', ?, ?, 'pending', ?, ?, ?, ?)`,
+        [c.requestId, c.userId, c.keyId, ENDPOINT_OF_KIND[c.kind], c.model, c.price, c.prompt, now, c.task?.status === "queued" ? null : this.owner],
       );
       if (c.price > 0) {
         await tx.run("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'charge', ?, ?, ?)", [c.userId, -c.price, c.requestId, now]);
@@ -213,15 +217,21 @@ export class CreditStore implements CreditLedger {
       "SELECT id FROM requests WHERE status = 'pending' AND id NOT IN (SELECT id FROM tasks WHERE status = 'queued')",
     );
     const refunded: string[] = [];
-    for (const { id } of pending) {
-      const task = {
-        status: "failed" as const,
-        error: { message: `The task was interrupted: ${INTERRUPTED_MESSAGE}; its credit was refunded.`, type: "server_error", param: null, code: "interrupted" },
-        expiresAt: now + taskRetentionMs,
-      };
-      if (await this.refundOnce(id, { status: "interrupted", errorCode: "interrupted", errorMessage: INTERRUPTED_MESSAGE, task }, now)) refunded.push(id);
-    }
+    for (const { id } of pending) if (await this.refundInterrupted(id, INTERRUPTED_MESSAGE, now, taskRetentionMs)) refunded.push(id);
     return refunded;
+  }
+
+  /**
+   * Refunds one request that stopped with its instance (`reason` says how), once; a task among
+   * them fails, keeping its record for `taskRetentionMs`. True when this call refunded it.
+   */
+  refundInterrupted(id: string, reason: string, now: number, taskRetentionMs = 0): Promise<boolean> {
+    const task = {
+      status: "failed" as const,
+      error: { message: `The task was interrupted: ${reason}; its credit was refunded.`, type: "server_error", param: null, code: "interrupted" },
+      expiresAt: now + taskRetentionMs,
+    };
+    return this.refundOnce(id, { status: "interrupted", errorCode: "interrupted", errorMessage: reason, task }, now);
   }
 
   async ledger(userId: number, limit = 50, offset = 0): Promise<LedgerRow[]> {

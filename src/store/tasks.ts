@@ -19,8 +19,12 @@ export function asyncLoadOf(row: AsyncLoadRow | null): { all: number; user: numb
   return { all: row?.all_n ?? 0, user: row?.user_n ?? 0 };
 }
 
-export class SqliteTaskStore implements TaskStore {
-  constructor(private readonly sql: SqlClient) {}
+export class TaskRecords implements TaskStore {
+  constructor(
+    private readonly sql: SqlClient,
+    /** The instance that runs what it claims (the request row records it, core/instances). */
+    private readonly owner: string,
+  ) {}
 
   get(id: string): Promise<TaskRow | null> {
     return this.sql.get<TaskRow>("SELECT * FROM tasks WHERE id = ?", [id]);
@@ -66,8 +70,22 @@ export class SqliteTaskStore implements TaskStore {
     return asyncLoadOf(await this.sql.get<AsyncLoadRow>(ASYNC_LOAD_SQL, [userId]));
   }
 
+  /**
+   * Claims a queued task for this instance: queued → running, and its request row records the
+   * owner, in one transaction. False when it was no longer queued. On PostgreSQL the row is
+   * locked with SKIP LOCKED, so instances claiming at once pass over it instead of queueing on it.
+   */
   async start(id: string, now: number): Promise<boolean> {
-    return (await this.sql.run("UPDATE tasks SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'", [now, id])).changes === 1;
+    const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+    return this.sql.transaction(async (tx) => {
+      const claimed = await tx.run(
+        `UPDATE tasks SET status = 'running', started_at = ? WHERE id = (SELECT id FROM tasks WHERE id = ? AND status = 'queued'${skipLocked}) AND status = 'queued'`,
+        [now, id],
+      );
+      if (claimed.changes !== 1) return false;
+      await tx.run("UPDATE requests SET owner = ? WHERE id = ?", [this.owner, id]);
+      return true;
+    });
   }
 
   idempotency(userId: number, key: string, now: number): Promise<IdempotencyRow | null> {

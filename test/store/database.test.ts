@@ -95,10 +95,10 @@ describe("openDatabase", () => {
     after.close();
   });
 
-  test("a store reports not ready when the schema is behind the binary", () => {
+  test("a store reports not ready when the schema is behind the binary", async () => {
     const db = openDatabase(dataDir());
-    expect(createStore(db, latestVersion()).ready()).toBe(true);
-    expect(createStore(db, latestVersion() + 1).ready()).toBe(false);
+    expect(await createStore(db, latestVersion()).ready()).toBe(true);
+    expect(await createStore(db, latestVersion() + 1).ready()).toBe(false);
     db.close();
   });
 });

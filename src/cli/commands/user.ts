@@ -1,11 +1,9 @@
 /** `atelier user add | list | password`: the accounts people sign in with and keys belong to. */
 import { addUser, hashPassword } from "../../core/accounts";
-import { createStore } from "../../store";
-import { latestVersion, openDatabase } from "../../store/database";
+import { openStore } from "../../store/open";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger, UsageError } from "../args";
 import { configWithoutUpstreamSecrets, isoTimeOrDash, requireUserByEmail, tabSeparated, withExistingStore, type DataOptions, type Io } from "../shared";
 import { MAX_CREDIT_GRANT } from "../../core/limits";
-import { refusePostgresUntilWired } from "../../config";
 
 const USAGE = `Usage:
   atelier user add <email> [--password P] [--admin] [--credits N]
@@ -47,8 +45,7 @@ async function userAdd(email: string, values: Values, io: Io): Promise<number> {
   const credits = values.credits === undefined ? 0 : positiveInteger("--credits", values.credits, true, MAX_CREDIT_GRANT);
   const config = configWithoutUpstreamSecrets(values);
   if (values.password !== undefined) checkPasswordLength(values.password, config.workbench.min_password_length);
-  refusePostgresUntilWired(config);
-  const store = createStore(openDatabase(config.server.data_dir), latestVersion());
+  const store = await openStore(config);
   try {
     const row = await addUser(store, Date.now, {
       email,

@@ -1,0 +1,25 @@
+/**
+ * Opens the configured store: PostgreSQL when [database] url (or ATELIER_DATABASE_URL) is set,
+ * migrated before anything else touches it; otherwise SQLite in data_dir, as on first start.
+ */
+import type { Config } from "../config";
+import { createStore, type Store } from "./index";
+import { latestVersion, openDatabase } from "./database";
+import { openPostgres } from "./postgresDatabase";
+import { postgresMigrations } from "./postgresMigrations";
+
+/** Connections each instance opens to PostgreSQL at most (requests queue for one beyond it). */
+const POSTGRES_POOL = 20;
+
+export async function openStore(config: Config): Promise<Store> {
+  const url = config.database.url;
+  const opts = { instanceId: config.instance.id };
+  if (url === undefined) return createStore(openDatabase(config.server.data_dir), latestVersion(), opts);
+  const client = await openPostgres(url, { max: POSTGRES_POOL });
+  return createStore(client, latestVersion(postgresMigrations), opts);
+}
+
+/** True when the configured store is PostgreSQL (several instances may share it). */
+export function isSharedStore(config: Config): boolean {
+  return config.database.url !== undefined;
+}
