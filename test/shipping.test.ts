@@ -48,11 +48,12 @@ const SECTIONS: [string, TObject][] = [
   ["`[fetch]`", objectOf(ConfigSchema.properties.fetch)],
   ["`[metrics]`", objectOf(ConfigSchema.properties.metrics)],
   ["`[redis]`", objectOf(ConfigSchema.properties.redis)],
+  ["`[instance]`", objectOf(ConfigSchema.properties.instance)],
 ];
 
 describe("README configuration reference", () => {
   test("covers every section of the schema", () => {
-    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["chat", "database", "fetch", "limits", "metrics", "models", "redis", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
+    expect(Object.keys(ConfigSchema.properties).sort()).toEqual(["chat", "database", "fetch", "instance", "limits", "metrics", "models", "redis", "server", "storage", "tasks", "upstreams", "webhooks", "workbench"]);
   });
 
   for (const [heading, schema] of SECTIONS) {
