@@ -11,6 +11,7 @@
 import { forUpdate, type SqlClient, type SqlQueries } from "./sql";
 import { KEY_SPEND_SQL } from "./apiKeys";
 import { ASYNC_LOAD_SQL, asyncLoadOf, type AsyncLoadRow } from "./tasks";
+import { newInstanceId } from "./instanceId";
 import {
   assertAsyncRoom,
   IdempotencyKeyTaken,
@@ -92,7 +93,7 @@ export class CreditStore implements CreditLedger {
   constructor(
     private readonly sql: SqlClient,
     /** The instance whose charges these are: each pending request records it (core/instances). */
-    private readonly owner: string,
+    private readonly owner: string = newInstanceId(),
   ) {}
 
   async balance(userId: number): Promise<number | null> {

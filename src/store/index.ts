@@ -16,12 +16,9 @@ import { Revisions } from "./revisions";
 import type { AccountStore, FlowStore } from "../core/store";
 import { SqliteClient, type SqlClient } from "./sql";
 import { InstanceStore } from "./instances";
-import { newId } from "../core/ids";
+import { newInstanceId } from "./instanceId";
 
-/** A fresh id for an instance without a configured one. */
-export function newInstanceId(): string {
-  return newId("inst_", 16);
-}
+export { newInstanceId } from "./instanceId";
 
 /** The SQLite store: implements core's store ports (FlowStore, AccountStore) and the rest. */
 export interface Store extends FlowStore, AccountStore {

@@ -5,6 +5,7 @@
  */
 import type { SqlClient, SqlValue } from "./sql";
 import type { IdempotencyRow, TaskInput, TaskRow, TaskStore } from "../core/store";
+import { newInstanceId } from "./instanceId";
 
 /** Queued and running async tasks, server-wide and for one user (the one parameter). */
 export const ASYNC_LOAD_SQL = `SELECT CAST(COUNT(*) AS BIGINT) AS all_n, CAST(SUM(CASE WHEN user_id = ? THEN 1 ELSE 0 END) AS BIGINT) AS user_n
@@ -23,7 +24,7 @@ export class TaskRecords implements TaskStore {
   constructor(
     private readonly sql: SqlClient,
     /** The instance that runs what it claims (the request row records it, core/instances). */
-    private readonly owner: string,
+    private readonly owner: string = newInstanceId(),
   ) {}
 
   get(id: string): Promise<TaskRow | null> {

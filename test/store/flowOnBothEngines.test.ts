@@ -13,14 +13,14 @@ import { openDatabase } from "../../src/store/database";
 import { RequestStore } from "../../src/store/requests";
 import { Revisions } from "../../src/store/revisions";
 import { SqliteClient, type SqlClient } from "../../src/store/sql";
-import { SqliteTaskStore } from "../../src/store/tasks";
+import { TaskRecords } from "../../src/store/tasks";
 import { UserStore } from "../../src/store/users";
 import { startPostgres, type TestPostgres } from "../support/postgresServer";
 
 /** The money-path modules of one instance on one SQL client. */
 function flow(sql: SqlClient) {
   const revisions = new Revisions(sql);
-  return { sql, users: new UserStore(sql, revisions), keys: new ApiKeyStore(sql, revisions), credits: new CreditStore(sql), requests: new RequestStore(sql), tasks: new SqliteTaskStore(sql) };
+  return { sql, users: new UserStore(sql, revisions), keys: new ApiKeyStore(sql, revisions), credits: new CreditStore(sql), requests: new RequestStore(sql), tasks: new TaskRecords(sql) };
 }
 type Flow = ReturnType<typeof flow>;
 
