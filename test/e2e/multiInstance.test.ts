@@ -11,8 +11,10 @@
  *   row and either succeeded with no refund or failed/interrupted with exactly one refund row,
  *   every balance equal to its ledger and to what the user started with minus their succeeded
  *   requests.
- * Here each instance keeps its own SQLite store, so the victim refunds its interrupted requests
- * itself when it starts again. Needs redis-server (started here, loopback only).
+ * Run twice: each instance on its own SQLite store (the victim refunds its interrupted requests
+ * itself when it starts again), then all three on ONE PostgreSQL database with a short heartbeat
+ * and lease (a live instance refunds the dead one's generations once its lease runs out, and the
+ * global ledger adds up). Scaled-only: redis-server and PostgreSQL are started here, loopback only.
  */
 import { afterAll, afterEach, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -22,6 +24,7 @@ import { openDatabase } from "../../src/store/database";
 import { SqliteClient, type SqlClient } from "../../src/store/sql";
 import { makePng } from "../support/images";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
+import { startPostgres, type TestPostgres } from "../support/postgresServer";
 import { startRedis, type TestRedis } from "../support/redisServer";
 
 const GLOBAL = 4;
@@ -30,6 +33,8 @@ const USERS = 5;
 const REQUESTS_PER_USER = 60; // 300 in all
 const CLIENT_PER_USER = 4; // each user keeps this many requests open at once: more than PER_USER
 const START_CREDITS = 1000;
+const HEARTBEAT_MS = 300;
+const LEASE_MS = 1500;
 
 const png = Buffer.from(makePng(16, 16)).toString("base64");
 
@@ -105,18 +110,20 @@ function startFake() {
   };
 }
 
+let pg: TestPostgres;
 let redis: TestRedis;
 let fake: ReturnType<typeof startFake>;
 const dirs: string[] = [];
 
 beforeAll(async () => {
-  redis = await startRedis();
+  [pg, redis] = await Promise.all([startPostgres({ migrated: true }), startRedis()]);
   fake = startFake();
 });
 
 afterAll(async () => {
   fake?.stop();
   await redis?.stop();
+  await pg?.stop();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
@@ -127,8 +134,11 @@ interface Instance {
   env: Record<string, string>;
 }
 
-/** One instance's configuration: the shared Redis and limits, its own upstream key, SQLite in its dir. */
-function instanceConfig(name: string): Instance {
+/**
+ * One instance's configuration: the shared Redis and limits, its own upstream key; with
+ * `sharedStore`, the shared PostgreSQL and a short heartbeat and lease, else SQLite in its dir.
+ */
+function instanceConfig(name: string, sharedStore: boolean): Instance {
   const dir = mkdtempSync(join(tmpdir(), `atelier-multi-${name}-`));
   dirs.push(dir);
   const file = join(dir, "atelier.toml");
@@ -143,7 +153,8 @@ queue_timeout_ms = 60000
 
 [redis]
 url = "${redis.url}"
-
+key_prefix = "${sharedStore ? "shared" : "own"}:"
+${sharedStore ? `\n[instance]\nid = "${name}"\nheartbeat_ms = ${HEARTBEAT_MS}\nlease_ms = ${LEASE_MS}\n` : ""}
 [[upstreams]]
 id = "fake"
 kind = "openai"
@@ -161,7 +172,7 @@ kind = "image"
 upstream = "fake"
 `,
   );
-  return { name, dir, file, env: {} };
+  return { name, dir, file, env: sharedStore ? { ATELIER_DATABASE_URL: pg.url } : {} };
 }
 
 async function cli(inst: Instance, args: string[]): Promise<string> {
@@ -303,7 +314,7 @@ afterEach(async () => {
 });
 
 test("three instances, each its own SQLite, sharing one Redis: the gates hold across them, a SIGKILL leaves the others serving, the victim refunds its own at restart", async () => {
-  const instances = ["a", "b", "c"].map((n) => instanceConfig(n));
+  const instances = ["a", "b", "c"].map((n) => instanceConfig(n, false));
   const keys = new Map<string, string[]>();
   for (const inst of instances) keys.set(inst.name, await makeUsers(inst));
   const { outcomes } = await runLoad(instances, (n) => keys.get(n)!, "c");
@@ -328,4 +339,21 @@ test("three instances, each its own SQLite, sharing one Redis: the gates hold ac
   expect(interrupted).toBeGreaterThanOrEqual(1);
   expect(succeeded).toBeGreaterThanOrEqual(outcomes.filter((o) => o.status === 200).length);
   expect(succeeded).toBeLessThanOrEqual(fake.served);
+}, 240_000);
+test("three instances on one PostgreSQL and one Redis: the limits hold across them, a SIGKILL loses nothing, a live instance refunds the dead one's work once", async () => {
+  const instances = ["a", "b", "c"].map((n) => instanceConfig(n, true));
+  const keys = await makeUsers(instances[0]!);
+  const { outcomes } = await runLoad(instances, () => keys, "c");
+
+  // After the victim's lease ran out, a live instance refunded its generations.
+  const db = pg.client();
+  const deadline = Date.now() + 30_000;
+  while ((await countPending(db)) > 0 && Date.now() < deadline) await Bun.sleep(100);
+  const seen = await checkLedger(db);
+  expect(seen.requests).toBeLessThanOrEqual(USERS * REQUESTS_PER_USER);
+  expect(seen.interrupted).toBeGreaterThanOrEqual(1);
+  expect((await db.all<{ owner: string | null }>("SELECT DISTINCT owner FROM requests WHERE status = 'interrupted'")).map((o) => o.owner)).toEqual(["c"]);
+  expect(seen.succeeded).toBeGreaterThanOrEqual(outcomes.filter((o) => o.status === 200).length);
+  expect(seen.succeeded).toBeLessThanOrEqual(fake.served);
+  for (const [name, s] of servers) if (name !== "c") expect(await s.stop()).toBe(0);
 }, 240_000);
