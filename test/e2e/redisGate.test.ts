@@ -24,6 +24,10 @@ beforeAll(async () => {
     c.limits.queue_size = 0;
   };
   a = await startTestServer({ config: config(redis.url) });
+  // Both servers live in this one process: b's start migrates synchronously (busy_timeout), which
+  // would wait on a transaction a still has open (its start expires old tasks in one, and a's
+  // async transactions need this same thread to finish). So b starts once a has none open.
+  await a.services.store.sql.transaction(async () => {});
   // The second instance shares the first one's database, as instances behind one load balancer do.
   b = await startTestServer({ config: (c) => (config(redis.url)(c), (c.server.data_dir = a.dataDir)) });
 });
