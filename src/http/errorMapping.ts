@@ -29,6 +29,7 @@ import { UsageQueryError } from "../core/usage";
 import { ImageStorageUnavailable } from "../core/imageArchive";
 import type { Logger } from "../logger";
 import { isDatabaseBusy } from "../store/busy";
+import { isDatabaseUnreachable } from "../store/sql";
 import { DatabaseBusyError, KeyCreditCapReached } from "../core/store";
 import { InsufficientCreditsError } from "../store/credits";
 import {
@@ -36,6 +37,7 @@ import {
   badRequest,
   clientClosedRequest,
   databaseBusy,
+  databaseUnavailable,
   gateUnavailable,
   sharedStateUnavailable,
   imageStorageUnavailable,
@@ -87,6 +89,7 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
   }
   if (e instanceof ModelNotFoundError) return modelNotFound(e.model);
   if (e instanceof DatabaseBusyError || isDatabaseBusy(e)) return databaseBusy();
+  if (isDatabaseUnreachable(e)) return databaseUnavailable();
   if (e instanceof EngineError) return apiErrorOfEngine(e);
   return null;
 }

@@ -138,6 +138,12 @@ export const databaseBusy = () => {
   return new ApiError(503, "server_error", "The database is busy with another process's write; nothing was changed. Retry shortly.", null, "database_busy", err.headers);
 };
 
+/** The shared database ([database] url) cannot be reached: nothing was changed (a charge never happened). */
+export const databaseUnavailable = () => {
+  const err = tooManyRequests("", "database_unavailable", 1000);
+  return new ApiError(503, "server_error", "The database is unreachable; nothing was changed. Retry shortly.", null, "database_unavailable", err.headers);
+};
+
 /** The kept images' storage (an S3 bucket) failed or did not answer: the image exists but cannot be served now. */
 export const imageStorageUnavailable = () => {
   const err = tooManyRequests("", "storage_unavailable", 5000);

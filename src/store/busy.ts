@@ -7,7 +7,7 @@
  */
 
 import { DatabaseBusyError } from "../core/store";
-import { isPostgresConflict } from "./sql";
+import { isDatabaseUnreachable, isPostgresConflict } from "./sql";
 
 /** busy_timeout of the server's connection while it serves (the CLI keeps SQLite's waiting). */
 export const SERVING_BUSY_TIMEOUT_MS = 0;
@@ -47,11 +47,15 @@ export async function retryWhileBusy<T>(write: () => T | Promise<T>, opts: BusyR
     try {
       return await write();
     } catch (e) {
-      if (!isWriteConflict(e)) throw e;
+      // The database unreachable: a request's own write (bounded wait) fails at once, so the
+      // client gets its 503 now rather than after the wait; the record of finished work
+      // (unbounded) keeps retrying, so a success or a refund lands once the database is back.
+      const unreachable = isDatabaseUnreachable(e);
+      if (unreachable ? opts.maxWaitMs !== Infinity : !isWriteConflict(e)) throw e;
       const waited = now() - started;
       if (waited >= opts.maxWaitMs) throw new DatabaseBusyError(waited);
       await sleep(Math.min(delay * (0.5 + Math.random()), Math.max(1, opts.maxWaitMs - waited)));
-      delay = Math.min(delay * 2, 250);
+      delay = Math.min(delay * 2, unreachable ? 1000 : 250);
     }
   }
 }

@@ -277,6 +277,18 @@ export function postgresState(e: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The PostgreSQL server cannot be reached or dropped the connection (Bun's client codes, or the
+ * SQLSTATE classes 08 "connection exception" and 57P0x "shut down / cannot connect now"): the
+ * statement did not run, or its transaction was rolled back. The pool reconnects by itself.
+ */
+export function isDatabaseUnreachable(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && (code.startsWith("ERR_POSTGRES_CONNECTION") || code === "ERR_POSTGRES_IDLE_TIMEOUT" || code === "ERR_POSTGRES_LIFETIME_TIMEOUT")) return true;
+  const state = postgresState(e);
+  return state !== undefined && (state.startsWith("08") || state === "57P01" || state === "57P02" || state === "57P03");
+}
+
 export function isPostgresConflict(e: unknown): boolean {
   const s = postgresState(e);
   return s !== undefined && PG_RETRYABLE.has(s);
