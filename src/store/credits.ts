@@ -77,13 +77,20 @@ async function checkKeyCap(tx: SqlQueries, keyId: number | null, cost: number): 
   if (spent + cost > cap) throw new KeyCreditCapReached(cap);
 }
 
+/** The advisory lock (PostgreSQL) that serialises async task admissions across instances. */
+const ASYNC_QUEUE_LOCK = 0x61746c71; // "atlq"
+
 /**
- * An async task's queue bounds, checked inside its charge after the user's row is locked by the
- * balance update: two submissions for the last place cannot both pass.
+ * An async task's queue bounds, checked inside its charge. The per-user bound is safe once the
+ * balance update has locked the user's row; the server-wide one needs every instance's
+ * admissions in turn: on PostgreSQL a transaction-scoped advisory lock (held only while the
+ * count and the insert commit), on SQLite the write lock already does it. Two submissions for
+ * the last place cannot both pass.
  */
 async function checkAsyncRoom(tx: SqlQueries, c: ImageCharge): Promise<void> {
   const limits = c.task?.queueLimits;
   if (!limits) return;
+  if (tx.dialect === "postgres") await tx.get(`SELECT pg_advisory_xact_lock(${ASYNC_QUEUE_LOCK})`);
   assertAsyncRoom(asyncLoadOf(await tx.get<AsyncLoadRow>(ASYNC_LOAD_SQL, [c.userId])), limits);
 }
 

@@ -173,6 +173,21 @@ for (const engine of [sqlite, postgres]) {
       expect(await a.credits.balance(u)).toBe(3);
     });
 
+    test("two users' async submissions for the server's last queue place, one on each instance: exactly one is admitted", async () => {
+      const [u1, u2] = [await user(5), await user(5)];
+      const load = (await a.tasks.asyncLoad(u1)).all;
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image", queueLimits: { queueSize: load + 1, perUserQueueSize: 10 } };
+      const results = await Promise.allSettled(
+        [
+          [a, u1],
+          [b, u2],
+        ].map(([s, u], i) => writable(() => (s as typeof a).credits.chargeForImage(charge(`g${i}-${engine.name}`, u as number, { task: queued }), 7_100))),
+      );
+      expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+      expect(results.find((r) => r.status === "rejected")).toMatchObject({ reason: expect.any(TaskQueueFull) });
+      expect((await a.tasks.asyncLoad(u1)).all).toBe(load + 1);
+    });
+
     test("chat rows are batched and read back after a flush; the CSV export pages by key", async () => {
       const u = await user(0);
       for (let i = 0; i < 3; i++) {
