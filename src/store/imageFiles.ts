@@ -53,11 +53,18 @@ export class FileImageBlobs implements ImageBlobStore {
     }
   }
 
+  /**
+   * False only when the file is not there (ENOENT, or its folder is missing); any other failure
+   * (permissions, I/O) is thrown: the sweep takes "not there" to mean the row has lost its file
+   * and deletes the row, which an unreadable disk must never cause.
+   */
   async exists(key: string): Promise<boolean> {
     try {
       return (await stat(this.pathOf(key))).isFile();
-    } catch {
-      return false;
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return false;
+      throw e;
     }
   }
 
