@@ -16,6 +16,8 @@ export interface TestRedis {
   /** Kills the server and starts a fresh one (empty) on the same port: clients must reconnect. */
   restart(): Promise<void>;
   stop(): Promise<void>;
+  /** The redis-server's process id (changes on restart). */
+  readonly pid: number;
 }
 
 async function freePort(): Promise<number> {
@@ -76,6 +78,9 @@ export async function startRedis(): Promise<TestRedis> {
       const c = new RedisClient(url, { connectionTimeout: 1000 });
       clients.push(c);
       return c;
+    },
+    get pid() {
+      return proc.pid;
     },
     async stop() {
       for (const c of clients) c.close();

@@ -9,6 +9,7 @@ import { loadConfig, type Config } from "../../src/config";
 import { addUser, createKey } from "../../src/core/accounts";
 import { createLogger } from "../../src/logger";
 import { startServer, type RunningServer, type StartOptions } from "../../src/server";
+import { freshScaledBackend, scaled, type ScaledBackend } from "./backend";
 
 export interface TestServer extends RunningServer {
   dataDir: string;
@@ -20,6 +21,18 @@ export interface TestServer extends RunningServer {
 }
 
 let counter = 0;
+
+const backends = new Map<string, Promise<ScaledBackend>>();
+
+/**
+ * The scaled backend of a data_dir: fresh for the first server on it, shared by every later one
+ * (instances of one deployment, or the same one restarted).
+ */
+function scaledBackendFor(dataDir: string): Promise<ScaledBackend> {
+  let backend = backends.get(dataDir);
+  if (!backend) backends.set(dataDir, (backend = freshScaledBackend()));
+  return backend;
+}
 
 export function tempDir(prefix = "atelier-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));
@@ -42,8 +55,28 @@ export async function startTestServer(
   base.server.port = 0;
   base.server.host = "127.0.0.1";
   opts.config?.(base);
+  // The scaled pass: a fresh PostgreSQL database and a key prefix of its own on the process's
+  // redis-server, unless the test chose a database or Redis itself. Servers a test starts on one
+  // data_dir are instances of one deployment: they share the database and the prefix.
+  const shared = scaled && base.database.url === undefined ? await scaledBackendFor(base.server.data_dir) : null;
+  if (shared) {
+    base.database.url = shared.databaseUrl;
+    if (base.redis.url === undefined) {
+      base.redis.url = shared.redisUrl;
+      base.redis.key_prefix = shared.keyPrefix;
+    }
+  }
   const logs: string[] = [];
-  const running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize });
+  let running: RunningServer;
+  try {
+    running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize });
+  } catch (e) {
+    if (shared && base.server.data_dir === dataDir) {
+      backends.delete(dataDir);
+      await shared.stop();
+    }
+    throw e;
+  }
   const { store } = running.services;
   return {
     ...running,
@@ -60,6 +93,12 @@ export async function startTestServer(
     },
     async close() {
       await running.stop();
+      // A server on its own temp dir is the only one on its database: dropped now. A data_dir the
+      // test chose may see another server (a restart): its database lives as long as the process.
+      if (shared && base.server.data_dir === dataDir) {
+        backends.delete(dataDir);
+        await shared.stop();
+      }
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
