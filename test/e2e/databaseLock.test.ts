@@ -3,9 +3,13 @@
  * server will wait: the server keeps answering, never 500s, delivers finished images, charges
  * nothing it cannot record, and every refund lands once the lock is gone.
  */
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { afterAll, beforeAll, expect } from "bun:test";
 import { join } from "node:path";
+import { embeddedOnly } from "../support/backend";
 import { startTestServer, type TestServer } from "../support/server";
+
+/** Another process holding atelier.db's write lock is a SQLite matter. */
+const sqliteOnly = embeddedOnly("SQLite file locking");
 import { ControlledEngine } from "../support/images";
 
 // Long enough that a server frozen for the whole wait (SQLite waiting inside busy_timeout) is told
@@ -82,7 +86,7 @@ async function healthzWorstDuring(during: Promise<unknown>): Promise<number> {
   return worst;
 }
 
-test("an image that finishes while the lock is held is delivered, recorded once the lock is gone, and charged once", async () => {
+sqliteOnly.test("an image that finishes while the lock is held is delivered, recorded once the lock is gone, and charged once", async () => {
   const { key, userId } = await server.userWithKey({ credits: 3 });
   engine.hold("succeed");
   const answer = generate(key);
@@ -100,7 +104,7 @@ test("an image that finishes while the lock is held is delivered, recorded once 
   expect(await server.services.store.credits.ledgerSum(userId)).toBe(2);
 });
 
-test("a request that cannot be charged within busy_wait_ms is 503 database_busy, not charged; the server stays responsive", async () => {
+sqliteOnly.test("a request that cannot be charged within busy_wait_ms is 503 database_busy, not charged; the server stays responsive", async () => {
   const { key, userId } = await server.userWithKey({ credits: 3 });
   const lock = await holdWriteLock(10_000);
   const answer = generate(key);
@@ -116,7 +120,7 @@ test("a request that cannot be charged within busy_wait_ms is 503 database_busy,
   expect(await server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
 });
 
-test("a failure while the lock is held is answered at once and refunded exactly once when the lock is gone", async () => {
+sqliteOnly.test("a failure while the lock is held is answered at once and refunded exactly once when the lock is gone", async () => {
   const { key, userId } = await server.userWithKey({ credits: 3 });
   engine.hold("fail");
   const answer = generate(key);
@@ -133,7 +137,7 @@ test("a failure while the lock is held is answered at once and refunded exactly 
   expect(await server.services.store.credits.ledgerSum(userId)).toBe(3);
 });
 
-test("chat and key lookups go on while the lock is held; the history row lands afterwards", async () => {
+sqliteOnly.test("chat and key lookups go on while the lock is held; the history row lands afterwards", async () => {
   const { key, userId } = await server.userWithKey({ credits: 0 });
   const lock = await holdWriteLock(10_000);
   const res = await fetch(`${server.url}/v1/chat/completions`, {

@@ -4,8 +4,6 @@
  * invariant gauge turning non-zero when a balance is corrupted behind the ledger's back.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
-import { join } from "node:path";
 import { parsePromText, type PromText } from "../support/promText";
 import { startTestServer, type TestServer } from "../support/server";
 
@@ -110,12 +108,8 @@ describe("/metrics", () => {
   });
 
   test("the ledger invariant gauge goes to 1 when a balance is changed without its ledger row", async () => {
-    const db = new Database(join(server.dataDir, "atelier.db"));
-    try {
-      db.run("UPDATE users SET credits = credits + 7 WHERE id = ?", [userId]);
-    } finally {
-      db.close();
-    }
+    // Through the store's own connection: the same on SQLite and PostgreSQL.
+    await server.services.store.sql.run("UPDATE users SET credits = credits + 7 WHERE id = ?", [userId]);
     // ledger_check_interval_s = 1: a scrape after that recomputes it.
     await Bun.sleep(1100);
     expect(value(await scrape(), "atelier_ledger_mismatched_users")).toBe(1);

@@ -22,16 +22,30 @@ export interface TestServer extends RunningServer {
 
 let counter = 0;
 
-const backends = new Map<string, Promise<ScaledBackend>>();
+const backends = new Map<string, { backend: Promise<ScaledBackend>; servers: number }>();
 
 /**
  * The scaled backend of a data_dir: fresh for the first server on it, shared by every later one
  * (instances of one deployment, or the same one restarted).
  */
 function scaledBackendFor(dataDir: string): Promise<ScaledBackend> {
-  let backend = backends.get(dataDir);
-  if (!backend) backends.set(dataDir, (backend = freshScaledBackend()));
-  return backend;
+  let entry = backends.get(dataDir);
+  if (!entry) backends.set(dataDir, (entry = { backend: freshScaledBackend(), servers: 0 }));
+  entry.servers++;
+  return entry.backend;
+}
+
+/**
+ * A server is done with its data_dir's backend. The database is dropped when no server uses it
+ * and the data_dir was a temp dir of startTestServer's own (deleted with it, so no later server
+ * can come back to it); a data_dir the test chose may see a restart: its database lives as long
+ * as the process (whose PostgreSQL cluster goes with it).
+ */
+async function releaseScaledBackend(dataDir: string, ownTempDir: boolean): Promise<void> {
+  const entry = backends.get(dataDir);
+  if (!entry || --entry.servers > 0 || !ownTempDir) return;
+  backends.delete(dataDir);
+  await (await entry.backend).stop();
 }
 
 export function tempDir(prefix = "atelier-test-"): string {
@@ -71,10 +85,7 @@ export async function startTestServer(
   try {
     running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize });
   } catch (e) {
-    if (shared && base.server.data_dir === dataDir) {
-      backends.delete(dataDir);
-      await shared.stop();
-    }
+    if (shared) await releaseScaledBackend(base.server.data_dir, base.server.data_dir === dataDir);
     throw e;
   }
   const { store } = running.services;
@@ -93,12 +104,7 @@ export async function startTestServer(
     },
     async close() {
       await running.stop();
-      // A server on its own temp dir is the only one on its database: dropped now. A data_dir the
-      // test chose may see another server (a restart): its database lives as long as the process.
-      if (shared && base.server.data_dir === dataDir) {
-        backends.delete(dataDir);
-        await shared.stop();
-      }
+      if (shared) await releaseScaledBackend(base.server.data_dir, base.server.data_dir === dataDir);
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
