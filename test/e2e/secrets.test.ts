@@ -9,12 +9,10 @@
  * Then every surface is searched for any 8-character window of any secret (raw, JSON-escaped
  * and HTML-escaped): the HTTP responses, the captured log lines, the workbench pages that show
  * history and upstream failures, the admin JSON view, and every text column of every table of
- * the SQLite file opened read-only.
+ * the database (read through the store's connection).
  */
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Server } from "bun";
-import { databasePath } from "../../src/store/database";
 import { makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
@@ -297,29 +295,30 @@ describe("upstream text that echoes the account's secrets", () => {
       expectClean("GET /admin/api/upstreams", view);
     });
 
-    test("every text column of every table of the database file", async () => {
+    test("every text column of every table of the database", async () => {
       await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
-      const db = new Database(databasePath(server.dataDir), { readonly: true });
-      try {
-        const tables = db.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table'").all();
-        expect(tables.map((t) => t.name)).toEqual(expect.arrayContaining(["requests", "upstream_disabled_accounts", "upstream_pool_snapshot"]));
-        let cells = 0;
-        for (const { name } of tables) {
-          for (const row of db.query<Record<string, unknown>, []>(`SELECT * FROM "${name.replace(/"/g, '""')}"`).all()) {
-            for (const [column, value] of Object.entries(row)) {
-              const text = typeof value === "string" ? value : value instanceof Uint8Array ? new TextDecoder().decode(value) : null;
-              if (text === null) continue;
-              cells++;
-              expectClean(`${name}.${column}`, text);
-            }
+      // Through the store's own connection, so the same check covers SQLite and PostgreSQL.
+      const sql = server.services.store.sql;
+      const tables = await sql.all<{ name: string }>(
+        sql.dialect === "postgres"
+          ? "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+          : "SELECT name FROM sqlite_master WHERE type = 'table'",
+      );
+      expect(tables.map((t) => t.name)).toEqual(expect.arrayContaining(["requests", "upstream_disabled_accounts", "upstream_pool_snapshot"]));
+      let cells = 0;
+      for (const { name } of tables) {
+        for (const row of await sql.all<Record<string, unknown>>(`SELECT * FROM "${name.replace(/"/g, '""')}"`)) {
+          for (const [column, value] of Object.entries(row)) {
+            const text = typeof value === "string" ? value : value instanceof Uint8Array ? new TextDecoder().decode(value) : null;
+            if (text === null) continue;
+            cells++;
+            expectClean(`${name}.${column}`, text);
           }
         }
-        expect(cells).toBeGreaterThan(20);
-        const reason = db.query<{ reason: string }, []>("SELECT reason FROM upstream_disabled_accounts WHERE account_id = 'revoked'").get();
-        expect(reason?.reason).toContain("Incorrect API key provided: ");
-      } finally {
-        db.close();
       }
+      expect(cells).toBeGreaterThan(20);
+      const reason = await sql.get<{ reason: string }>("SELECT reason FROM upstream_disabled_accounts WHERE account_id = 'revoked'");
+      expect(reason?.reason).toContain("Incorrect API key provided: ");
     });
   });
 });
