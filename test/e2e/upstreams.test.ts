@@ -304,7 +304,7 @@ describe("faults through the server", () => {
     expect((await server.services.store.upstreams.disabledAccounts("oa401")).has("x1")).toBe(true);
     await Promise.all(server.services.upstreams.list().map((p) => p.persistSnapshot()));
     const cli = async (...args: string[]) => {
-      const proc = Bun.spawn(["bun", "src/main.ts", ...args, "--config", tomlFile, "--data", server.dataDir], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ATELIER_CONFIG: "" } });
+      const proc = Bun.spawn(["bun", "src/main.ts", ...args, "--config", tomlFile, "--data", server.dataDir], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ATELIER_CONFIG: "", ...server.childEnv } });
       const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
       return { stdout, stderr, code };
     };

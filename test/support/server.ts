@@ -14,6 +14,11 @@ import { freshScaledBackend, scaled, type ScaledBackend } from "./backend";
 export interface TestServer extends RunningServer {
   dataDir: string;
   logs: string[];
+  /**
+   * Environment for a CLI process working on this server's data: on the scaled pass, its
+   * database and Redis (ATELIER_DATABASE_URL, ATELIER_REDIS_URL); empty on the embedded one.
+   */
+  childEnv: Record<string, string>;
   /** Creates a user with credits and an API key; returns the full key. */
   userWithKey(opts?: { email?: string; credits?: number; role?: "user" | "admin"; password?: string }): Promise<{ userId: number; email: string; key: string }>;
   balance(userId: number): Promise<number>;
@@ -93,6 +98,7 @@ export async function startTestServer(
     ...running,
     dataDir,
     logs,
+    childEnv: shared ? { ATELIER_DATABASE_URL: base.database.url!, ...(base.redis.url ? { ATELIER_REDIS_URL: base.redis.url } : {}) } : {},
     async userWithKey(o = {}) {
       const email = o.email ?? `user${++counter}-${Date.now()}@example.com`;
       const user = await addUser(store, Date.now, { email, credits: o.credits ?? 0, role: o.role, password: o.password });
