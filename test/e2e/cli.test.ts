@@ -27,7 +27,7 @@ afterAll(async () => {
 });
 
 /** `atelier <args> --data <the running server's data dir>`, with no ATELIER_* in the environment. */
-const cli = (...args: string[]) => runAtelier(ATELIER_FROM_SOURCE, [...args, "--data", server.dataDir]);
+const cli = (...args: string[]) => runAtelier(ATELIER_FROM_SOURCE, [...args, "--data", server.dataDir], { env: server.childEnv });
 const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
 
 describe("CLI round trip while the server runs", () => {
