@@ -104,7 +104,9 @@ async function makeDeployment(): Promise<void> {
       return new Response("ok");
     },
   });
+  // The source of migrate-store is a SQLite deployment, on either pass.
   const server: TestServer = await startTestServer({
+    backend: "embedded",
     toml: `
 [webhooks]
 allow_private_addresses = true

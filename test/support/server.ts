@@ -66,7 +66,13 @@ export function configFromToml(toml: string, env: Record<string, string> = {}): 
 }
 
 export async function startTestServer(
-  opts: { toml?: string; env?: Record<string, string>; config?: (c: Config) => void } & StartOptions = {},
+  opts: {
+    toml?: string;
+    env?: Record<string, string>;
+    config?: (c: Config) => void;
+    /** "embedded": SQLite and in-process state even on the scaled pass (a SQLite deployment under test, e.g. migrate-store's source). */
+    backend?: "embedded";
+  } & StartOptions = {},
 ): Promise<TestServer> {
   const dataDir = tempDir();
   const base = opts.toml !== undefined ? configFromToml(opts.toml, opts.env) : loadConfig({ env: {} });
@@ -77,7 +83,7 @@ export async function startTestServer(
   // The scaled pass: a fresh PostgreSQL database and a key prefix of its own on the process's
   // redis-server, unless the test chose a database or Redis itself. Servers a test starts on one
   // data_dir are instances of one deployment: they share the database and the prefix.
-  const shared = scaled && base.database.url === undefined ? await scaledBackendFor(base.server.data_dir) : null;
+  const shared = scaled && opts.backend !== "embedded" && base.database.url === undefined ? await scaledBackendFor(base.server.data_dir) : null;
   if (shared) {
     base.database.url = shared.databaseUrl;
     if (base.redis.url === undefined) {
