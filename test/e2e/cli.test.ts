@@ -152,7 +152,7 @@ describe("exit codes as the README states them", () => {
   async function run(...args: string[]) {
     const out: string[] = [];
     const err: string[] = [];
-    const code = await runCli([...args, "--data", server.dataDir], { out: (s) => out.push(s), err: (s) => err.push(s) });
+    const code = await runCli([...args, ...server.cliArgs], { out: (s) => out.push(s), err: (s) => err.push(s) });
     return { code, stdout: out.join("\n"), stderr: err.join("\n") };
   }
 
@@ -238,26 +238,26 @@ describe("user password", () => {
   test("a user added without a password is told how to get one; setting it lets them sign in and ends their other sessions", async () => {
     const out: string[] = [];
     const io = { out: (s: string) => out.push(s), err: (s: string) => out.push(`ERR ${s}`) };
-    expect(await runCli(["user", "add", "nopass@example.com", "--data", server.dataDir], io)).toBe(0);
+    expect(await runCli(["user", "add", "nopass@example.com", ...server.cliArgs], io)).toBe(0);
     expect(out.join("\n")).toContain("cannot sign in to the workbench until `atelier user password nopass@example.com --password …`");
     expect((await signIn("nopass@example.com", "first password 1")).status).toBe(401);
 
-    expect(await runCli(["user", "password", "NOPASS@example.com", "--password", "first password 1", "--data", server.dataDir], io)).toBe(0);
+    expect(await runCli(["user", "password", "NOPASS@example.com", "--password", "first password 1", ...server.cliArgs], io)).toBe(0);
     const first = await signIn("nopass@example.com", "first password 1");
     expect(first.status).toBe(303);
     const cookie = first.headers.get("set-cookie")!.split(";")[0]!;
     expect((await fetch(`${server.url}/session`, { headers: { cookie } })).status).toBe(200);
 
-    expect(await runCli(["user", "password", "nopass@example.com", "--password", "second password 2", "--data", server.dataDir], io)).toBe(0);
+    expect(await runCli(["user", "password", "nopass@example.com", "--password", "second password 2", ...server.cliArgs], io)).toBe(0);
     expect(out.at(-1)).toBe("password set for nopass@example.com; their workbench sessions were ended");
     expect((await fetch(`${server.url}/session`, { headers: { cookie } })).status).toBe(401);
     expect((await signIn("nopass@example.com", "second password 2")).status).toBe(303);
 
     const err: string[] = [];
     const quiet = { out: () => {}, err: (s: string) => err.push(s) };
-    expect(await runCli(["user", "password", "nopass@example.com", "--password", "short", "--data", server.dataDir], quiet)).toBe(2);
-    expect(await runCli(["user", "password", "nopass@example.com", "--data", server.dataDir], quiet)).toBe(2);
-    expect(await runCli(["user", "password", "nobody@example.com", "--password", "long enough 123", "--data", server.dataDir], quiet)).toBe(1);
+    expect(await runCli(["user", "password", "nopass@example.com", "--password", "short", ...server.cliArgs], quiet)).toBe(2);
+    expect(await runCli(["user", "password", "nopass@example.com", ...server.cliArgs], quiet)).toBe(2);
+    expect(await runCli(["user", "password", "nobody@example.com", "--password", "long enough 123", ...server.cliArgs], quiet)).toBe(1);
     expect(err.join("\n")).toContain("--password must be at least");
     expect(err.join("\n")).toContain("user password needs --password");
     expect(err.join("\n")).toContain("no user with email nobody@example.com");

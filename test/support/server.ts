@@ -19,6 +19,11 @@ export interface TestServer extends RunningServer {
    * database and Redis (ATELIER_DATABASE_URL, ATELIER_REDIS_URL); empty on the embedded one.
    */
   childEnv: Record<string, string>;
+  /**
+   * Arguments that point an in-process `runCli` at this server's store: `--data`, and on the
+   * scaled pass a `--config` file naming its database and Redis (runCli reads no environment).
+   */
+  cliArgs: string[];
   /** Creates a user with credits and an API key; returns the full key. */
   userWithKey(opts?: { email?: string; credits?: number; role?: "user" | "admin"; password?: string }): Promise<{ userId: number; email: string; key: string }>;
   balance(userId: number): Promise<number>;
@@ -58,6 +63,15 @@ export function tempDir(prefix = "atelier-test-"): string {
 }
 
 /** Writes a TOML config into a temp dir and loads it like the binary would. */
+/** A config file naming the server's database and Redis, for an in-process CLI command on the scaled pass. */
+function cliConfigFile(config: Config): string {
+  const file = join(tempDir("atelier-cli-config-"), "atelier.toml");
+  const lines = [`[database]`, `url = ${JSON.stringify(config.database.url)}`];
+  if (config.redis.url) lines.push(`[redis]`, `url = ${JSON.stringify(config.redis.url)}`, `key_prefix = ${JSON.stringify(config.redis.key_prefix)}`);
+  require("node:fs").writeFileSync(file, lines.join("\n") + "\n");
+  return file;
+}
+
 export function configFromToml(toml: string, env: Record<string, string> = {}): Config {
   const dir = tempDir("atelier-config-");
   const file = join(dir, "atelier.toml");
@@ -105,6 +119,7 @@ export async function startTestServer(
     dataDir,
     logs,
     childEnv: shared ? { ATELIER_DATABASE_URL: base.database.url!, ...(base.redis.url ? { ATELIER_REDIS_URL: base.redis.url } : {}) } : {},
+    cliArgs: ["--data", base.server.data_dir, ...(shared ? ["--config", cliConfigFile(base)] : [])],
     async userWithKey(o = {}) {
       const email = o.email ?? `user${++counter}-${Date.now()}@example.com`;
       const user = await addUser(store, Date.now, { email, credits: o.credits ?? 0, role: o.role, password: o.password });
