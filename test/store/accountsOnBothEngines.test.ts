@@ -11,14 +11,13 @@ import { hashSessionId } from "../../src/core/sessions";
 import { RedemptionCodes } from "../../src/core/redemptionCodes";
 import { EmailTakenError, type AccountStore, type UserRow } from "../../src/core/store";
 import { ApiKeyStore } from "../../src/store/apiKeys";
-import { openDatabase } from "../../src/store/database";
 import { RedemptionCodeStore } from "../../src/store/redemptionCodes";
 import { Revisions } from "../../src/store/revisions";
 import { SessionStore } from "../../src/store/sessions";
-import { SqliteClient, type SqlClient } from "../../src/store/sql";
+import type { SqlClient } from "../../src/store/sql";
 import { UserStore } from "../../src/store/users";
 import { fakeClock } from "../support/fakeClock";
-import { startPostgres, type TestPostgres } from "../support/postgresServer";
+import { bothEngines } from "../support/bothEngines";
 
 /** The accounts modules of one instance on one SQL client. */
 function accounts(sql: SqlClient) {
@@ -30,46 +29,8 @@ type Accounts = ReturnType<typeof accounts>;
 const ledgerSum = async (sql: SqlClient, userId: number) =>
   (await sql.get<{ n: number }>("SELECT COALESCE(CAST(SUM(amount) AS BIGINT), 0) AS n FROM ledger WHERE user_id = ?", [userId]))!.n;
 
-interface Engine {
-  name: string;
-  /** A fresh database at the latest schema, and a second instance's client on the same one. */
-  open(): Promise<{ a: SqlClient; b: SqlClient }>;
-  stop(): Promise<void>;
-}
 
-const sqlite: Engine = (() => {
-  const clients: SqlClient[] = [];
-  return {
-    name: "SQLite",
-    async open() {
-      // One in-memory database: both "instances" share its one connection (SQLite's second
-      // process is covered by test/core/accounts.test.ts and the CLI tests).
-      const a = new SqliteClient(openDatabase(":memory:"));
-      clients.push(a);
-      return { a, b: a };
-    },
-    async stop() {
-      for (const c of clients.splice(0)) await c.close();
-    },
-  };
-})();
-
-const postgres: Engine = (() => {
-  const dbs: TestPostgres[] = [];
-  return {
-    name: "PostgreSQL",
-    async open() {
-      const pg = await startPostgres({ migrated: true });
-      dbs.push(pg);
-      return { a: pg.client(), b: pg.client() };
-    },
-    async stop() {
-      for (const pg of dbs.splice(0)) await pg.stop();
-    },
-  };
-})();
-
-for (const engine of [sqlite, postgres]) {
+for (const engine of bothEngines()) {
   describe(`accounts on ${engine.name}`, () => {
     let a: Accounts;
     let b: Accounts;

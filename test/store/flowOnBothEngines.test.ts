@@ -9,13 +9,12 @@ import { IdempotencyKeyTaken, KeyCreditCapReached, TaskQueueFull, type FailedOut
 import { ApiKeyStore } from "../../src/store/apiKeys";
 import { retryWhileBusy } from "../../src/store/busy";
 import { CreditStore } from "../../src/store/credits";
-import { openDatabase } from "../../src/store/database";
 import { RequestStore } from "../../src/store/requests";
 import { Revisions } from "../../src/store/revisions";
-import { SqliteClient, type SqlClient } from "../../src/store/sql";
+import type { SqlClient } from "../../src/store/sql";
 import { TaskRecords } from "../../src/store/tasks";
 import { UserStore } from "../../src/store/users";
-import { startPostgres, type TestPostgres } from "../support/postgresServer";
+import { bothEngines } from "../support/bothEngines";
 
 /** The money-path modules of one instance on one SQL client. */
 function flow(sql: SqlClient) {
@@ -32,46 +31,10 @@ const charge = (requestId: string, userId: number, extra: Partial<ImageCharge> =
   requestId, userId, keyId: null, kind: "generate", model: "test-image", price: 1, prompt: "a red square", ...extra,
 });
 
-interface Engine {
-  name: string;
-  open(): Promise<{ a: SqlClient; b: SqlClient }>;
-  stop(): Promise<void>;
-}
-
-const sqlite: Engine = (() => {
-  const clients: SqlClient[] = [];
-  return {
-    name: "SQLite",
-    async open() {
-      // One in-memory database and its one connection (two processes on one file: test/store/credits.test.ts).
-      const a = new SqliteClient(openDatabase(":memory:"));
-      clients.push(a);
-      return { a, b: a };
-    },
-    async stop() {
-      for (const c of clients.splice(0)) await c.close();
-    },
-  };
-})();
-
-const postgres: Engine = (() => {
-  const dbs: TestPostgres[] = [];
-  return {
-    name: "PostgreSQL",
-    async open() {
-      const pg = await startPostgres({ migrated: true });
-      dbs.push(pg);
-      return { a: pg.client(), b: pg.client() };
-    },
-    async stop() {
-      for (const pg of dbs.splice(0)) await pg.stop();
-    },
-  };
-})();
 
 let emails = 0;
 
-for (const engine of [sqlite, postgres]) {
+for (const engine of bothEngines()) {
   describe(`the money path on ${engine.name}`, () => {
     let a: Flow;
     let b: Flow;
