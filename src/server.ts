@@ -11,7 +11,7 @@ import { apiErrorOf } from "./http/errorMapping";
 import { createServices, type Services } from "./services";
 import type { Config } from "./config";
 import type { Logger } from "./logger";
-import { isSharedStore, openStore } from "./store/open";
+import { openStore, storeDialect } from "./store/open";
 import { authenticateApiRequest } from "./http/auth";
 import { admitDeclaredBody, guardBody, type BodyRules } from "./http/body";
 import { newId } from "./core/ids";
@@ -47,7 +47,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
   // pending was interrupted. Sharing PostgreSQL, other live instances may be running theirs: only
   // this instance's own (a previous run under its [instance] id) are refunded at start, the rest
   // by the heartbeat's sweep once their owner's lease has run out.
-  const recovered = isSharedStore(config) ? [] : await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
+  const recovered = storeDialect(config) === "postgres" ? [] : await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
   recovered.push(...(await services.liveness.start()));
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).

@@ -37,6 +37,7 @@ import { FileImageBlobs, MemoryImageBlobs } from "./store/imageFiles";
 import { S3ImageBlobs, s3BlobSettingsOf } from "./store/s3ImageBlobs";
 import { Metrics } from "./http/metrics";
 import { InstanceLiveness } from "./core/instances";
+import { storeDialect } from "./store/open";
 import { hostname } from "node:os";
 
 export interface AppDeps {
@@ -271,7 +272,7 @@ export function createServices(deps: AppDeps): Services {
     limits: { concurrency: limits.async_concurrency, perUserConcurrency: limits.async_per_user_concurrency, queueSize: limits.async_queue_size, perUserQueueSize: limits.async_per_user_queue_size },
     retentionMs: deps.config.tasks.retention_hours * 3_600_000,
     // Another instance may queue a task this one has room for: look for them now and then.
-    pollMs: deps.config.database.url !== undefined ? TASK_POLL_MS : 0,
+    pollMs: storeDialect(deps.config) === "postgres" ? TASK_POLL_MS : 0,
   });
   const liveness = createLiveness(deps, services.clock, tasks.retentionMs);
   return { ...services, upstreams, imageFlow, tasks, taskEvents, metrics, liveness, httpInFlight };

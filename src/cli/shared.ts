@@ -6,8 +6,7 @@ import { existsSync } from "node:fs";
 import { loadConfig, type Config } from "../config";
 import type { Store } from "../store";
 import { databasePath } from "../store/database";
-import { openStore } from "../store/open";
-import type { SqlDialect } from "../store/sql";
+import { openStore, storeDialect } from "../store/open";
 import { CliError } from "./args";
 
 /** Where a command writes: the results to `out` (stdout), the problems to `err` (stderr). */
@@ -29,10 +28,7 @@ export interface DataOptions {
   data?: string;
 }
 
-/** Where the deployment keeps its store: PostgreSQL with [database] url (or ATELIER_DATABASE_URL), else SQLite in data_dir. */
-export function storeDialect(config: Pick<Config, "database">): SqlDialect {
-  return config.database.url === undefined ? "sqlite" : "postgres";
-}
+export { storeDialect };
 
 /** The configuration file (--config or ATELIER_CONFIG) and the environment, with --data and the given overrides on top. */
 export function configFrom(options: DataOptions, overrides: { port?: number; host?: string } = {}): Config {
@@ -55,7 +51,7 @@ export function configWithoutUpstreamSecrets(options: DataOptions): Config {
  * empty one and answer "no user with email …".
  */
 export async function withExistingStore<T>(config: Config, fn: (store: Store) => T | Promise<T>): Promise<T> {
-  if (config.database.url === undefined) {
+  if (storeDialect(config) === "sqlite") {
     const file = databasePath(config.server.data_dir);
     if (!existsSync(file)) {
       throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA), or create the first user with \`atelier user add\``);

@@ -12,6 +12,8 @@
  *   so a database locked for a long time cannot grow memory without limit.
  * A crash loses at most what was queued: only rows that may be lost (chat history) go here.
  */
+import { backgroundTimer, type Schedule } from "./clock";
+
 export interface BatchWriterOptions<T> {
   /** Writes rows all or nothing (one transaction). */
   write: (rows: T[]) => Promise<void> | void;
@@ -22,16 +24,10 @@ export interface BatchWriterOptions<T> {
   intervalMs: number;
   maxBatch: number;
   maxQueued: number;
-  /** A one-shot timer (the fake clock's in tests); returns its cancel. */
-  schedule?: (fn: () => void, ms: number) => () => void;
+  /** A one-shot timer (the fake clock's in tests); pending rows never keep a process alive: stop() flushes them. */
+  schedule?: Schedule;
 }
 
-const realTimer = (fn: () => void, ms: number) => {
-  const t = setTimeout(fn, ms);
-  // Pending rows never keep a process alive: stop() flushes them.
-  (t as { unref?: () => void }).unref?.();
-  return () => clearTimeout(t);
-};
 
 export class BatchWriter<T> {
   /** Rows waiting, oldest first; a batch in flight has left it (and comes back on a retryable failure). */
@@ -45,7 +41,7 @@ export class BatchWriter<T> {
   private readonly schedule: NonNullable<BatchWriterOptions<T>["schedule"]>;
 
   constructor(private readonly opts: BatchWriterOptions<T>) {
-    this.schedule = opts.schedule ?? realTimer;
+    this.schedule = opts.schedule ?? backgroundTimer;
   }
 
   /** Queues a row; it is written within about `intervalMs`. */

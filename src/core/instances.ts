@@ -12,7 +12,7 @@
  * An instance that could not write its own heartbeat for a whole lease reports itself unready:
  * the others may already be refunding its requests.
  */
-import type { Clock } from "./clock";
+import { backgroundTimer, type Clock, type Schedule } from "./clock";
 import type { Logger } from "../logger";
 
 export interface InstanceRecords {
@@ -36,20 +36,14 @@ export interface LivenessDeps {
   refundInterrupted: (requestId: string, reason: string) => Promise<boolean>;
   clock: Clock;
   logger: Logger;
-  /** A one-shot timer (the fake clock's in tests); returns its cancel. */
-  schedule?: (fn: () => void, ms: number) => () => void;
+  /** A one-shot timer (the fake clock's in tests). */
+  schedule?: Schedule;
 }
 
 /** Requests refunded per sweep at most (the next sweep takes the rest). */
 const SWEEP_BATCH = 200;
 /** Dead instances' rows are kept a day (for operators), then forgotten. */
 const PRUNE_AFTER_MS = 24 * 60 * 60 * 1000;
-
-const realTimer = (fn: () => void, ms: number) => {
-  const t = setTimeout(fn, ms);
-  (t as { unref?: () => void }).unref?.();
-  return () => clearTimeout(t);
-};
 
 export class InstanceLiveness {
   /** When this instance's heartbeat was last written; null before start (nothing of its own to guard yet). */
@@ -64,7 +58,7 @@ export class InstanceLiveness {
     private readonly deps: LivenessDeps,
   ) {
     if (settings.leaseMs < settings.heartbeatMs * 2) throw new RangeError("the instance lease must be at least two heartbeats long");
-    this.schedule = deps.schedule ?? realTimer;
+    this.schedule = deps.schedule ?? backgroundTimer;
   }
 
   get id(): string {

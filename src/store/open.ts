@@ -7,6 +7,7 @@ import { createStore, type Store } from "./index";
 import { latestVersion, openDatabase } from "./database";
 import { openPostgres } from "./postgresDatabase";
 import { postgresMigrations } from "./postgresMigrations";
+import type { SqlDialect } from "./sql";
 
 /** Connections each instance opens to PostgreSQL at most (requests queue for one beyond it). */
 const POSTGRES_POOL = 20;
@@ -19,7 +20,7 @@ export async function openStore(config: Config): Promise<Store> {
   return createStore(client, latestVersion(postgresMigrations), opts);
 }
 
-/** True when the configured store is PostgreSQL (several instances may share it). */
-export function isSharedStore(config: Config): boolean {
-  return config.database.url !== undefined;
+/** Where the deployment keeps its store: PostgreSQL with [database] url (or ATELIER_DATABASE_URL; several instances may share it), else SQLite in data_dir. */
+export function storeDialect(config: Pick<Config, "database">): SqlDialect {
+  return config.database.url === undefined ? "sqlite" : "postgres";
 }
