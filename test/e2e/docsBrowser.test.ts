@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type Locator, type Page } from "playwright-core";
+import { type Browser, type Locator, type Page } from "playwright-core";
+import { launchChromium } from "../support/browser";
 import { makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
@@ -48,11 +49,7 @@ beforeAll(async () => {
   const answer = (await (await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: auth, body: JSON.stringify({ prompt: "a link", size: "64x64", response_format: "url" }) })).json()) as { data: { url: string }[] };
   const url = new URL(answer.data[0]!.url);
   link = { file: url.pathname.split("/").at(-1)!, expires: url.searchParams.get("expires")!, signature: url.searchParams.get("signature")! };
-  browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();

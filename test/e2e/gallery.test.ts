@@ -10,11 +10,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { blobKey } from "../../src/core/imageArchive";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 const TEST_TIMEOUT_MS = 120_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/gallery");
 const PASSWORD = "gallery horse battery";
@@ -41,10 +41,7 @@ async function newPage(viewport: { width: number; height: number }, colorScheme:
 }
 
 async function signIn(page: Page, email: string): Promise<void> {
-  await page.goto(`${server.url}/signin`);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill(PASSWORD);
-  await page.getByRole("button", { name: "Sign in" }).click();
+  await signInThroughForm(page, server.url, email, PASSWORD);
   await page.waitForURL(/playground/);
 }
 
@@ -71,11 +68,7 @@ beforeAll(async () => {
     const { data } = await client.images.generate({ model: "builtin-image", prompt, size: size as "1024x1024" }).withResponse();
     ids.push((data as typeof data & { image_id: string }).image_id);
   }
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 }, TEST_TIMEOUT_MS);
 
 afterAll(async () => {

@@ -10,11 +10,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { createKey } from "../../src/core/accounts";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 // Generous: a shared 2-core machine runs a browser, a server and other suites at once.
 const TEST_TIMEOUT_MS = 180_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/operators");
@@ -52,11 +52,7 @@ price = 5
 `,
   });
   await server.userWithKey({ email: adminEmail, role: "admin", password: ADMIN_PASSWORD });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 }, TEST_TIMEOUT_MS);
 
 afterAll(async () => {
@@ -68,11 +64,7 @@ async function signedIn(email: string, password: string, size: Size, scheme: Sch
   const context = await browser.newContext({ viewport: SIZES[size], colorScheme: scheme, deviceScaleFactor: 1, acceptDownloads: true });
   const page = await context.newPage();
   page.on("dialog", (d) => (d.type() === "confirm" ? d.accept() : d.dismiss()));
-  await page.goto(`${server.url}/signin`);
-  await page.locator("#email").fill(email);
-  await page.locator("#password").fill(password);
-  await page.locator("form.stack button[type=submit]").click();
-  await page.waitForURL((u) => !u.pathname.startsWith("/signin"));
+  await signInThroughForm(page, server.url, email, password);
   return { context, page };
 }
 

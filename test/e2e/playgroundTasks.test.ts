@@ -9,12 +9,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import type { ImageJob } from "../../src/core/engine";
 import { ControlledEngine, makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 // Generous: a shared 2-core machine runs a browser, a server and other suites at once.
 const TEST_TIMEOUT_MS = 90_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/playground-tasks");
@@ -143,20 +143,13 @@ beforeAll(async () => {
   });
   const user = await server.userWithKey({ email: "streamer@example.com", credits: 20, password: PASSWORD });
   userId = user.userId;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   page = await context.newPage();
   page.on("dialog", (d) => {
     throw new Error(`unexpected ${d.type()} dialog: ${d.message()}`);
   });
-  await page.goto(`${server.url}/signin`);
-  await page.getByLabel("Email").fill(user.email);
-  await page.getByLabel(/^Password/).fill(PASSWORD);
-  await page.getByRole("button", { name: "Sign in" }).click();
+  await signInThroughForm(page, server.url, user.email, PASSWORD);
   await page.waitForURL(/\/playground/);
 }, TEST_TIMEOUT_MS);
 

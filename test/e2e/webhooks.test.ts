@@ -18,13 +18,13 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } fr
 import { join } from "node:path";
 import type { Server } from "bun";
 import OpenAI from "openai";
-import { chromium, type Browser, type Page } from "playwright-core";
+import { type Browser, type Page } from "playwright-core";
+import { launchChromium } from "../support/browser";
 import type { ImageTaskObject, TaskEvent } from "../../src/core/tasks";
 import { taskEventId } from "../../src/core/webhooks";
 import { verifyStandardWebhook } from "../support/standardWebhooks";
 import { startTestServer, tempDir, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 const TEST_TIMEOUT_MS = 90_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/webhooks");
 
@@ -253,11 +253,7 @@ describe("the Webhooks page in a real browser", () => {
     receiver = startReceiver();
     server = await startTestServer({ toml: LOOPBACK_ALLOWED([300]) });
     server.services.taskEvents.start();
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    });
+    browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     page = await context.newPage();
     page.on("dialog", async (d) => {

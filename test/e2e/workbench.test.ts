@@ -9,12 +9,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { addUser } from "../../src/core/accounts";
 import { makePng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 // Generous: a shared 2-core machine runs a browser, a server and other suites at once.
 const TEST_TIMEOUT_MS = 90_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench");
@@ -96,11 +96,7 @@ upstream = "acme"
     },
   });
   // playwright's launch() starts chromium with a fresh temporary --user-data-dir of its own.
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
   userContext = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   adminContext = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   user = await userContext.newPage();
@@ -438,10 +434,7 @@ describe("workbench in a real browser", () => {
       const page = await context.newPage();
       watchForInjection(page);
       const signIn = async (p: Page) => {
-        await p.goto(`${server.url}/signin`);
-        await p.getByLabel("Email").fill(email);
-        await p.getByLabel("Password").fill(PASSWORD);
-        await p.getByRole("button", { name: "Sign in" }).click();
+        await signInThroughForm(p, server.url, email, PASSWORD);
         await p.waitForURL(/playground/);
       };
       await signIn(page);

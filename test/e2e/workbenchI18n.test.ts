@@ -9,11 +9,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { EN } from "../../src/workbench/i18n/catalog";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 const TEST_TIMEOUT_MS = 300_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/i18n");
 const PASSWORD = "correct horse battery";
@@ -58,11 +58,7 @@ async function signedIn(email: string, size: { width: number; height: number }, 
   const context = await zhContext(size, scheme);
   const page = await context.newPage();
   page.on("dialog", (d) => d.dismiss());
-  await page.goto(`${server.url}/signin`);
-  await page.locator("#email").fill(email);
-  await page.locator("#password").fill(PASSWORD);
-  await page.locator("form.stack button[type=submit]").click();
-  await page.waitForURL((u) => !u.pathname.startsWith("/signin"));
+  await signInThroughForm(page, server.url, email, PASSWORD);
   return { context, page };
 }
 
@@ -100,11 +96,7 @@ upstream = "acme"
   painterId = painter.userId;
   keyId = (await server.services.store.keys.listForUser(painterId))[0]!.id;
   requestId = (await server.services.store.requests.list({ userId: painterId, limit: 1, offset: 0 }))[0]!.id;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 }, TEST_TIMEOUT_MS);
 
 afterAll(async () => {

@@ -11,10 +11,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 const TEST_TIMEOUT_MS = 180_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/mobile");
 const PASSWORD = "correct horse battery";
@@ -36,11 +36,7 @@ async function signedIn(who: { email: string }, size: Size, scheme: Scheme): Pro
   const context = await browser.newContext({ viewport: size === "phone" ? PHONE : LAPTOP, colorScheme: scheme, deviceScaleFactor: 1 });
   const page = await context.newPage();
   page.on("dialog", (d) => d.dismiss());
-  await page.goto(`${server.url}/signin`);
-  await page.locator("#email").fill(who.email);
-  await page.locator("#password").fill(PASSWORD);
-  await page.locator("form.stack button[type=submit]").click();
-  await page.waitForURL((u) => !u.pathname.startsWith("/signin"));
+  await signInThroughForm(page, server.url, who.email, PASSWORD);
   return { context, page };
 }
 
@@ -148,11 +144,7 @@ upstream = "acme"
   DETAIL_PAGES.user.push(`/gallery/${image!.id}`, `/credits/requests/${request!.id}`, `/keys/${key!.id}`);
   DETAIL_PAGES.admin.push(`/admin/users/${user.userId}`);
 
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 }, TEST_TIMEOUT_MS);
 
 afterAll(async () => {

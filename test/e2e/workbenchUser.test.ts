@@ -12,11 +12,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, type Page } from "playwright-core";
+import { launchChromium, signInThroughForm } from "../support/browser";
 import { utcDay } from "../../src/core/utcDays";
 import { startTestServer, type TestServer } from "../support/server";
 
-const CHROMIUM = "/usr/bin/chromium";
 const TEST_TIMEOUT_MS = 120_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench-user");
 const PASSWORD = "usage horse battery";
@@ -43,10 +43,7 @@ async function newPage(viewport: { width: number; height: number }, colorScheme:
 }
 
 async function signIn(p: Page): Promise<void> {
-  await p.goto(`${server.url}/signin`);
-  await p.getByLabel("Email").fill(owner.email);
-  await p.getByLabel("Password").fill(PASSWORD);
-  await p.getByRole("button", { name: "Sign in" }).click();
+  await signInThroughForm(p, server.url, owner.email, PASSWORD);
   await p.waitForURL(/playground/);
 }
 
@@ -94,11 +91,7 @@ upstream = "acme"
 `,
   });
   owner = await server.userWithKey({ credits: 20, password: PASSWORD });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
   ({ context, page } = await newPage({ width: 1280, height: 800 }, "light"));
   await signIn(page);
 }, TEST_TIMEOUT_MS);
