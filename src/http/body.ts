@@ -9,7 +9,7 @@ import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, un
 import { metaOf, shareMeta } from "./requestMeta";
 import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
-import { scanJsonBody, type UploadParam } from "./jsonUploads";
+import { scanJsonBody, scanJsonBytes, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
 import { signalOf, type ClientSignal } from "../core/clientSignal";
 
@@ -326,8 +326,7 @@ function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]
     const small = metaOf(request).smallBody;
     if (kind === "json" && uploads && (small || request.body)) {
       // A small unwrapped body is read whole under its deadline first, then scanned.
-      const body = small ? new Blob([await readSmallBody(request, small)]).stream() : request.body!;
-      const scanned = await scanJsonBody(body, uploads);
+      const scanned = small ? scanJsonBytes(await readSmallBody(request, small), uploads) : await scanJsonBody(request.body!, uploads);
       return parseJsonBody(scanned.text, scanned.revive);
     }
     if (kind === "json") return parseJsonBody(await readLimited(request));

@@ -12,6 +12,9 @@
  *   only at the end, a length that is a multiple of 4, no whitespace and no escapes but `\/`
  *   (JSON encoders such as PHP's write every `/` so). A violation is a 400 naming the field, as
  *   soon as it arrives; so is an image past MAX_IMAGE_BYTES (the rest is never decoded).
+ * - Memory: the base64 is decoded from the chunk's bytes straight into the image's buffer, with
+ *   no string in between, and scanJsonBody releases each chunk once it is scanned (core/image/
+ *   release); what stays is the images at their exact size and the small JSON text.
  * - The scanner only follows the nesting to know where it is; whether the text is JSON at all
  *   (and not nested too deeply) is for the parser of the text it returns (http/body).
  * Each decoded image stands in the text as a placeholder string carrying a per-request nonce,
@@ -19,6 +22,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { DATA_URL, DATA_URL_HEAD_CHARS, DecodedDataUrl, invalidBase64, tooLargeAfterDecoding } from "../core/imageInput";
+import { releaseBytes } from "../core/image/release";
 import { MAX_IMAGE_BYTES, MAX_JSON_DEPTH } from "../core/limits";
 
 /** Where a value sits: object keys and array indices from the top. */
@@ -39,8 +43,6 @@ const BACKSLASH = 0x5c;
 const SLASH = 0x2f;
 const COMMA = 0x2c;
 const EQUALS = 0x3d;
-const DASH = 0x2d;
-const UNDERSCORE = 0x5f;
 /** Longer keys are kept out of the path (no upload field has one); the text still has them. */
 const MAX_PATH_KEY_BYTES = 256;
 
@@ -51,6 +53,47 @@ interface Level {
   expectingKey: boolean;
   /** Arrays: the index of the current element. */
   index: number;
+}
+
+/** Marks a byte outside the base64 alphabet in the tables below: above any 24-bit group. */
+const NOT_BASE64 = 1 << 24;
+
+/**
+ * For each of the four places in a group of base64 characters, every byte's 6-bit value shifted
+ * to its place in the group's 24 bits, or NOT_BASE64 (`=`, `-`, `_`, whitespace, anything else).
+ */
+const [PLACE0, PLACE1, PLACE2, PLACE3] = [18, 12, 6, 0].map((shift) => {
+  const table = new Uint32Array(256).fill(NOT_BASE64);
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (let i = 0; i < 64; i++) table[alphabet.charCodeAt(i)] = i << shift;
+  return table;
+}) as [Uint32Array, Uint32Array, Uint32Array, Uint32Array];
+
+/**
+ * Whole groups of 4 base64 characters (the last one padded with `padding` '=' characters)
+ * decoded into `out` from `at`. False if any character is outside the standard alphabet (an
+ * '=' before the padding included). Straight from bytes to bytes: the usual way, a latin1 string
+ * of each chunk for Buffer's decoder, made a body's worth of strings that the collector freed
+ * only long after, which was most of the request's peak memory (see README, Big uploads).
+ */
+function decodeBase64Groups(groups: Uint8Array, padding: number, out: Uint8Array, at: number): boolean {
+  const whole = groups.length - (padding > 0 ? 4 : 0);
+  let o = at;
+  let seen = 0;
+  for (let i = 0; i < whole; i += 4, o += 3) {
+    const bits = PLACE0[groups[i]!]! | PLACE1[groups[i + 1]!]! | PLACE2[groups[i + 2]!]! | PLACE3[groups[i + 3]!]!;
+    seen |= bits;
+    out[o] = bits >>> 16;
+    out[o + 1] = bits >>> 8;
+    out[o + 2] = bits;
+  }
+  if (padding > 0) {
+    const bits = PLACE0[groups[whole]!]! | PLACE1[groups[whole + 1]!]! | (padding === 1 ? PLACE2[groups[whole + 2]!]! : 0);
+    seen |= bits;
+    out[o] = bits >>> 16;
+    if (padding === 1) out[o + 1] = bits >>> 8;
+  }
+  return (seen & NOT_BASE64) === 0;
 }
 
 /**
@@ -67,7 +110,7 @@ class Base64Decoder {
 
   constructor(
     readonly param: string,
-    private readonly scratch: Buffer,
+    private readonly scratch: Uint8Array,
   ) {}
 
   write(segment: Uint8Array): void {
@@ -100,23 +143,15 @@ class Base64Decoder {
     return new Uint8Array(this.scratch.subarray(0, this.decoded));
   }
 
-  /**
-   * Whole groups of 4 characters. Buffer's decoder skips characters outside the alphabet and
-   * stops at an early '=', so either makes it write fewer bytes than the groups' exact length:
-   * that comparison is the strictness check (the URL-safe '-' and '_', which it takes silently,
-   * are looked for apart).
-   */
+  /** Whole groups of 4 characters; '=' padding ends the data URL (nothing may follow it). */
   private decodeQuads(quads: Uint8Array): void {
     if (this.padded) throw invalidBase64(this.param);
-    if (quads.indexOf(DASH) !== -1 || quads.indexOf(UNDERSCORE) !== -1) throw invalidBase64(this.param);
     const last = quads.length - 1;
     const padding = quads[last] !== EQUALS ? 0 : quads[last - 1] === EQUALS ? 2 : 1;
     if (padding > 0) this.padded = true;
     const expected = (quads.length / 4) * 3 - padding;
     if (this.decoded + expected > MAX_IMAGE_BYTES) throw tooLargeAfterDecoding(this.param);
-    const latin1 = Buffer.from(quads.buffer, quads.byteOffset, quads.length).toString("latin1");
-    const written = this.scratch.write(latin1, this.decoded, expected, "base64");
-    if (written !== expected) throw invalidBase64(this.param);
+    if (!decodeBase64Groups(quads, padding, this.scratch, this.decoded)) throw invalidBase64(this.param);
     this.decoded += expected;
   }
 }
@@ -139,7 +174,7 @@ export class JsonUploadScanner {
   private mode: Mode = { kind: "between" };
   private readonly uploads: DecodedDataUrl[] = [];
   private readonly marker = `\u0000upload:${randomBytes(9).toString("base64")}:`;
-  private scratch?: Buffer;
+  private scratch?: Uint8Array;
 
   constructor(private readonly uploadParam: UploadParam) {}
 
@@ -184,6 +219,15 @@ export class JsonUploadScanner {
       }
     }
     if (this.mode.kind === "between" || this.mode.kind === "string") this.copy(chunk.subarray(copyFrom, n));
+  }
+
+  /**
+   * Gives back the buffer the images were decoded in (MAX_IMAGE_BYTES; the images were copied
+   * out of it): once the body is scanned, or refused.
+   */
+  release(): void {
+    releaseBytes(this.scratch);
+    this.scratch = undefined;
   }
 
   /** The text to parse, once the whole body was written. */
@@ -287,6 +331,7 @@ export class JsonUploadScanner {
     const head = Buffer.from(mode.raw.slice(1)).toString("latin1").replaceAll("\\/", "/");
     const match = DATA_URL.exec(head);
     if (match && match[0].length === head.length && !head.includes("\\")) {
+      // Unsafe (not zero-filled): only the pages an image is decoded into become resident.
       this.scratch ??= Buffer.allocUnsafe(MAX_IMAGE_BYTES);
       this.mode = { kind: "base64", decoder: new Base64Decoder(mode.param, this.scratch), subtype: match[1]!, escaped: false };
       return;
@@ -330,8 +375,12 @@ export class JsonUploadScanner {
 const SLASH_BYTE = Uint8Array.of(SLASH);
 
 /**
- * Reads a JSON body to its end through a JsonUploadScanner. On a refusal the body is cancelled
- * (the server closes the connection, as for any body left unread).
+ * Reads a request's JSON body to its end through a JsonUploadScanner. On a refusal the body is
+ * cancelled (the server closes the connection, as for any body left unread).
+ * The chunks are the scanner's: each is released once scanned (core/image/release), since
+ * everything the scanner keeps it has copied. That holds for a request body, whose every read
+ * Bun answers with a buffer of its own; a stream that hands out a buffer it still uses must not
+ * be given here.
  */
 export async function scanJsonBody(body: ReadableStream<Uint8Array>, uploadParam: UploadParam): Promise<ScannedJson> {
   const scanner = new JsonUploadScanner(uploadParam);
@@ -341,11 +390,24 @@ export async function scanJsonBody(body: ReadableStream<Uint8Array>, uploadParam
       const { done, value } = await reader.read();
       if (done) return scanner.end();
       scanner.write(value);
+      releaseBytes(value);
     }
   } catch (e) {
     reader.cancel().catch(() => {});
     throw e;
   } finally {
+    scanner.release();
     reader.releaseLock();
+  }
+}
+
+/** A JSON body already read whole (a small one) through a JsonUploadScanner. */
+export function scanJsonBytes(bytes: Uint8Array, uploadParam: UploadParam): ScannedJson {
+  const scanner = new JsonUploadScanner(uploadParam);
+  try {
+    scanner.write(bytes);
+    return scanner.end();
+  } finally {
+    scanner.release();
   }
 }

@@ -156,7 +156,8 @@ describe("bounded", () => {
       pull(c) {
         sent += chunk.length;
         if (sent > 100 * 1024 * 1024) c.close();
-        else c.enqueue(chunk);
+        // A buffer of its own each time, as a request body's reads are: the scanner releases each chunk.
+        else c.enqueue(chunk.slice());
       },
     });
     const err = await scanJsonBody(body, generationUploads).then(
@@ -167,6 +168,25 @@ describe("bounded", () => {
     expect(err).toMatchObject({ param: "reference_image", reason: "image_too_large" });
     // 10 MiB decoded is about 13.3 MiB of base64: it stopped there, not at 100 MiB.
     expect(sent).toBeLessThan(Math.ceil((MAX_IMAGE_BYTES * 4) / 3) + 3 * chunk.length);
+  });
+
+  test("each chunk of the body is released once scanned, the images decoded from it intact", async () => {
+    const image = Uint8Array.from({ length: 3 * 1024 * 1024 + 1 }, (_, i) => (i * 7919) >>> 3);
+    const text = new TextEncoder().encode(JSON.stringify({ prompt: "x", reference_images: [`data:image/png;base64,${Buffer.from(image).toString("base64")}`] }));
+    const chunks: Uint8Array[] = [];
+    for (let at = 0; at < text.length; at += 100_003) chunks.push(text.slice(at, at + 100_003));
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (const chunk of chunks) c.enqueue(chunk);
+        c.close();
+      },
+    });
+    const scanned = await scanJsonBody(body, generationUploads);
+    const value = parseJsonBody(scanned.text, scanned.revive) as { reference_images: DecodedDataUrl[] };
+    expect(Buffer.compare(value.reference_images[0]!.bytes, image)).toBe(0);
+    expect(value.reference_images[0]!.bytes.buffer.byteLength).toBe(image.length);
+    // Every chunk but the last (under 64 KiB, left to the collector) was given back.
+    expect(chunks.slice(0, -1).every((c) => c.byteLength === 0)).toBe(true);
   });
 
   test("an image of exactly 10 MiB is accepted", () => {

@@ -12,6 +12,7 @@
  */
 import { crc32, inflateSync } from "node:zlib";
 import { PNG } from "pngjs";
+import { releaseBytes } from "./release";
 import { ImageDecodeError, type Rgba } from "./rgba";
 
 const SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
@@ -96,9 +97,13 @@ export function inflateExactly(compressed: Uint8Array, size: number): Buffer {
 
 export function decodePng(bytes: Uint8Array): Rgba {
   const png = readPngChunks(bytes);
-  const data = inflateExactly(joined(png.idat), pngInflatedSize(png.layout));
-  unfilterInPlace(data, png.layout);
-  return { width: png.layout.width, height: png.layout.height, data: toRgba(data, png) };
+  const data = inflateImageData(png);
+  try {
+    unfilterInPlace(data, png.layout);
+    return { width: png.layout.width, height: png.layout.height, data: toRgba(data, png) };
+  } finally {
+    releaseBytes(data);
+  }
 }
 
 /**
@@ -113,19 +118,34 @@ export function verifyPngData(bytes: Uint8Array): void {
     decodePng(bytes);
     return;
   }
-  const data = inflateExactly(joined(png.idat), pngInflatedSize(png.layout));
+  const data = inflateImageData(png);
   const bitsPerPixel = COLOR_TYPES[png.layout.colorType]!.channels * png.layout.bitDepth;
   let pos = 0;
-  for (const [, , , , columns, rows] of subimages(png.layout)) {
-    const rowBytes = Math.ceil((columns * bitsPerPixel) / 8);
-    for (let y = 0; y < rows; y++, pos += 1 + rowBytes) {
-      if (data[pos]! > 4) throw new ImageDecodeError(`not a decodable PNG: unknown row filter ${data[pos]}`);
+  try {
+    for (const [, , , , columns, rows] of subimages(png.layout)) {
+      const rowBytes = Math.ceil((columns * bitsPerPixel) / 8);
+      for (let y = 0; y < rows; y++, pos += 1 + rowBytes) {
+        if (data[pos]! > 4) throw new ImageDecodeError(`not a decodable PNG: unknown row filter ${data[pos]}`);
+      }
     }
+  } finally {
+    releaseBytes(data);
   }
 }
 
-function joined(parts: Uint8Array[]): Uint8Array {
-  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+/**
+ * The image data of every IDAT, inflated to exactly the size the header fixes. The joined copy
+ * of several IDATs (one alone is a view into the input) and, by the callers, the inflated data
+ * are released as soon as they are done with: they are as large as the upload and its pixels.
+ */
+function inflateImageData(png: PngChunks): Buffer {
+  if (png.idat.length === 1) return inflateExactly(png.idat[0]!, pngInflatedSize(png.layout));
+  const joined = Buffer.concat(png.idat);
+  try {
+    return inflateExactly(joined, pngInflatedSize(png.layout));
+  } finally {
+    releaseBytes(joined);
+  }
 }
 
 export interface PngChunks {
