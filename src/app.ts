@@ -77,38 +77,42 @@ export function createApp(services: Services) {
       return errorResponse(apiError, corsHeadersForError(request, pathOf(request)));
     })
     .use(apiCors())
-    // Registered before the openapi plugin so that it covers the plugin's /openapi.json route.
-    .onAfterHandle({ as: "global" }, ({ request, responseValue }) => {
-      if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue, { ...wording, maxBodyBytes: services.config.server.max_body_bytes });
-    })
     .use(
-      openapi({
-        provider: null,
-        specPath: "/openapi.json",
-        exclude: { paths: ["/openapi.json"] },
-        documentation: {
-          info: {
-            title: "Atelier API",
-            version: API_VERSION,
-            description:
-              "OpenAI-compatible image generation and chat. Authenticate with `Authorization: Bearer sk-atl-…`. " +
-              "Every accepted image request costs its model's price in credits (`x_atelier_price` in `/v1/models`, 1 unless the operator set another) and is refunded automatically if it fails; chat is free. " +
-              "Errors always have the shape `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}`.",
-          },
-          servers: [{ url: "/", description: "This server" }],
-          tags: [
-            { name: "Models", description: "The model catalog." },
-            { name: "Images", description: "Image generation and editing (the model's price in credits per accepted request)." },
-            { name: "Chat", description: "Chat completions (free)." },
-            { name: "Operations", description: "Health and readiness." },
-          ],
-          components: {
-            securitySchemes: {
-              bearerAuth: { type: "http", scheme: "bearer", description: "An API key `sk-atl-…` from the workbench or `atelier key create`." },
+      // A local hook of its own instance, registered before the plugin: it covers the plugin's
+      // /openapi.json route and no other (as a global hook it ran, and was awaited, on every route).
+      new Elysia({ name: "openapi.document" })
+        .onAfterHandle(({ request, responseValue }) => {
+          if (pathOf(request) === "/openapi.json") return polishOpenApiDocument(responseValue, { ...wording, maxBodyBytes: services.config.server.max_body_bytes });
+        })
+        .use(
+          openapi({
+            provider: null,
+            specPath: "/openapi.json",
+            exclude: { paths: ["/openapi.json"] },
+            documentation: {
+              info: {
+                title: "Atelier API",
+                version: API_VERSION,
+                description:
+                  "OpenAI-compatible image generation and chat. Authenticate with `Authorization: Bearer sk-atl-…`. " +
+                  "Every accepted image request costs its model's price in credits (`x_atelier_price` in `/v1/models`, 1 unless the operator set another) and is refunded automatically if it fails; chat is free. " +
+                  "Errors always have the shape `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}`.",
+              },
+              servers: [{ url: "/", description: "This server" }],
+              tags: [
+                { name: "Models", description: "The model catalog." },
+                { name: "Images", description: "Image generation and editing (the model's price in credits per accepted request)." },
+                { name: "Chat", description: "Chat completions (free)." },
+                { name: "Operations", description: "Health and readiness." },
+              ],
+              components: {
+                securitySchemes: {
+                  bearerAuth: { type: "http", scheme: "bearer", description: "An API key `sk-atl-…` from the workbench or `atelier key create`." },
+                },
+              },
             },
-          },
-        },
-      }),
+          }),
+        ),
     )
     .use(docsRoutes())
     .use(workbenchRoutes(services))

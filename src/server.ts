@@ -60,7 +60,10 @@ export async function startServer(config: Config, logger: Logger, options: Start
   services.metrics.start();
 
   const app = createApp(services);
-  const inflight = new Set<Promise<unknown>>();
+  // Requests being answered (also the in-flight gauge); a stop waits for it to reach zero. A
+  // count rather than a set of promises: nothing to allocate or settle per request.
+  const inFlight = services.httpInFlight;
+  let allAnswered: (() => void) | undefined;
 
   const { server: serverConfig } = config;
   const apiBody: BodyRules = {
@@ -75,42 +78,51 @@ export async function startServer(config: Config, logger: Logger, options: Start
   // Elysia's own parsers read them, so they are always wrapped.
   const formBody: BodyRules = { ...apiBody, maxBytes: serverConfig.max_form_body_bytes, smallBodyBytes: 0 };
 
+  /** The answer to one request, with its request id, metrics and access log line; counted in flight until it settles. */
   const handle = async (request: Request, server: Server<undefined>): Promise<Response> => {
-    // `request` is what the socket gave (requestIP/timeout need it); the app sees `guarded`.
-    const meta = attachMeta(request);
-    let guarded = request;
-    let path: string | undefined;
-    let response: Response;
+    inFlight.count++;
+    // In this frame rather than a callback on the returned promise: nothing more to allocate per request.
     try {
-      meta.clientAddress = () => server.requestIP(request)?.address;
-      path = pathOf(request);
-      const isApi = path.startsWith("/v1/");
-      if (LONG_RUNNING.test(path)) server.timeout(request, 0);
-      const rules = isApi ? apiBody : formBody;
-      guarded = guardBody(request, rules, services.budget);
-      // An API request with a body proves who it is before we read (and buffer) any of it.
-      if (isApi && meta.bodyUnread) await authenticateApiRequest(guarded, services.auth);
-      // The signal is read only if the body has to wait for the budget (reading it costs every request).
-      await admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
-      response = await app.handle(guarded);
-    } catch (e) {
-      const err = apiErrorOf(e) ?? serverError();
-      if (err.status === 500) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
-      // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
-      response = errorResponse(err, corsHeadersForError(request, path));
+      // `request` is what the socket gave (requestIP/timeout need it); the app sees `guarded`.
+      const meta = attachMeta(request);
+      let guarded = request;
+      let path: string | undefined;
+      let response: Response;
+      try {
+        meta.clientAddress = () => server.requestIP(request)?.address;
+        path = pathOf(request);
+        const isApi = path.startsWith("/v1/");
+        if (LONG_RUNNING.test(path)) server.timeout(request, 0);
+        const rules = isApi ? apiBody : formBody;
+        guarded = guardBody(request, rules, services.budget);
+        // An API request with a body proves who it is before we read (and buffer) any of it.
+        if (isApi && meta.bodyUnread) await authenticateApiRequest(guarded, services.auth);
+        // The signal is read only if the body has to wait for the budget (reading it costs every request).
+        await admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
+        response = await app.handle(guarded);
+      } catch (e) {
+        const err = apiErrorOf(e) ?? serverError();
+        if (err.status === 500) logger.error("unhandled error", { request_id: meta.id, error: String(e), stack: e instanceof Error ? e.stack : undefined });
+        // Answered before the app (e.g. a declared body over the limit): a browser calling /v1 still gets to read it.
+        response = errorResponse(err, corsHeadersForError(request, path));
+      } finally {
+        services.budget.release(request);
+      }
+      // The one place that sets it: every answer, the app's and the server's own.
+      response.headers.set("x-request-id", meta.id);
+      // The unread rest of a body would be taken for the next request on this connection.
+      if (meta.bodyUnread) response.headers.set("connection", "close");
+      services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
+      if (serverConfig.log_requests) {
+        const durationMs = performance.now() - meta.startedAt;
+        const fields = accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store);
+        // Awaited only when the line needs the request's record.
+        logger.info("request", fields instanceof Promise ? await fields : fields);
+      }
+      return response;
     } finally {
-      services.budget.release(request);
+      if (--inFlight.count === 0) allAnswered?.();
     }
-    // The one place that sets it: every answer, the app's and the server's own.
-    response.headers.set("x-request-id", meta.id);
-    // The unread rest of a body would be taken for the next request on this connection.
-    if (meta.bodyUnread) response.headers.set("connection", "close");
-    services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
-    if (serverConfig.log_requests) {
-      const durationMs = performance.now() - meta.startedAt;
-      logger.info("request", await accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store));
-    }
-    return response;
   };
 
   const server = Bun.serve({
@@ -123,16 +135,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     idleTimeout: config.server.idle_timeout_s,
     // Never Bun's development error page (it shows the stack, paths and source to anyone).
     development: false,
-    fetch(request, srv) {
-      const p = handle(request, srv);
-      inflight.add(p);
-      services.httpInFlight.count++;
-      p.finally(() => {
-        inflight.delete(p);
-        services.httpInFlight.count--;
-      });
-      return p;
-    },
+    fetch: handle,
     // Only reached if answering itself throws (handle catches everything else): still our shape.
     error(error) {
       const id = newId("req_");
@@ -155,7 +158,7 @@ export async function startServer(config: Config, logger: Logger, options: Start
     services,
     stop() {
       stopping ??= (async () => {
-        logger.info("shutting down", { inflight: inflight.size });
+        logger.info("shutting down", { inflight: inFlight.count });
         services.tasks.stop();
         const livenessStopped = services.liveness.stop();
         services.metrics.stop();
@@ -163,7 +166,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
         const graceful = server.stop(false);
         let graceTimer: ReturnType<typeof setTimeout> | undefined;
         const deadline = new Promise((r) => (graceTimer = setTimeout(r, config.server.shutdown_grace_ms)));
-        await Promise.race([Promise.all([graceful, ...inflight, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
+        const answered = inFlight.count === 0 ? undefined : new Promise<void>((resolve) => (allAnswered = resolve));
+        await Promise.race([Promise.all([graceful, answered, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
         clearTimeout(graceTimer);
         await server.stop(true);
         await livenessStopped;

@@ -2,7 +2,8 @@
 
 /** SHA-256 as lowercase hex: how a secret is stored (never the secret itself). */
 export function sha256Hex(data: string | Uint8Array): string {
-  return new Bun.CryptoHasher("sha256").update(data).digest("hex");
+  // The one-shot form: no hasher object per call (this runs for every API request's key).
+  return Bun.SHA256.hash(data, "hex");
 }
 
 /**

@@ -19,7 +19,8 @@ export interface AccessLogInput {
   durationMs: number;
 }
 
-export async function accessLogFields(input: AccessLogInput, store: Pick<Store, "requests">): Promise<Record<string, unknown>> {
+/** The line's fields; a promise only when they need the request's record (a recorded route, a known user). */
+export function accessLogFields(input: AccessLogInput, store: Pick<Store, "requests">): Record<string, unknown> | Promise<Record<string, unknown>> {
   const { meta, method, path } = input;
   const fields: Record<string, unknown> = {
     request_id: meta.id,
@@ -30,11 +31,16 @@ export async function accessLogFields(input: AccessLogInput, store: Pick<Store, 
     user_id: meta.userId ?? null,
     key_prefix: meta.principal?.keyPrefix ?? null,
   };
-  if (method !== "POST" || path === undefined || !RECORDED.test(path) || meta.userId === undefined) return fields;
+  if (method !== "POST" || path === undefined || meta.userId === undefined || !RECORDED.test(path)) return fields;
+  return withRecord(fields, meta.id, store);
+}
+
+/** The record's facts added to the line. */
+async function withRecord(fields: Record<string, unknown>, id: string, store: Pick<Store, "requests">): Promise<Record<string, unknown>> {
   // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
   let row: Awaited<ReturnType<Store["requests"]["recordOf"]>>;
   try {
-    row = await store.requests.recordOf(meta.id);
+    row = await store.requests.recordOf(id);
   } catch {
     return fields; // a log line never fails a request
   }

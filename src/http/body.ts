@@ -356,7 +356,8 @@ export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null,
   // Destructured, never passed on whole: Elysia infers from the hook's source what the context
   // needs, and a context handed to another function makes every route parse cookies, query and headers.
   return async function parseApiBody({ request }: { request: Request }): Promise<unknown> {
-    await authenticateApiRequest(request, auth);
+    // On the server the caller was usually authenticated before the body (no second wait then).
+    if (!metaOf(request).principal) await authenticateApiRequest(request, auth);
     return parse({ request });
   };
 }
