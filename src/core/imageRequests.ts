@@ -28,6 +28,13 @@ export interface ImageRequest {
   job: Omit<ImageJob, "signal">;
   /** The request is a task (async, streamed, or with an Idempotency-Key): its row and result are kept. */
   task?: TaskOptions;
+  /**
+   * Gives back the memory of the input images the caller owns (uploads read from the request's
+   * body, tens of MB each), called once the engine has stopped with them, even past the
+   * deadline: they would otherwise wait for a garbage collection, which an idle server may not
+   * run for a long time, and during a burst add up with the next requests' uploads.
+   */
+  releaseInputs?: () => void;
 }
 
 export interface TaskOptions {
@@ -116,14 +123,17 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
     const started = performance.now();
     let image: GeneratedImage;
     try {
-      image = await withDeadline(
+      const run = withDeadline(
         deps.generationTimeoutMs,
         (signal) => {
           const job: ImageJob = { ...req.job, signal };
           return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
         },
         cancel,
-      ).result;
+      );
+      // The charge is made: the inputs are never needed again once the engine stops.
+      if (req.releaseInputs) void run.settled.then(req.releaseInputs);
+      image = await run.result;
     } catch (e) {
       generationMs = Math.round(performance.now() - started);
       const upstreamMs = e instanceof EngineError ? (e.trace?.upstreamLatencyMs ?? null) : null;

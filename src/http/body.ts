@@ -11,6 +11,7 @@ import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, scanJsonBytes, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
+import { releaseBytes } from "../core/image/release";
 import { signalOf, type ClientSignal } from "../core/clientSignal";
 
 const serverBusy = () => tooManyRequests("The server is receiving too many large request bodies at once; retry shortly.", "server_busy", 1000);
@@ -337,6 +338,9 @@ function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]
     } catch (e) {
       if (e instanceof ApiError) throw e;
       throw badRequest(`We could not parse the multipart/form-data body: ${(e as Error).message}`, null, "invalid_multipart");
+    } finally {
+      // The parts hold their own bytes: the body (up to max_body_bytes) goes back now (core/image/release).
+      releaseBytes(bytes);
     }
   };
 }

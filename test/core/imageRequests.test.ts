@@ -397,6 +397,51 @@ describe("the gate slot", () => {
   });
 });
 
+describe("the inputs' memory", () => {
+  test("releaseInputs is called once the engine has stopped, after a success or a failure, and only then", async () => {
+    const { deps, engine, background, request } = setup();
+    engine.hold();
+    let released = 0;
+    const ok = runImageRequest(deps, request({ releaseInputs: () => released++ }));
+    await until(() => engine.waiting === 1, "the engine holding the job");
+    expect(released).toBe(0);
+    engine.releaseAll();
+    await ok;
+    await background.idle();
+    expect(released).toBe(1);
+
+    engine.behave = async () => {
+      throw new UpstreamFailed("no");
+    };
+    const failed = runImageRequest(deps, request({ releaseInputs: () => released++ }));
+    expect(await failure(failed)).toBeInstanceOf(UpstreamFailed);
+    await background.idle();
+    expect(released).toBe(2);
+  });
+
+  test("an engine that runs past the deadline keeps its inputs until it stops", async () => {
+    const { deps, engine, background, request } = setup({ generationTimeoutMs: 20 });
+    let finishLate!: () => void;
+    engine.behave = (job) => new Promise<GeneratedImage>((resolve) => (finishLate = () => resolve(engine.png(job))));
+    let released = 0;
+    expect(await failure(runImageRequest(deps, request({ releaseInputs: () => released++ })))).toBeInstanceOf(EngineTimeout);
+    await Bun.sleep(20);
+    expect(released).toBe(0);
+    finishLate();
+    await background.idle();
+    await Bun.sleep(0);
+    expect(released).toBe(1);
+  });
+
+  test("a request refused before the engine ran keeps them (a retry of the same request may still use them)", async () => {
+    const { deps, engine, request } = setup({ credits: 0 });
+    let released = 0;
+    expect(await failure(runImageRequest(deps, request({ releaseInputs: () => released++ })))).toBeInstanceOf(InsufficientCreditsError);
+    expect(engine.calls).toHaveLength(0);
+    expect(released).toBe(0);
+  });
+});
+
 describe("a database locked by another process", () => {
   test("busy during the charge a few times: retried, then charged once", async () => {
     const { deps, store, request, money } = setup({ busyWaitMs: 2000 });

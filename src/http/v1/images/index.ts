@@ -24,7 +24,7 @@ import { metaOf, pathOf } from "../../requestMeta";
 import { badRequest } from "../../errors";
 import { bearerSecurity, errorResponses, sharedModels } from "../../shared";
 import { IMAGE_EDIT_MULTIPART_ENCODING, ImageEditJsonRequest, ImageEditMultipartRequest, ImageGenerationRequest, imageResponseSchema, imageTaskSchema, MultipartTextFields } from "./model";
-import { asList, withoutEmptyFiles, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, requestFields, validate, type ImageSources } from "./parse";
+import { asList, withoutEmptyFiles, editUploads, fileToImage, generationUploads, imagesFromSources, indexedImages, multipartText, releaseUploads, requestFields, validate, type ImageSources } from "./parse";
 import { streamImageAnswer, type ImageStreamDeps } from "./stream";
 import { isPlainObject, withoutNullFields } from "../../../core/values";
 
@@ -136,6 +136,9 @@ export function imagesRoutes(services: Services) {
 
   async function run(kind: ImageRequestKind, principal: Principal, request: Request, job: Job, respondAsync: boolean, idempotency?: IdempotencyClaim, webhookUrl?: string, body?: unknown): Promise<Answer> {
     const req = { requestId: metaOf(request).id, userId: principal.userId, keyId: principal.keyId, kind, job };
+    // Synchronous and streamed requests give their uploads back when the engine is done (an async
+    // task keeps its inputs in the store; these are left to the collector).
+    const releaseInputs = () => releaseUploads([...job.images, job.mask]);
     // A keyed task keeps its answer at least as long as its key can replay it.
     const retentionMs = Math.max(tasks.retentionMs, idempotency ? IDEMPOTENCY_TTL_MS : 0);
     if (respondAsync) {
@@ -155,10 +158,10 @@ export function imagesRoutes(services: Services) {
         if (r.fraction !== undefined) progress.report(r.fraction);
         job.onProgress?.(r);
       };
-      const tracked = { ...req, job: { ...job, onProgress }, task: taskOptions! };
+      const tracked = { ...req, job: { ...job, onProgress }, task: taskOptions!, releaseInputs };
       return { status: 200, body: await streamImageAnswer(streaming, tracked, request.signal) };
     }
-    const outcome = await runImageRequest(flow, { ...req, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
+    const outcome = await runImageRequest(flow, { ...req, releaseInputs, ...(taskOptions ? { task: taskOptions } : {}) }, request.signal);
     // A url answer never needs the base64: its body starts without it.
     const wantsUrl = isPlainObject(body) && body.response_format === "url";
     return { status: 200, body: await delivered(imageResultBody(req.requestId, outcome, job, services.clock(), wantsUrl ? "by_id" : "inline"), body, request), queueMs: outcome.queueMs };

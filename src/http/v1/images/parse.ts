@@ -14,6 +14,7 @@ import { MAX_IMAGE_BYTES, MAX_PROMPT_CHARS } from "../../../core/limits";
 import { badRequest } from "../../errors";
 import type { UploadParam } from "../../jsonUploads";
 import { describeFirstError } from "../../validation";
+import { releaseBytes } from "../../../core/image/release";
 import { PASS_THROUGH } from "./model";
 
 /**
@@ -97,11 +98,29 @@ export function withoutEmptyFiles(form: Record<string, unknown>): Record<string,
   return out;
 }
 
+/**
+ * The bytes of images read from a request's own body (data URLs decoded as it streamed in,
+ * multipart files read into buffers of their own): nothing else holds them, so releaseUploads
+ * may give them back once the engine is done. Images fetched from a URL or read from the image
+ * store are not in it; they are left to the collector.
+ */
+const uploadedBytes = new WeakSet<Uint8Array>();
+
+function uploaded(image: ImageInput): ImageInput {
+  uploadedBytes.add(image.bytes);
+  return image;
+}
+
+/** Gives back the memory of those of the images that were read from the request's body (core/image/release). */
+export function releaseUploads(images: readonly (ImageInput | undefined)[]): void {
+  for (const image of images) if (image && uploadedBytes.delete(image.bytes)) releaseBytes(image.bytes);
+}
+
 export async function fileToImage(value: unknown, param: string): Promise<ImageInput> {
   if (!(value instanceof Blob)) throw new ImageInputError(`'${param}' must be an uploaded file (multipart part with a filename).`, param, "invalid_image");
   // Refuse from the declared part size before reading it into an array.
   if (value.size > MAX_IMAGE_BYTES) throw new ImageInputError(`'${param}' is larger than 10 MiB (${MAX_IMAGE_BYTES} bytes).`, param, "image_too_large");
-  return imageFromBytes(new Uint8Array(await value.arrayBuffer()), param);
+  return uploaded(imageFromBytes(new Uint8Array(await value.arrayBuffer()), param));
 }
 
 /**
@@ -115,7 +134,7 @@ export interface ImageSources extends ImageFetchPolicy {
 
 /** A JSON image field: a data URL (decoded) or an http(s) URL (fetched, core/imageFetch). */
 export async function imageFromSource(value: unknown, param: string, policy: ImageSources, signal?: AbortSignal): Promise<ImageInput> {
-  if (value instanceof DecodedDataUrl) return imageFromDecodedDataUrl(value, param);
+  if (value instanceof DecodedDataUrl) return uploaded(imageFromDecodedDataUrl(value, param));
   if (isImageUrl(value)) {
     const own = policy.ownLink ? await policy.ownLink(new URL(value)) : "not ours";
     if (own === "gone") throw new ImageInputError(`'${param}' is a link to an image of this server that has expired or was deleted.`, param, "image_fetch_failed");
