@@ -7,7 +7,9 @@ export class BackgroundWork {
 
   track<T>(work: Promise<T>): Promise<T> {
     this.running.add(work);
-    work.finally(() => this.running.delete(work)).catch(() => {});
+    // One reaction for either outcome (it never rejects, so nothing is left unhandled).
+    const done = () => void this.running.delete(work);
+    work.then(done, done);
     return work;
   }
 

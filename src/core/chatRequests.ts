@@ -5,7 +5,7 @@
  * A failure is recorded in the history and thrown as it is; the http layer maps it (and
  * describes it for the history row through `describeFailure`, the same table).
  */
-import type { FlowStore, TraceFields } from "./store";
+import type { FlowStore } from "./store";
 import { EngineError, EngineTimeout, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
@@ -54,20 +54,25 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
   if (problem) throw new ChatRequestRefused(problem);
   const permit = await deps.gate.admit(req.userId, clientSignal);
   const onDelta = req.onDelta;
-  const run = withDeadline(
-    deps.generationTimeoutMs,
-    (signal) => engine.chat({ model: req.model, messages: req.messages, params: req.params, signal, ...(onDelta ? { onDelta } : {}) }),
-    clientSignal,
-  );
-  // The permit is released when the engine really stops, so the limit stays true even for an
-  // engine that ignores its signal; the graceful stop waits for it too.
-  deps.background.track(run.settled.finally(() => permit.release()));
+  const job = { model: req.model, messages: req.messages, params: req.params };
+  // The permit is released when the engine really stops (withDeadline's onStopped), so the limit
+  // stays true even for an engine that ignores its signal; the graceful stop waits for it too.
+  const run = withDeadline(deps.generationTimeoutMs, (signal) => engine.chat(onDelta ? { ...job, signal, onDelta } : { ...job, signal }), clientSignal, () => permit.release());
+  deps.background.track(run.settled);
   const generationStarted = performance.now();
   try {
     const result = await run.result;
     const outcome = { result, queueMs: permit.waitedMs, generationMs: Math.round(performance.now() - generationStarted) };
     // No usage (a stream whose upstream sent none): the history says "not known", not 0.
-    record(deps, req, { status: "succeeded", promptTokens: result.usage?.promptTokens, completionTokens: result.usage?.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, ...result.trace });
+    const trace = result.trace;
+    deps.store.requests.recordChat(
+      {
+        id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, status: "succeeded",
+        promptTokens: result.usage?.promptTokens, completionTokens: result.usage?.completionTokens, queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs,
+        upstreamId: trace?.upstreamId, accountId: trace?.accountId, attempts: trace?.attempts, upstreamLatencyMs: trace?.upstreamLatencyMs,
+      },
+      deps.clock(),
+    );
     return outcome;
   } catch (e) {
     // A client that left aborts the engine, which may say so as a timeout (the pool does): still a disconnect.
@@ -75,20 +80,15 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     const gone = (!(e instanceof EngineError) || e instanceof EngineTimeout) && signalOf(clientSignal)?.aborted ? new ClientDisconnected("the client closed the connection") : e;
     const failure = deps.describeFailure(gone);
     const trace = e instanceof EngineError ? e.trace : undefined;
-    record(deps, req, { status: "failed", generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, errorDetail: failure.detail ?? null, ...trace });
+    deps.store.requests.recordChat(
+      {
+        id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, status: "failed",
+        generationMs: Math.round(performance.now() - started), errorCode: failure.code, errorMessage: failure.message, errorDetail: failure.detail ?? null, ...trace,
+      },
+      deps.clock(),
+    );
     // The engine's own words (upstream, account, transport error) are for admins: the log and the history row (error_detail) keep them.
     if (failure.detail) deps.logger.warn("chat request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, detail: failure.detail });
     throw gone;
   }
-}
-
-type Outcome = { status: "succeeded" | "failed"; promptTokens?: number; completionTokens?: number; queueMs?: number; generationMs: number; errorCode?: string; errorMessage?: string; errorDetail?: string | null } & TraceFields;
-
-/**
- * The answer never waits for or depends on the history row: the store queues it and writes it
- * with the next batch (retried while another process holds the database's write lock).
- */
-function record(deps: ChatFlowDeps, req: ChatRequest, outcome: Outcome): void {
-  const row = { id: req.requestId, userId: req.userId, keyId: req.keyId, model: req.model.id, prompt: req.historyPrompt, ...outcome };
-  deps.store.requests.recordChat(row, deps.clock());
 }

@@ -2,8 +2,8 @@
  * The client's abort signal, read only when it can matter. In Bun, reading `request.signal`
  * costs a request several microseconds (the signal is made on first access), and a chat answer
  * from a fast upstream is done long before a hang-up could change anything. So the http layer
- * may pass a getter: the work watches it only once it has run for WATCH_AFTER_MS, picked up by
- * one shared ticker (not a timer per request). A client that hung up earlier is seen then: a
+ * may pass a getter: the work watches it only once it has run for WATCH_AFTER_MS (to twice
+ * that), picked up by one shared ticker (not a timer per request). A client that hung up earlier is seen then: a
  * signal that is already aborted aborts the work at once.
  */
 export type ClientSignal = AbortSignal | (() => AbortSignal);
@@ -19,17 +19,23 @@ export function signalOf(signal: ClientSignal | undefined): AbortSignal | undefi
 interface Pending {
   read: () => AbortSignal;
   onAbort: (reason: unknown) => void;
-  since: number;
+  /** The ticker's round when the work started; it is watched two rounds later. */
+  round: number;
   detach?: () => void;
 }
 
 const pending = new Set<Pending>();
 let ticker: ReturnType<typeof setInterval> | null = null;
+/**
+ * Ticks so far (one every WATCH_AFTER_MS): work added after tick r is read at tick r + 2, so it
+ * has run WATCH_AFTER_MS to twice that by then, and adding work reads no clock.
+ */
+let round = 0;
 
 function tick(): void {
-  const now = performance.now();
+  round++;
   for (const p of pending) {
-    if (now - p.since < WATCH_AFTER_MS) continue;
+    if (round - p.round < 2) continue;
     pending.delete(p);
     p.detach = listen(p.read(), p.onAbort);
   }
@@ -53,17 +59,17 @@ function listen(signal: AbortSignal, onAbort: (reason: unknown) => void): () => 
 
 /**
  * Calls `onAbort` when the client's signal aborts: at once for a signal, after WATCH_AFTER_MS
- * for a getter. Returns the function that stops watching (call it when the work is done).
+ * (to twice that) for a getter. Returns the function that stops watching (call it when the work is done).
  */
 export function watchClient(signal: ClientSignal | undefined, onAbort: (reason: unknown) => void): () => void {
   if (signal === undefined) return () => {};
   if (typeof signal !== "function") return listen(signal, onAbort);
-  const p: Pending = { read: signal, onAbort, since: performance.now() };
-  pending.add(p);
   if (!ticker) {
     ticker = setInterval(tick, WATCH_AFTER_MS);
     (ticker as { unref?: () => void }).unref?.();
   }
+  const p: Pending = { read: signal, onAbort, round };
+  pending.add(p);
   return () => {
     pending.delete(p);
     p.detach?.();

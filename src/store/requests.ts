@@ -158,20 +158,16 @@ export class RequestStore implements RequestLog {
     this.chatBatch.add(row);
   }
 
-  /** One transaction for the whole batch: the rows are appended (time-ordered ids) in one commit. */
+  /**
+   * One transaction for the whole batch, in a few multi-row INSERTs (rows are appended: ids are
+   * time-ordered). One statement per row cost each row a statement's whole round (SQLite: its
+   * step and bindings; PostgreSQL: a round trip), several times the row's own B-tree work.
+   */
   private async insertChats(rows: RequestRow[]): Promise<void> {
     await this.sql.transaction(async (tx) => {
-      for (const r of rows) {
-        await tx.run(
-          `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
-                                 generation_ms, queue_ms, error_code, error_message, error_detail, upstream_id, account_id, attempts,
-                                 upstream_latency_ms, created_at, finished_at)
-           VALUES (?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-          [
-            r.id, r.user_id, r.key_id, r.endpoint, r.model, r.status, r.prompt, r.prompt_tokens, r.completion_tokens, r.generation_ms,
-            r.queue_ms, r.error_code, r.error_message, r.error_detail, r.upstream_id, r.account_id, r.attempts, r.upstream_latency_ms, r.created_at, r.finished_at,
-          ],
-        );
+      let at = 0;
+      for (const size of CHAT_INSERT_SIZES) {
+        for (; rows.length - at >= size; at += size) await tx.run(CHAT_INSERTS.get(size)!, chatInsertParams(rows, at, size));
       }
     });
     for (const r of rows) this.queuedChats.delete(r.id);
@@ -215,6 +211,38 @@ export class RequestStore implements RequestLog {
     const { sql, args } = whereClause(f);
     return (await this.sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${sql}`, args))?.n ?? 0;
   }
+}
+
+/**
+ * Rows per INSERT statement, largest first: a batch is cut into these sizes, so only four
+ * statement texts exist (each prepared once) and any batch takes at most a few statements per
+ * 64 rows. 64 rows × 20 parameters stays far below both engines' parameter limits.
+ */
+const CHAT_INSERT_SIZES = [64, 16, 4, 1] as const;
+const CHAT_ROW_VALUES = "(?, ?, ?, 'chat', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const CHAT_ROW_PARAMS = 20;
+const CHAT_INSERTS = new Map<number, string>(
+  CHAT_INSERT_SIZES.map((size) => [
+    size,
+    `INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, prompt, prompt_tokens, completion_tokens,
+                           generation_ms, queue_ms, error_code, error_message, error_detail, upstream_id, account_id, attempts,
+                           upstream_latency_ms, created_at, finished_at)
+     VALUES ${Array.from({ length: size }, () => CHAT_ROW_VALUES).join(", ")}`,
+  ]),
+);
+
+/** The parameters of rows[at, at + size) in CHAT_ROW_VALUES order. */
+function chatInsertParams(rows: readonly RequestRow[], at: number, size: number): SqlValue[] {
+  const params = new Array<SqlValue>(size * CHAT_ROW_PARAMS);
+  let p = 0;
+  for (let i = at; i < at + size; i++) {
+    const r = rows[i]!;
+    params[p++] = r.id; params[p++] = r.user_id; params[p++] = r.key_id; params[p++] = r.endpoint; params[p++] = r.model;
+    params[p++] = r.status; params[p++] = r.prompt; params[p++] = r.prompt_tokens; params[p++] = r.completion_tokens; params[p++] = r.generation_ms;
+    params[p++] = r.queue_ms; params[p++] = r.error_code; params[p++] = r.error_message; params[p++] = r.error_detail; params[p++] = r.upstream_id;
+    params[p++] = r.account_id; params[p++] = r.attempts; params[p++] = r.upstream_latency_ms; params[p++] = r.created_at; params[p++] = r.finished_at;
+  }
+  return params;
 }
 
 function whereClause(f: RequestFilter): { sql: string; args: SqlValue[] } {

@@ -165,5 +165,37 @@ for (const engine of bothEngines()) {
       expect((await b.requests.exportPage(u, { createdAt: last.created_at, id: last.id }, 2)).map((r) => r.id)).toEqual([`chat-${engine.name}-0`]);
       expect(await b.requests.pendingCount()).toBeGreaterThanOrEqual(0);
     });
+
+    test("a batch of 157 chat rows (written as multi-row INSERTs of 64, 16, 4 and 1) lands whole, every row with its own values", async () => {
+      const u = await user(0);
+      const n = 157;
+      for (let i = 0; i < n; i++) {
+        const failed = i % 5 === 0;
+        a.requests.recordChat(
+          {
+            id: `batch-${engine.name}-${String(i).padStart(3, "0")}`, userId: u, keyId: null, model: `chat-${i % 3}`, prompt: `prompt ${i}`,
+            status: failed ? "failed" : "succeeded", generationMs: i, queueMs: failed ? undefined : i % 7,
+            promptTokens: failed ? undefined : i, completionTokens: failed ? undefined : i + 1,
+            errorCode: failed ? "upstream_failed" : undefined, errorMessage: failed ? `failure ${i}` : undefined, errorDetail: failed ? `detail ${i}` : null,
+            upstreamId: failed ? undefined : "up", accountId: failed ? undefined : `acct-${i % 2}`, attempts: failed ? undefined : 1 + (i % 3), upstreamLatencyMs: failed ? undefined : i * 2,
+          },
+          10_000 + i,
+        );
+      }
+      expect(await a.requests.flushChats()).toBe(true);
+      const rows = await b.sql.all<Record<string, unknown>>("SELECT * FROM requests WHERE user_id = ? ORDER BY id", [u]);
+      expect(rows.length).toBe(n);
+      rows.forEach((r, i) => {
+        const failed = i % 5 === 0;
+        expect(r).toMatchObject({
+          id: `batch-${engine.name}-${String(i).padStart(3, "0")}`, user_id: u, key_id: null, kind: "chat", endpoint: "/v1/chat/completions",
+          model: `chat-${i % 3}`, prompt: `prompt ${i}`, status: failed ? "failed" : "succeeded", credits_charged: 0, credits_refunded: 0,
+          generation_ms: i, queue_ms: failed ? null : i % 7, prompt_tokens: failed ? null : i, completion_tokens: failed ? null : i + 1,
+          error_code: failed ? "upstream_failed" : null, error_message: failed ? `failure ${i}` : null, error_detail: failed ? `detail ${i}` : null,
+          upstream_id: failed ? null : "up", account_id: failed ? null : `acct-${i % 2}`, attempts: failed ? null : 1 + (i % 3), upstream_latency_ms: failed ? null : i * 2,
+          created_at: 10_000 + i - i, finished_at: 10_000 + i,
+        });
+      });
+    });
   });
 }
