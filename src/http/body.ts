@@ -253,6 +253,8 @@ async function readDeclared(request: Request): Promise<Uint8Array<ArrayBuffer>> 
     if (at + value.length > declared) throw badRequest("The body is longer than its Content-Length.", null, "invalid_content_length");
     out.set(value, at);
     at += value.length;
+    // Copied: a request body's every read is a buffer of its own, given back now (see scanJsonBody).
+    releaseBytes(value);
   }
   return at === declared ? out : out.slice(0, at);
 }

@@ -10,6 +10,7 @@
  * does not depend on how many partials were shown.
  */
 import { decodeImageOffThread, decodeScaledDown, encodePng, ImageDecodeError, type Rgba } from "../../core/image/codec";
+import { releaseBytes } from "../../core/image/release";
 import {
   EngineOutputInvalid,
   EngineTimeout,
@@ -50,6 +51,7 @@ export class BuiltinImageEngine implements ImageEngine {
     };
     await showPartials(job, plan, width, height, options, withReferences);
     const scene = withReferences(renderScene(plan, width, height, options));
+    releaseBytes(references?.data);
     reportProgress(job, { fraction: 0.9 });
     return finish(scene, job, checkpoint);
   }
@@ -90,7 +92,10 @@ export class BuiltinImageEngine implements ImageEngine {
       return mask ? repaintMasked(base, scene, mask) : restyle(base, scene);
     };
     await showPartials(job, plan, base.width, base.height, { checkpoint }, compose);
-    const edited = compose(renderScene(plan, base.width, base.height, { checkpoint }));
+    const scene = renderScene(plan, base.width, base.height, { checkpoint });
+    const edited = compose(scene);
+    // Canvas-sized each (an edit's canvas is its first image, up to 2048x2048): given back now.
+    for (const done of [scene, base, mask, references]) releaseBytes(done?.data);
     reportProgress(job, { fraction: 0.9 });
     return finish(edited, job, checkpoint);
   }
@@ -126,8 +131,11 @@ async function referenceMean(images: ImageInput[], width: number, height: number
     await yieldToEventLoop();
     checkpoint();
     const fitted = resampleCover(decoded, width, height);
-    if (mean) accumulateReference(mean, fitted, i + 1);
-    else mean = fitted;
+    releaseBytes(decoded.data);
+    if (mean) {
+      accumulateReference(mean, fitted, i + 1);
+      releaseBytes(fitted.data);
+    } else mean = fitted;
   }
   return mean;
 }
@@ -154,6 +162,7 @@ async function showPartials(
     await yieldToEventLoop();
     options.checkpoint();
     const bytes = encodePng(picture);
+    releaseBytes(picture.data);
     reportProgress(job, { fraction: (0.5 * k) / n, partial: { bytes, mime: "image/png", width, height } });
     await yieldToEventLoop();
     options.checkpoint();
@@ -172,9 +181,11 @@ async function finish(img: Rgba, job: ImageJob, checkpoint: () => void): Promise
   } catch (e) {
     throw new EngineOutputInvalid(`the built-in engine's PNG does not decode: ${(e as Error).message}`);
   }
-  if (back.width !== img.width || back.height !== img.height || Buffer.compare(back.data, img.data) !== 0) {
-    throw new EngineOutputInvalid("the built-in engine's PNG does not decode to the picture it drew");
-  }
+  const same = back.width === img.width && back.height === img.height && Buffer.compare(back.data, img.data) === 0;
+  // The picture and its decoded copy are done with; only the PNG goes on.
+  releaseBytes(back.data);
+  releaseBytes(img.data);
+  if (!same) throw new EngineOutputInvalid("the built-in engine's PNG does not decode to the picture it drew");
   return { bytes, mime: "image/png", width: img.width, height: img.height, revisedPrompt: job.prompt };
 }
 
