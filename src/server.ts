@@ -96,9 +96,14 @@ export async function startServer(config: Config, logger: Logger, options: Start
         const rules = isApi ? apiBody : formBody;
         guarded = guardBody(request, rules, services.budget);
         // An API request with a body proves who it is before we read (and buffer) any of it.
-        if (isApi && meta.bodyUnread) await authenticateApiRequest(guarded, services.auth);
+        // (Each step answers synchronously when it can: awaited only when it returned a promise.)
+        if (isApi && meta.bodyUnread) {
+          const principal = authenticateApiRequest(guarded, services.auth);
+          if (principal instanceof Promise) await principal;
+        }
         // The signal is read only if the body has to wait for the budget (reading it costs every request).
-        await admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
+        const admitted = admitDeclaredBody(guarded, services.budget, rules.maxBytes, () => request.signal);
+        if (admitted) await admitted;
         response = await app.handle(guarded);
       } catch (e) {
         const err = apiErrorOf(e) ?? serverError();

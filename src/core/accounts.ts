@@ -91,11 +91,23 @@ export class KeyAuthenticator {
     this.seenLocal = store.keys.localRevision();
   }
 
-  async lookup(secret: string): Promise<KeyOwner | null> {
+  /**
+   * The key's owner, or null for an unknown key. Answered synchronously from memory when the
+   * owner is cached and no change check is due (nearly every request): no promise to settle.
+   */
+  lookup(secret: string): KeyOwner | null | Promise<KeyOwner | null> {
     const now = this.clock();
     const check = this.dropIfChanged(now);
-    if (check) await check;
     const hash = hashApiKey(secret);
+    if (!check) {
+      const owner = this.owners.get(hash);
+      if (owner) return this.seen(owner, now);
+    }
+    return this.lookupAfter(check, hash, now);
+  }
+
+  private async lookupAfter(check: Promise<void> | null, hash: string, now: number): Promise<KeyOwner | null> {
+    if (check) await check;
     let owner = this.owners.get(hash) ?? null;
     if (!owner) {
       // The revision before the read: a change committed while it runs moves it past this and
@@ -107,7 +119,12 @@ export class KeyAuthenticator {
         this.owners.set(hash, owner);
       }
     }
-    if (owner && owner.key_revoked_at === null && !owner.disabled && !this.expired(owner)) this.touch(owner.key_id, now);
+    return owner && this.seen(owner, now);
+  }
+
+  /** A usable key's use is noted (last_used_at, throttled); the owner is returned as found. */
+  private seen(owner: KeyOwner, now: number): KeyOwner {
+    if (owner.key_revoked_at === null && !owner.disabled && !this.expired(owner)) this.touch(owner.key_id, now);
     return owner;
   }
 

@@ -8,7 +8,7 @@ import type { KeyOwner } from "../core/store";
 import type { Role } from "../store/users";
 import { ApiError, forbidden, unauthorized } from "./errors";
 import { isModelAllowed, parseAllowedModels, type KeyLimits } from "../core/keyLimits";
-import { metaOf } from "./requestMeta";
+import { metaOf, type RequestMeta } from "./requestMeta";
 
 export interface Principal {
   userId: number;
@@ -35,29 +35,47 @@ export interface ApiAuthDeps {
  * Who is calling, or the 401/403 to send. Records the user on the request's meta, so the log
  * line names them even when the request fails later (a 400 from validation runs before the
  * route's own auth step, and the server authenticates API bodies before the app sees them).
+ * The principal itself (no promise) when it is known at once: a key whose owner is in memory.
  */
-export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Promise<Principal> {
+export function authenticateApiRequest(request: Request, deps: ApiAuthDeps): Principal | Promise<Principal> {
   // The server (before the body), the parse hook and the route's resolve all ask; one lookup
   // (hash + cache or query) per request serves them all, the same answer or the same refusal.
   const meta = metaOf(request);
-  meta.authenticated ??= resolvePrincipal(request, deps).then((principal) => {
-    meta.principal = principal;
-    meta.userId = principal.userId;
-    return principal;
-  });
+  if (meta.principal) return meta.principal;
+  if (meta.authenticated) return meta.authenticated;
+  let found: Principal | Promise<Principal>;
+  try {
+    found = resolvePrincipal(request, deps);
+  } catch (e) {
+    // The same refusal for every later step of this request (handled here: nobody may ask again).
+    meta.authenticated = Promise.reject(e);
+    meta.authenticated.catch(() => {});
+    throw e;
+  }
+  if (!(found instanceof Promise)) return remember(meta, found);
+  meta.authenticated = found.then((principal) => remember(meta, principal));
   return meta.authenticated;
 }
 
-async function resolvePrincipal(request: Request, deps: ApiAuthDeps): Promise<Principal> {
+function remember(meta: RequestMeta, principal: Principal): Principal {
+  meta.principal = principal;
+  meta.userId = principal.userId;
+  return principal;
+}
+
+function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal | Promise<Principal> {
   const header = request.headers.get("authorization");
-  if (!header) {
-    const session = await deps.sessionPrincipal?.(request);
-    if (session) return session;
-    throw missingApiKey();
-  }
+  if (!header) return sessionOrRefusal(request, deps);
   const secret = bearerSecret(header);
-  const owner = await deps.keys.lookup(secret);
+  const owner = deps.keys.lookup(secret);
+  if (owner instanceof Promise) return owner.then((found) => keyPrincipal(found, found !== null && deps.keys.expired(found)));
   return keyPrincipal(owner, owner !== null && deps.keys.expired(owner));
+}
+
+async function sessionOrRefusal(request: Request, deps: ApiAuthDeps): Promise<Principal> {
+  const session = await deps.sessionPrincipal?.(request);
+  if (session) return session;
+  throw missingApiKey();
 }
 
 export function missingApiKey(): ApiError {

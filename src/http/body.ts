@@ -62,8 +62,7 @@ export class BodyBudget {
    * getter (core/clientSignal): it is read only when the body has to wait, not on every request.
    */
   async admit(request: Request, n: number, maxBytes = this.maxBodyBytes, client?: ClientSignal): Promise<void> {
-    if (metaOf(request).reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
-    if (this.waiting.length === 0 && this.inflight + n <= this.maxInflightBytes) return this.take(request, n);
+    if (this.reserveAtOnce(request, n, maxBytes)) return;
     if (n > this.maxInflightBytes || this.queueTimeoutMs === 0) throw serverBusy();
     const signal = signalOf(client);
     await new Promise<void>((resolve, reject) => {
@@ -90,6 +89,17 @@ export class BodyBudget {
       this.waiting.push(waiter);
       signal?.addEventListener("abort", aborted, { once: true });
     });
+  }
+
+  /**
+   * Reserves n bytes now if they fit and no body is waiting (true); false when admit() would
+   * have to queue. A body over maxBytes is a 413 either way.
+   */
+  reserveAtOnce(request: Request, n: number, maxBytes = this.maxBodyBytes): boolean {
+    if (metaOf(request).reservedBodyBytes + n > maxBytes) throw payloadTooLarge(maxBytes);
+    if (this.waiting.length > 0 || this.inflight + n > this.maxInflightBytes) return false;
+    this.take(request, n);
+    return true;
   }
 
   release(request: Request): void {
@@ -134,15 +144,16 @@ export interface BodyRules {
 /**
  * Checked before the body is read: a declared Content-Length over the limit is refused at once
  * (and reserved whole otherwise, waiting for room in the budget), so Bun never has to answer
- * with its own empty 413.
+ * with its own empty 413. Throws rather than rejects when it refuses at once.
  */
-export async function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number, signal?: ClientSignal): Promise<void> {
+export function admitDeclaredBody(request: Request, budget: BodyBudget, maxBytes: number, signal?: ClientSignal): void | Promise<void> {
   const declared = request.headers.get("content-length");
   if (declared === null) return;
   const n = Number(declared);
   if (!/^\d+$/.test(declared) || !Number.isSafeInteger(n)) throw badRequest("Invalid Content-Length header.", null, "invalid_content_length");
   if (n > maxBytes) throw payloadTooLarge(maxBytes);
-  if (n > 0) await budget.admit(request, n, maxBytes, signal);
+  // A promise only when the body has to wait for room (nothing to settle for nearly every request).
+  if (n > 0 && !budget.reserveAtOnce(request, n, maxBytes)) return budget.admit(request, n, maxBytes, signal);
 }
 
 /**
@@ -363,7 +374,8 @@ export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null,
   // needs, and a context handed to another function makes every route parse cookies, query and headers.
   return async function parseApiBody({ request }: { request: Request }): Promise<unknown> {
     // On the server the caller was usually authenticated before the body (no second wait then).
-    if (!metaOf(request).principal) await authenticateApiRequest(request, auth);
+    const known = authenticateApiRequest(request, auth);
+    if (known instanceof Promise) await known;
     return parse({ request });
   };
 }
