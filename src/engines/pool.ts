@@ -173,18 +173,14 @@ export class AccountPool {
     const started = this.clock();
     const deadline = started + this.settings.deadlineMs;
     const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
-    const tried = new Set<string>();
+    // Accounts tried so far (no Set: a request tries at most max_attempts of them).
+    let tried: string[] | null = null;
     let attempts = 0;
     let last: { account: string; failure: AttemptFailure } | null = null;
     let latencyMs = 0;
-    const trace = (accountId?: string): Partial<UpstreamTrace> => ({
-      upstreamId: this.upstreamId,
-      ...(accountId ? { accountId } : {}),
-      attempts,
-      upstreamLatencyMs: Math.round(latencyMs),
-    });
     const fail = (e: EngineError, accountId?: string): never => {
-      e.trace = trace(accountId ?? last?.account);
+      const id = accountId ?? last?.account;
+      e.trace = { upstreamId: this.upstreamId, ...(id ? { accountId: id } : {}), attempts, upstreamLatencyMs: Math.round(latencyMs) };
       throw e;
     };
 
@@ -192,69 +188,80 @@ export class AccountPool {
       if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
       let account: AccountRuntime | null = null;
       let lease: AccountLease | null = null;
-      // Wait for capacity, first come first served: only the request at the head of the wait
-      // queue picks (re-reading the disabled flags and cooldowns), the others just wait.
-      const ticket = {};
-      try {
-        for (;;) {
-          let now = this.clock();
-          const until = Math.min(queueDeadline, deadline);
-          if (this.queue.length === 0 || this.queue[0] === ticket) {
-            if (this.flagsReading || this.flagsDue(now)) {
-              await this.readFlags(this.store.externalRevision !== undefined);
-              now = this.clock();
-            }
-            const usable = this.accounts.filter((a) => !a.disabled);
-            if (usable.length === 0) {
-              fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
-            }
-            let view: Map<string, SharedAccountState>;
-            try {
-              view = await this.state.read(this.accountIds, now);
-            } catch (e) {
-              fail(this.stateUnavailable(e));
-            }
-            now = this.clock();
-            const chosen = this.pick(now, tried, view!);
-            if (chosen) {
+      // The common case costs no await: nobody waits, the flags are fresh and the state answers at once.
+      const immediate = this.state.immediate;
+      if (immediate && this.queue.length === 0 && !this.flagsReading && !this.flagsStale(this.clock())) {
+        const now = this.clock();
+        const chosen = this.pick(now, tried, this.peekState);
+        lease = chosen && immediate.takeNow(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
+        if (lease) account = chosen;
+      }
+      // Otherwise wait for capacity, first come first served: only the request at the head of the
+      // wait queue picks (re-reading the disabled flags and cooldowns), the others just wait.
+      const ticket = lease ? null : {};
+      if (ticket) {
+        try {
+          for (;;) {
+            let now = this.clock();
+            const until = Math.min(queueDeadline, deadline);
+            if (this.queue.length === 0 || this.queue[0] === ticket) {
+              if (this.flagsReading || this.flagsStale(now)) {
+                if (!this.flagsReading) this.flagsCheckedAt = now;
+                await this.readFlags(this.store.externalRevision !== undefined);
+                now = this.clock();
+              }
+              const usable = this.accounts.filter((a) => !a.disabled);
+              if (usable.length === 0) {
+                fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
+              }
+              let view: Map<string, SharedAccountState>;
               try {
-                lease = await this.state.take(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
+                view = await this.state.read(this.accountIds, now);
               } catch (e) {
                 fail(this.stateUnavailable(e));
               }
-              if (lease) {
-                account = chosen;
-                break;
+              now = this.clock();
+              const chosen = this.pick(now, tried, (a) => view!.get(a.cfg.id) ?? this.state.known(a.cfg.id));
+              if (chosen) {
+                try {
+                  lease = await this.state.take(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
+                } catch (e) {
+                  fail(this.stateUnavailable(e));
+                }
+                if (lease) {
+                  account = chosen;
+                  break;
+                }
+                // Taken meanwhile (by a request of this or another instance): look again.
+                if (this.clock() < until) continue;
               }
-              // Taken meanwhile (by a request of this or another instance): look again.
-              if (this.clock() < until) continue;
+              const coolingUntil = (a: AccountRuntime) => view!.get(a.cfg.id)?.coolingUntil ?? 0;
+              if (usable.every((a) => coolingUntil(a) > now)) {
+                // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
+                if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
+                const earliest = Math.min(...usable.map(coolingUntil));
+                fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
+              }
             }
-            const coolingUntil = (a: AccountRuntime) => view!.get(a.cfg.id)?.coolingUntil ?? 0;
-            if (usable.every((a) => coolingUntil(a) > now)) {
-              // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
-              if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
-              const earliest = Math.min(...usable.map(coolingUntil));
-              fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
+            if (now >= until) {
+              if (last) fail(this.finalError(last.failure));
+              fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
             }
+            if (!this.queue.includes(ticket)) this.queue.push(ticket);
+            await this.waitForChange(until - now, signal);
+            if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
           }
-          if (now >= until) {
-            if (last) fail(this.finalError(last.failure));
-            fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
-          }
-          if (!this.queue.includes(ticket)) this.queue.push(ticket);
-          await this.waitForChange(until - now, signal);
-          if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+        } finally {
+          const at = this.queue.indexOf(ticket);
+          if (at >= 0) this.queue.splice(at, 1);
+          if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
         }
-      } finally {
-        const at = this.queue.indexOf(ticket);
-        if (at >= 0) this.queue.splice(at, 1);
-        if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
       }
       if (!account || !lease) break;
 
       attempts++;
       account.attempts++;
-      tried.add(account.cfg.id);
+      (tried ??= []).push(account.cfg.id);
       this.changed();
       const attemptStart = this.clock();
       const attemptDeadline = Math.min(deadline, attemptStart + this.settings.attemptTimeoutMs);
@@ -266,13 +273,13 @@ export class AccountPool {
         timedOut = true;
         attemptAbort.abort(new DOMException("The attempt timed out.", "TimeoutError"));
       }, Math.max(1, attemptDeadline - attemptStart));
-      const onRequestAbort = () => attemptAbort.abort(signal?.reason);
-      if (signal?.aborted) onRequestAbort();
-      else signal?.addEventListener("abort", onRequestAbort, { once: true });
+      const onRequestAbort = signal && (() => attemptAbort.abort(signal.reason));
+      if (signal?.aborted) onRequestAbort!();
+      else signal?.addEventListener("abort", onRequestAbort!, { once: true });
       try {
         const value = await attempt({ account: account.cfg, signal: attemptAbort.signal, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
-        await this.recordSuccess(account);
+        if (this.hasFailureCounts(account)) await this.recordSuccess(account);
         return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
       } catch (e) {
         latencyMs = this.clock() - attemptStart;
@@ -293,7 +300,7 @@ export class AccountPool {
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
       } finally {
         clearTimeout(timer);
-        signal?.removeEventListener("abort", onRequestAbort);
+        if (onRequestAbort) signal!.removeEventListener("abort", onRequestAbort);
         this.state.release(lease);
         this.changed();
       }
@@ -340,37 +347,56 @@ export class AccountPool {
     return s.probeNeeded ? 1 : a.cfg.maxConcurrency;
   }
 
-  /** Least loaded by weight, untried accounts first, weighted round robin between equals. */
-  private pick(now: number, tried: Set<string>, view: Map<string, SharedAccountState>): AccountRuntime | null {
-    const stateOf = (a: AccountRuntime) => view.get(a.cfg.id) ?? this.state.known(a.cfg.id);
-    const free = this.accounts.filter((a) => stateOf(a).inFlight < this.capacity(a, stateOf(a), now));
-    if (free.length === 0) return null;
-    const untried = free.filter((a) => !tried.has(a.cfg.id));
-    const pool = untried.length > 0 ? untried : free;
-    const load = (a: AccountRuntime) => stateOf(a).inFlight / a.cfg.weight;
-    const best = Math.min(...pool.map(load));
-    const ties = pool.filter((a) => load(a) === best);
-    const total = ties.reduce((s, a) => s + a.cfg.weight, 0);
-    let chosen = ties[0]!;
-    for (const a of ties) {
-      a.wrr += a.cfg.weight;
-      if (a.wrr > chosen.wrr) chosen = a;
+  /**
+   * Least loaded by weight, untried accounts first, weighted round robin between equals.
+   * Two passes over the accounts instead of filtered copies: this runs on every request.
+   */
+  private pick(now: number, tried: readonly string[] | null, stateOf: (a: AccountRuntime) => Readonly<SharedAccountState>): AccountRuntime | null {
+    let lowest = Infinity;
+    let lowestUntried = Infinity;
+    for (const a of this.accounts) {
+      const s = stateOf(a);
+      if (s.inFlight >= this.capacity(a, s, now)) continue;
+      const load = s.inFlight / a.cfg.weight;
+      if (load < lowest) lowest = load;
+      if (load < lowestUntried && !tried?.includes(a.cfg.id)) lowestUntried = load;
     }
-    chosen.wrr -= total;
+    if (lowest === Infinity) return null;
+    const untriedOnly = lowestUntried !== Infinity;
+    const best = untriedOnly ? lowestUntried : lowest;
+    let chosen: AccountRuntime | null = null;
+    let total = 0;
+    for (const a of this.accounts) {
+      const s = stateOf(a);
+      if (s.inFlight >= this.capacity(a, s, now) || s.inFlight / a.cfg.weight !== best) continue;
+      if (untriedOnly && tried?.includes(a.cfg.id)) continue;
+      total += a.cfg.weight;
+      a.wrr += a.cfg.weight;
+      if (!chosen || a.wrr > chosen.wrr) chosen = a;
+    }
+    chosen!.wrr -= total;
     return chosen;
   }
 
-  /** Clears the account's failure counts (only when there are any: a healthy account costs no write). */
+  /** The state as this process last saw it, without a copy when the state allows. */
+  private readonly peekState = (a: AccountRuntime): Readonly<SharedAccountState> => this.state.immediate?.peek(a.cfg.id) ?? this.state.known(a.cfg.id);
+
+  /** Whether a success has anything to clear (a healthy account costs no write, and no await). */
+  private hasFailureCounts(a: AccountRuntime): boolean {
+    const s = this.peekState(a);
+    return s.consecutiveFailures !== 0 || s.rateLimitStreak !== 0 || s.probeNeeded;
+  }
+
+  /** Clears the account's failure counts (called only when hasFailureCounts). */
   private async recordSuccess(a: AccountRuntime): Promise<void> {
-    const before = this.state.known(a.cfg.id);
-    if (before.consecutiveFailures === 0 && before.rateLimitStreak === 0 && !before.probeNeeded) return;
+    const wasProbe = this.peekState(a).probeNeeded;
     try {
       await this.state.succeeded(a.cfg.id);
     } catch (e) {
       this.stateUnavailable(e); // logged; the answer stands
       return;
     }
-    if (before.probeNeeded) this.logger?.info("upstream account healthy again", { upstream: this.upstreamId, account: a.cfg.id });
+    if (wasProbe) this.logger?.info("upstream account healthy again", { upstream: this.upstreamId, account: a.cfg.id });
   }
 
   private async recordFailure(a: AccountRuntime, f: AttemptFailure): Promise<void> {
@@ -423,16 +449,14 @@ export class AccountPool {
   }
 
   /**
-   * Whether a pick should look at the flags again. They are re-read only when another process
-   * wrote to the store (its external revision moved), checked at most every FLAGS_CHECK_MS:
-   * this process's own changes go through the pool (a disable) or call refresh() (an enable).
-   * A store without a revision is read on every pick.
+   * Whether a pick should look at the flags again (the reader then sets flagsCheckedAt). They
+   * are re-read only when another process wrote to the store (its external revision moved),
+   * checked at most every FLAGS_CHECK_MS: this process's own changes go through the pool (a
+   * disable) or call refresh() (an enable). A store without a revision is read on every pick.
    */
-  private flagsDue(now: number): boolean {
+  private flagsStale(now: number): boolean {
     if (!this.store.externalRevision) return true;
-    if (now - this.flagsCheckedAt < FLAGS_CHECK_MS && now >= this.flagsCheckedAt) return false;
-    this.flagsCheckedAt = now;
-    return true;
+    return !(now - this.flagsCheckedAt < FLAGS_CHECK_MS && now >= this.flagsCheckedAt);
   }
 
   /** The read under way, or a new one. */
@@ -490,6 +514,7 @@ export class AccountPool {
   }
 
   private wakeWaiters(): void {
+    if (this.waiters.size === 0) return;
     for (const w of [...this.waiters]) w();
   }
 

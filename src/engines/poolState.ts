@@ -28,7 +28,21 @@ export interface AccountLease {
   id: string;
 }
 
+/**
+ * A state whose answers need no wait (this process's memory): the pool's common path, a free
+ * account and nobody queued, then picks and takes without an await, and reads the counts
+ * without a copy.
+ */
+export interface ImmediatePoolState {
+  /** The account's state as it is now; read it, never keep or change it. */
+  peek(accountId: string): Readonly<SharedAccountState>;
+  /** take(), answered at once. */
+  takeNow(accountId: string, maxConcurrency: number, now: number): AccountLease | null;
+}
+
 export interface PoolState {
+  /** Present when every answer is immediate (see ImmediatePoolState). */
+  readonly immediate?: ImmediatePoolState;
   /**
    * How often a waiting request should look again even without a local release (capacity
    * freed by another instance is not signalled); undefined when every change is local.
@@ -62,8 +76,9 @@ function fresh(): SharedAccountState {
 }
 
 /** This process's memory: every answer is immediate. */
-export class LocalPoolState implements PoolState {
+export class LocalPoolState implements PoolState, ImmediatePoolState {
   readonly pollMs = undefined;
+  readonly immediate: ImmediatePoolState = this;
   private readonly accounts = new Map<string, SharedAccountState>();
   private nextLease = 0;
 
@@ -81,7 +96,15 @@ export class LocalPoolState implements PoolState {
     return { ...this.of(accountId) };
   }
 
+  peek(accountId: string): Readonly<SharedAccountState> {
+    return this.of(accountId);
+  }
+
   async take(accountId: string, maxConcurrency: number, now: number): Promise<AccountLease | null> {
+    return this.takeNow(accountId, maxConcurrency, now);
+  }
+
+  takeNow(accountId: string, maxConcurrency: number, now: number): AccountLease | null {
     const s = this.of(accountId);
     if (s.coolingUntil > now || s.inFlight >= (s.probeNeeded ? 1 : maxConcurrency)) return null;
     s.inFlight++;

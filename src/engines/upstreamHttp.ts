@@ -62,7 +62,7 @@ function redactStrings(value: unknown, redactor: SecretRedactor, depth = 0): unk
 export interface UpstreamCall {
   url: string;
   method?: "GET" | "POST";
-  headers?: Record<string, string>;
+  headers?: Readonly<Record<string, string>>;
   body?: BodyInit;
   signal: AbortSignal;
   /** Removes the configured secrets from anything the upstream says. */
@@ -79,10 +79,18 @@ const MAX_JSON_BODY = 256 * 1024 * 1024;
  * Sends the request and returns the parsed JSON answer of a 2xx. Everything else becomes an
  * AttemptFailure: 429 rate_limited (with retry hint), 401/403 auth, reject statuses rejected,
  * other statuses, resets and unparsable bodies failed. An abort is rethrown untouched so the
- * pool can tell a timeout from a failure.
+ * pool can tell a timeout from a failure. One async frame waits for the upstream (not one per
+ * helper): everything a request holds while it waits outlives a young-generation collection.
  */
 export async function callJson(call: UpstreamCall): Promise<unknown> {
-  return readJson(await callUpstream(call), call);
+  let res: Response;
+  try {
+    res = await fetch(call.url, requestInit(call));
+  } catch (e) {
+    throw unreachable(e, call);
+  }
+  if (!res.ok) throw await refusal(res, call);
+  return readJson(res, call);
 }
 
 /** The parsed JSON body of an upstream answer (bounded like callJson's). */
@@ -115,17 +123,32 @@ export async function readJson(res: Response, call: Pick<UpstreamCall, "signal" 
 export async function callUpstream(call: UpstreamCall): Promise<Response> {
   let res: Response;
   try {
-    res = await fetch(call.url, { method: call.method ?? "POST", headers: call.headers, body: call.body, signal: call.signal, redirect: "follow" });
+    res = await fetch(call.url, requestInit(call));
   } catch (e) {
-    if (call.signal.aborted) throw e;
-    throw new AttemptFailure("failed", `could not reach the upstream: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
+    throw unreachable(e, call);
   }
-  if (res.ok) return res;
+  if (!res.ok) throw await refusal(res, call);
+  return res;
+}
+
+/** fetch's options for the call (redirects are followed, fetch's default). */
+function requestInit(call: UpstreamCall): RequestInit {
+  return { method: call.method ?? "POST", headers: call.headers, body: call.body, signal: call.signal };
+}
+
+/** What a fetch that threw becomes: an abort untouched (the pool tells a timeout from a failure), else a failed attempt. */
+function unreachable(e: unknown, call: UpstreamCall): unknown {
+  if (call.signal.aborted) return e;
+  return new AttemptFailure("failed", `could not reach the upstream: ${call.redactor.message(errorText(e), MAX_UPSTREAM_MESSAGE_CHARS)}`);
+}
+
+/** The AttemptFailure of an answer that is not a 2xx, with the upstream's own words (redacted, bounded). */
+async function refusal(res: Response, call: UpstreamCall): Promise<AttemptFailure> {
   const body = upstreamMessage(await readText(res, MAX_ERROR_BODY, call).catch(() => ""), call.redactor);
-  if (res.status === 429) throw new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(res.headers, call.now()), 429);
-  if (res.status === 401 || res.status === 403) throw new AttemptFailure("auth", `credentials refused (${res.status}): ${body}`, undefined, res.status);
-  if ((call.rejectStatuses ?? [400]).includes(res.status)) throw new AttemptFailure("rejected", body, undefined, res.status);
-  throw new AttemptFailure("failed", `upstream answered ${res.status}: ${body}`, undefined, res.status);
+  if (res.status === 429) return new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(res.headers, call.now()), 429);
+  if (res.status === 401 || res.status === 403) return new AttemptFailure("auth", `credentials refused (${res.status}): ${body}`, undefined, res.status);
+  if ((call.rejectStatuses ?? [400]).includes(res.status)) return new AttemptFailure("rejected", body, undefined, res.status);
+  return new AttemptFailure("failed", `upstream answered ${res.status}: ${body}`, undefined, res.status);
 }
 
 /** Reads a body up to `limit` bytes; a reset mid-body is a failure, an abort is rethrown. */

@@ -157,6 +157,22 @@ describe("requests arriving upstream", () => {
   });
 });
 
+describe("chat: each account's own credentials", () => {
+  test("consecutive chats alternate between the accounts; each request carries the key of the account its trace names", async () => {
+    const { registry, talk } = build();
+    const engine = registry.chatEngine(talk)!;
+    const accounts: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const out = await engine.chat({ model: talk, messages: [{ role: "user", content: `hello ${i}` }], params: {}, signal: new AbortController().signal });
+      const account = out.trace?.accountId;
+      accounts.push(String(account));
+      expect(fake.received[i]!.authorization).toBe(`Bearer ${account === "a" ? KEY_A : KEY_B}`);
+      expect(fake.received[i]!.json).toMatchObject({ model: "gpt-chat-up", messages: [{ role: "user", content: `hello ${i}` }] });
+    }
+    expect(new Set(accounts)).toEqual(new Set(["a", "b"]));
+  });
+});
+
 describe("chat tools", () => {
   const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { query: { type: "string" } } } } }];
   const call = { id: "call_1", type: "function" as const, function: { name: "lookup", arguments: '{"query":"kettle"}' } };

@@ -90,6 +90,33 @@ describe("account choice", () => {
     expect((await second).value).toBe("second");
   });
 
+  test("waiting requests are served in arrival order; one arriving while others wait queues behind them", async () => {
+    const { pool } = setup([{ id: "a", weight: 1, maxConcurrency: 1 }]);
+    const started: string[] = [];
+    const releases = new Map<string, () => void>();
+    const hold = (name: string) => () => {
+      started.push(name);
+      return new Promise<string>((r) => releases.set(name, () => r(name)));
+    };
+    const first = pool.run(hold("first"));
+    await Bun.sleep(1);
+    const waiting = [pool.run(hold("second")), pool.run(hold("third"))];
+    await Bun.sleep(5);
+    expect(started).toEqual(["first"]);
+    releases.get("first")!();
+    await first;
+    // The slot is free at this instant, but two requests are queued for it: the newcomer goes last.
+    const late = pool.run(hold("late"));
+    for (const name of ["second", "third", "late"]) {
+      for (let i = 0; i < 500 && !releases.has(name); i++) await Bun.sleep(1);
+      expect(started.at(-1)).toBe(name);
+      expect(pool.snapshot()[0]!.inFlight).toBe(1);
+      releases.get(name)!();
+    }
+    expect((await Promise.all([...waiting, late])).map((r) => r.value)).toEqual(["second", "third", "late"]);
+    expect(started).toEqual(["first", "second", "third", "late"]);
+  });
+
   test("waiting for capacity ends at the queue deadline with EngineTimeout", async () => {
     const store = createStore(openDatabase(":memory:"), latestVersion());
     const pool = new AccountPool("up", [{ id: "a", weight: 1, maxConcurrency: 1 }], { ...SETTINGS, queueTimeoutMs: 30 }, store.upstreams, Date.now);

@@ -32,6 +32,10 @@ export const CHAT_STREAM_LIMITS = { maxEventChars: 1024 * 1024, maxTotalBytes: 3
 export type StreamedAnswer = { events: AsyncGenerator<ServerSentEvent> } | { json: unknown };
 
 export class OpenAITransport {
+  /** Each endpoint's URL and each account's JSON headers, built once: every request sends them (fetch copies, never changes them). */
+  private readonly urls = new Map<string, string>();
+  private readonly jsonHeaders = new Map<string, Readonly<Record<string, string>>>();
+
   constructor(
     private readonly upstream: UpstreamConfig,
     private readonly auth: AccountAuth,
@@ -41,7 +45,9 @@ export class OpenAITransport {
 
   /** POSTs a JSON body; the parsed JSON answer of a 2xx, else an AttemptFailure. */
   postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown> {
-    return this.post(ctx, path, json, { "content-type": "application/json" });
+    let headers = this.jsonHeaders.get(ctx.account.id);
+    if (!headers) this.jsonHeaders.set(ctx.account.id, (headers = this.headers(ctx.account.id, { accept: "application/json", "content-type": "application/json" })));
+    return callJson(this.call(ctx, path, json, headers));
   }
 
   /** POSTs a multipart form (fetch writes its Content-Type with the boundary). */
@@ -63,7 +69,7 @@ export class OpenAITransport {
    */
   async postStreamed(ctx: AttemptContext, path: string, body: string | FormData, limits = this.imageStreamLimits()): Promise<StreamedAnswer> {
     const contentType: Record<string, string> = typeof body === "string" ? { "content-type": "application/json" } : {};
-    const call = this.call(ctx, path, body, { ...contentType, accept: "text/event-stream, application/json" });
+    const call = this.call(ctx, path, body, this.headers(ctx.account.id, { ...contentType, accept: "text/event-stream, application/json" }));
     const res = await callUpstream(call);
     if (!(res.headers.get("content-type") ?? "").toLowerCase().startsWith("text/event-stream")) return { json: await readJson(res, call) };
     return { events: readServerSentEvents(res, limits, call) };
@@ -75,13 +81,24 @@ export class OpenAITransport {
   }
 
   private post(ctx: AttemptContext, path: string, body: BodyInit, contentType: Record<string, string>): Promise<unknown> {
-    return callJson(this.call(ctx, path, body, { accept: "application/json", ...contentType }));
+    return callJson(this.call(ctx, path, body, this.headers(ctx.account.id, { accept: "application/json", ...contentType })));
   }
 
-  private call(ctx: AttemptContext, path: string, body: BodyInit, headers: Record<string, string>): UpstreamCall {
+  /** The account's credentials, then the request's own headers. */
+  private headers(accountId: string, own: Record<string, string>): Record<string, string> {
+    return { ...this.auth.headersFor(accountId), ...own };
+  }
+
+  private url(path: string): string {
+    let url = this.urls.get(path);
+    if (url === undefined) this.urls.set(path, (url = joinUrl(this.upstream.base_url, path)));
+    return url;
+  }
+
+  private call(ctx: AttemptContext, path: string, body: BodyInit, headers: Readonly<Record<string, string>>): UpstreamCall {
     return {
-      url: joinUrl(this.upstream.base_url, path),
-      headers: { ...this.auth.headersFor(ctx.account.id), ...headers },
+      url: this.url(path),
+      headers,
       body,
       signal: ctx.signal,
       redactor: this.redactor,
