@@ -50,10 +50,11 @@ export function apiCors() {
     .use(
       cors({
         origin: (request: Request) => isApiPath(pathOf(request)),
-        methods: ALLOWED_METHODS,
-        // Allow-Headers means something only in a preflight's answer, which our hook makes (echoing
-        // what was asked); `true` here would list every request's own header names on every answer.
-        // The plugin's code reads `false` as "send none" (its types list only true, a string or a list).
+        // Allow-Methods and Allow-Headers mean something only in a preflight's answer, which our
+        // hook makes (echoing the headers asked for); set here, they went out on every answer
+        // (`allowedHeaders: true` listed each request's own header names). The plugin's code reads
+        // `false` as "send none" for both (its types list only true, a string or a list for headers).
+        methods: false,
         allowedHeaders: false as unknown as string,
         exposeHeaders: EXPOSED_HEADERS,
         credentials: false,
