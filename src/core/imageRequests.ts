@@ -32,7 +32,8 @@ export interface ImageRequest {
    * Gives back the memory of the input images the caller owns (uploads read from the request's
    * body, tens of MB each), called once the engine has stopped with them, even past the
    * deadline: they would otherwise wait for a garbage collection, which an idle server may not
-   * run for a long time, and during a burst add up with the next requests' uploads.
+   * run for a long time, and during a burst add up with the next requests' uploads. Must not
+   * throw (withDeadline's onStopped).
    */
   releaseInputs?: () => void;
 }
@@ -123,17 +124,17 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
     const started = performance.now();
     let image: GeneratedImage;
     try {
-      const run = withDeadline(
+      // The charge is made, so the inputs are never needed again once the engine stops (which
+      // may be after the deadline): given back then.
+      image = await withDeadline(
         deps.generationTimeoutMs,
         (signal) => {
           const job: ImageJob = { ...req.job, signal };
           return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
         },
         cancel,
-      );
-      // The charge is made: the inputs are never needed again once the engine stops.
-      if (req.releaseInputs) void run.settled.then(req.releaseInputs);
-      image = await run.result;
+        req.releaseInputs,
+      ).result;
     } catch (e) {
       generationMs = Math.round(performance.now() - started);
       const upstreamMs = e instanceof EngineError ? (e.trace?.upstreamLatencyMs ?? null) : null;
