@@ -117,9 +117,9 @@ export async function startServer(config: Config, logger: Logger, options: Start
       response.headers.set("x-request-id", meta.id);
       // The unread rest of a body would be taken for the next request on this connection.
       if (meta.bodyUnread) response.headers.set("connection", "close");
-      services.metrics.observeRequest(routeOf(request), request.method, response.status, (performance.now() - meta.startedAt) / 1000);
+      const durationMs = performance.now() - meta.startedAt;
+      services.metrics.observeRequest(routeOf(request), request.method, response.status, durationMs / 1000);
       if (serverConfig.log_requests) {
-        const durationMs = performance.now() - meta.startedAt;
         const fields = accessLogFields({ meta, method: request.method, path, status: response.status, durationMs }, store);
         // Awaited only when the line needs the request's record.
         logger.info("request", fields instanceof Promise ? await fields : fields);

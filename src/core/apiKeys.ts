@@ -1,6 +1,6 @@
 /** API key material: `sk-atl-` + 43 base62 characters (256 bits from the CSPRNG). */
 import { sha256Hex } from "./digest";
-const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+import { base62OfByte } from "./base62";
 export const KEY_PREFIX = "sk-atl-";
 const SECRET_CHARS = 43; // 43 * log2(62) ≈ 256 bits
 const DISPLAY_CHARS = 8;
@@ -14,18 +14,15 @@ export interface NewApiKey {
 }
 
 /**
- * Uniform base62 by rejection sampling (bytes >= 248 would bias the modulo). An indexed loop
- * over one buffer: it runs for every request id, and a typed array's iterator costs several
- * times more.
+ * Uniform base62 (base62OfByte's rejection sampling), from fresh CSPRNG bytes: what secrets
+ * (keys, sessions, tokens) are made of. An indexed loop over one buffer (a typed array's
+ * iterator costs several times more).
  */
 export function randomBase62(length: number): string {
   let out = "";
   while (out.length < length) {
     const bytes = crypto.getRandomValues(new Uint8Array(length * 2));
-    for (let i = 0; i < bytes.length && out.length < length; i++) {
-      const byte = bytes[i]!;
-      if (byte < 248) out += ALPHABET[byte % 62];
-    }
+    for (let i = 0; i < bytes.length && out.length < length; i++) out += base62OfByte(bytes[i]!);
   }
   return out;
 }

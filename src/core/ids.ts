@@ -1,4 +1,4 @@
-const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+import { BASE62, base62OfByte } from "./base62";
 
 /**
  * Random bytes for ids, drawn from the CSPRNG a block at a time: one call per 4 KiB instead of
@@ -8,7 +8,7 @@ const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const pool = new Uint8Array(4096);
 let poolAt = pool.length;
 
-/** Uniform base62 by rejection sampling (bytes >= 248 would bias the modulo). */
+/** Uniform base62 (base62OfByte's rejection sampling), from the pooled bytes. */
 function randomIdChars(length: number): string {
   let out = "";
   while (out.length < length) {
@@ -16,8 +16,7 @@ function randomIdChars(length: number): string {
       crypto.getRandomValues(pool);
       poolAt = 0;
     }
-    const byte = pool[poolAt++]!;
-    if (byte < 248) out += BASE62[byte % 62];
+    out += base62OfByte(pool[poolAt++]!);
   }
   return out;
 }
