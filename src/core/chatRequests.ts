@@ -6,9 +6,10 @@
  * describes it for the history row through `describeFailure`, the same table).
  */
 import type { FlowStore } from "./store";
-import { EngineError, EngineTimeout, type ChatDelta, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
+import { EngineError, EngineTimeout, type ChatDelta, type ChatJob, type ChatMessage, type ChatRequestProblem, type ChatResult } from "./engine";
 import type { ChatParams } from "./chatRequest";
 import { withDeadline } from "./deadline";
+import type { CancelScope } from "./cancelScope";
 import { signalOf, type ClientSignal } from "./clientSignal";
 import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
 import { describeSource, type CatalogModel } from "./models";
@@ -45,6 +46,21 @@ export interface ChatFlowDeps extends Omit<FlowDeps, "store"> {
   store: Pick<FlowStore, "requests">;
 }
 
+/** The engine's job: its `signal` is made only if the engine reads it (a pool-run engine uses `cancel`). */
+function chatJob(req: ChatRequest, scope: CancelScope, onDelta: ChatRequest["onDelta"]): ChatJob {
+  const job: ChatJob = {
+    model: req.model,
+    messages: req.messages,
+    params: req.params,
+    cancel: scope,
+    get signal() {
+      return scope.signal;
+    },
+  };
+  if (onDelta) job.onDelta = onDelta;
+  return job;
+}
+
 /** `clientSignal` may be a getter (e.g. `() => request.signal`): it is read only if the request runs long enough to matter. */
 export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: ClientSignal): Promise<ChatOutcome> {
   const started = performance.now();
@@ -54,10 +70,9 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
   if (problem) throw new ChatRequestRefused(problem);
   const permit = await deps.gate.admit(req.userId, clientSignal);
   const onDelta = req.onDelta;
-  const job = { model: req.model, messages: req.messages, params: req.params };
   // The permit is released when the engine really stops (withDeadline's onStopped), so the limit
   // stays true even for an engine that ignores its signal; the graceful stop waits for it too.
-  const run = withDeadline(deps.generationTimeoutMs, (signal) => engine.chat(onDelta ? { ...job, signal, onDelta } : { ...job, signal }), clientSignal, () => permit.release());
+  const run = withDeadline(deps.generationTimeoutMs, (scope) => engine.chat(chatJob(req, scope, onDelta)), clientSignal, () => permit.release());
   deps.background.track(run.settled);
   const generationStarted = performance.now();
   try {

@@ -1,10 +1,12 @@
 /**
  * The server's deadline on engine work, shared by the image and chat flows: the work gets a
- * signal that aborts at the deadline (or when the client's signal does), and the caller's
- * promise rejects with EngineTimeout at the deadline whatever the work does with its signal.
+ * cancellation scope that aborts at the deadline (or when the client's signal does), and the
+ * caller's promise rejects with EngineTimeout at the deadline whatever the work does with it.
  */
 import { EngineTimeout } from "./engine";
 import { watchClient, type ClientSignal } from "./clientSignal";
+import { CancelScope } from "./cancelScope";
+import { runAfter } from "./timerQueue";
 
 export interface DeadlineRun<T> {
   /** The work's result, or EngineTimeout at the deadline. */
@@ -17,33 +19,34 @@ export interface DeadlineRun<T> {
  * `onStopped` runs once when the work itself stops, before `settled` resolves (a chat request
  * gives its gate permit back there: no promise of its own for that). It must not throw.
  */
-export function withDeadline<T>(ms: number, work: (signal: AbortSignal) => Promise<T>, clientSignal?: ClientSignal, onStopped?: () => void): DeadlineRun<T> {
-  // One controller for the work: the deadline aborts it, and so does the client's signal through
-  // a listener (cheaper than AbortSignal.any on every request), removed when the work is done.
-  const deadline = new AbortController();
-  const unwatch = watchClient(clientSignal, (reason) => deadline.abort(reason));
+export function withDeadline<T>(ms: number, work: (scope: CancelScope) => Promise<T>, clientSignal?: ClientSignal, onStopped?: () => void): DeadlineRun<T> {
+  // One scope for the work: the deadline aborts it, and so does the client's signal (watched
+  // lazily, core/clientSignal). Its AbortSignal is made only if the work asks for one; the
+  // deadline is an entry on the shared timer (core/timerQueue), not a timer of its own.
+  const scope = new CancelScope();
+  const unwatch = watchClient(clientSignal, (reason) => scope.abort(reason));
   let resolveResult!: (value: T) => void;
   let rejectResult!: (e: unknown) => void;
   const result = new Promise<T>((resolve, reject) => {
     resolveResult = resolve;
     rejectResult = reject;
   });
-  const timer = setTimeout(() => {
+  const deadline = runAfter(ms, () => {
     const err = new EngineTimeout(`no result after ${ms} ms`);
     // Settle first, so an engine that resolves on abort cannot win the race.
     rejectResult(err);
-    deadline.abort(err);
-  }, ms);
+    scope.abort(err);
+  });
   let running: Promise<T>;
   try {
-    running = work(deadline.signal);
+    running = work(scope);
   } catch (e) {
     running = Promise.reject(e);
   }
   // One reaction does everything when the work stops (a result already rejected at the deadline
   // ignores the late value): fewer promises per request than a race, a finally and a then each.
   const stopped = () => {
-    clearTimeout(timer);
+    deadline.cancel();
     unwatch();
     onStopped?.();
   };

@@ -3,6 +3,7 @@
  * Engines know nothing of credits or of our HTTP statuses: they return results or throw the
  * typed errors below, and the http layer maps those.
  */
+import type { CancelScope } from "./cancelScope";
 import type { CatalogModel } from "./models";
 
 export type ImageMime = "image/png" | "image/jpeg" | "image/webp";
@@ -94,7 +95,14 @@ export interface ChatJob {
   messages: ChatMessage[];
   /** Validated OpenAI parameters (temperature, max_tokens, response_format, tools, tool_choice, …). */
   params: Record<string, unknown>;
+  /** Aborts at the request's deadline or when its client leaves. */
   signal: AbortSignal;
+  /**
+   * The same cancellation as `signal`, when the flow runs the job: an engine that runs attempts
+   * in the account pool hands this to the pool (pool.run), which links each attempt to it
+   * without `signal` ever being made (reading `signal` makes an AbortSignal: core/cancelScope).
+   */
+  cancel?: CancelScope;
   /**
    * Set when the client asked for a streamed answer: the engine reports the reply's pieces
    * here as they come, in order, and still resolves with the whole result. Calling it never

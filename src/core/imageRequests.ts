@@ -128,8 +128,8 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
       // may be after the deadline): given back then.
       image = await withDeadline(
         deps.generationTimeoutMs,
-        (signal) => {
-          const job: ImageJob = { ...req.job, signal };
+        (scope) => {
+          const job: ImageJob = { ...req.job, signal: scope.signal };
           return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
         },
         cancel,

@@ -32,6 +32,8 @@ import type { UpstreamTrace } from "../core/engine";
 import type { AccountFailure, AccountHealth, AccountSnapshot, AttemptFailureKind, DisabledInfo, PoolStateStore } from "../core/store";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
 import type { Clock } from "../core/clock";
+import { CancelScope } from "../core/cancelScope";
+import { runAfter } from "../core/timerQueue";
 import { LocalPoolState, type AccountLease, type PoolState, type SharedAccountState } from "./poolState";
 
 
@@ -169,7 +171,18 @@ export class AccountPool {
    * Runs `attempt` on accounts until one succeeds, the attempts run out or the deadline
    * passes. Throws the typed engine errors (with a trace) otherwise.
    */
-  async run<T>(attempt: (ctx: AttemptContext) => Promise<T>, signal?: AbortSignal): Promise<PoolResult<T>> {
+  async run<T>(attempt: (ctx: AttemptContext) => Promise<T>, cancel?: AbortSignal | CancelScope): Promise<PoolResult<T>> {
+    // The request's cancellation as a scope: each attempt's is its child (no listener, and the
+    // request's own AbortSignal is never made). A signal given instead is followed by one listener.
+    const request = cancel instanceof CancelScope ? cancel : cancel ? CancelScope.following(cancel) : new CancelScope();
+    try {
+      return await this.runAttempts(attempt, request);
+    } finally {
+      if (request !== cancel) request.release();
+    }
+  }
+
+  private async runAttempts<T>(attempt: (ctx: AttemptContext) => Promise<T>, request: CancelScope): Promise<PoolResult<T>> {
     const started = this.clock();
     const deadline = started + this.settings.deadlineMs;
     const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
@@ -185,7 +198,7 @@ export class AccountPool {
     };
 
     while (attempts < this.settings.maxAttempts) {
-      if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+      if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
       let account: AccountRuntime | null = null;
       let lease: AccountLease | null = null;
       // The common case costs no await: nobody waits, the flags are fresh and the state answers at once.
@@ -248,8 +261,8 @@ export class AccountPool {
               fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
             }
             if (!this.queue.includes(ticket)) this.queue.push(ticket);
-            await this.waitForChange(until - now, signal);
-            if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+            await this.waitForChange(until - now, request);
+            if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
           }
         } finally {
           const at = this.queue.indexOf(ticket);
@@ -265,25 +278,23 @@ export class AccountPool {
       this.changed();
       const attemptStart = this.clock();
       const attemptDeadline = Math.min(deadline, attemptStart + this.settings.attemptTimeoutMs);
-      // One controller and one timer per attempt; the request's signal is linked by a listener
-      // (AbortSignal.timeout + AbortSignal.any cost about twice as much on every request).
-      const attemptAbort = new AbortController();
+      // The attempt's scope aborts with the request's, or at the attempt's own deadline (an entry
+      // on the shared timer); its AbortSignal, made when the transport hands it to fetch, is the
+      // only one the request makes.
+      const attemptScope = request.child();
       let timedOut = false;
-      const timer = setTimeout(() => {
+      const timer = runAfter(Math.max(1, attemptDeadline - attemptStart), () => {
         timedOut = true;
-        attemptAbort.abort(new DOMException("The attempt timed out.", "TimeoutError"));
-      }, Math.max(1, attemptDeadline - attemptStart));
-      const onRequestAbort = signal && (() => attemptAbort.abort(signal.reason));
-      if (signal?.aborted) onRequestAbort!();
-      else signal?.addEventListener("abort", onRequestAbort!, { once: true });
+        attemptScope.abort(new DOMException("The attempt timed out.", "TimeoutError"));
+      });
       try {
-        const value = await attempt({ account: account.cfg, signal: attemptAbort.signal, deadline: attemptDeadline });
+        const value = await attempt({ account: account.cfg, get signal() { return attemptScope.signal; }, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
         if (this.hasFailureCounts(account)) await this.recordSuccess(account);
         return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
       } catch (e) {
         latencyMs = this.clock() - attemptStart;
-        if (signal?.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"), account.cfg.id);
+        if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"), account.cfg.id);
         const failure = this.redacted(
           e instanceof AttemptFailure
             ? e
@@ -299,8 +310,8 @@ export class AccountPool {
         if (failure.final) fail(this.finalError(failure), account.cfg.id);
         if (this.clock() >= deadline) fail(this.finalError(failure), account.cfg.id);
       } finally {
-        clearTimeout(timer);
-        if (onRequestAbort) signal!.removeEventListener("abort", onRequestAbort);
+        timer.cancel();
+        attemptScope.release();
         this.state.release(lease);
         this.changed();
       }
@@ -489,12 +500,13 @@ export class AccountPool {
     }
   }
 
-  private waitForChange(ms: number, signal?: AbortSignal): Promise<void> {
+  private waitForChange(ms: number, request: CancelScope): Promise<void> {
     return new Promise((resolve) => {
+      let stopListening = () => {};
       const done = () => {
         clearTimeout(timer);
         this.waiters.delete(done);
-        signal?.removeEventListener("abort", done);
+        stopListening();
         resolve();
       };
       // Also wake when a cooldown ends, since that frees capacity without a release, and, with a
@@ -504,7 +516,7 @@ export class AccountPool {
       const nextRecovery = Math.min(...rests.map((t) => t - now), this.state.pollMs ?? Infinity);
       const timer = setTimeout(done, Math.max(1, Math.min(ms, nextRecovery)));
       this.waiters.add(done);
-      signal?.addEventListener("abort", done, { once: true });
+      stopListening = request.onAbort(done);
     });
   }
 

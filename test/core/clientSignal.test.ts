@@ -22,7 +22,7 @@ describe("watchClient with a getter", () => {
     const client = new AbortController();
     const run = withDeadline(
       5_000,
-      (signal) => new Promise<string>((_, reject) => signal.addEventListener("abort", () => reject(new Error("aborted by the client")))),
+      (scope) => new Promise<string>((_, reject) => scope.signal.addEventListener("abort", () => reject(new Error("aborted by the client")))),
       () => (reads++, client.signal),
     );
     await Bun.sleep(WATCH_AFTER_MS * 3);

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { AccountPool, AttemptFailure, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable } from "../../src/core/engine";
 import { createStore } from "../../src/store";
+import { CancelScope } from "../../src/core/cancelScope";
 import { latestVersion, openDatabase } from "../../src/store/database";
 
 const SETTINGS: PoolSettings = {
@@ -322,5 +323,56 @@ describe("failures", () => {
     await running;
     await pool.close();
     expect((await store.upstreams.loadSnapshots()).get("up/a")?.snapshot.inFlight).toBe(0);
+  });
+});
+
+describe("cancellation", () => {
+  /** An attempt that waits until its signal aborts, and reports the reason. */
+  const hangUntilAborted = (ctx: AttemptContext) => new Promise<string>((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));
+
+  test("the request's scope aborts the running attempt; the request ends in EngineTimeout, no retry", async () => {
+    const { pool } = setup();
+    const request = new CancelScope();
+    const seen: string[] = [];
+    const run = pool.run((ctx) => (seen.push(ctx.account.id), hangUntilAborted(ctx)), request);
+    await Bun.sleep(5);
+    request.abort(new Error("client left"));
+    expect(await run.catch((e) => e)).toBeInstanceOf(EngineTimeout);
+    expect(seen).toHaveLength(1);
+  });
+
+  test("the same through an AbortSignal; the pool stops listening to it once the request ends", async () => {
+    const { pool } = setup();
+    const controller = new AbortController();
+    const run = pool.run(hangUntilAborted, controller.signal);
+    await Bun.sleep(5);
+    controller.abort(new Error("client left"));
+    expect(await run.catch((e) => e)).toBeInstanceOf(EngineTimeout);
+    // A request that succeeded: aborting its signal afterwards reaches nothing of it.
+    const done = new AbortController();
+    let attemptSignal: AbortSignal | undefined;
+    expect((await pool.run(async (ctx) => ((attemptSignal = ctx.signal), "ok"), done.signal)).value).toBe("ok");
+    done.abort();
+    expect(attemptSignal!.aborted).toBe(false);
+  });
+
+  test("a request already cancelled makes no attempt", async () => {
+    const { pool } = setup();
+    const request = new CancelScope();
+    request.abort();
+    const { calls, attempt } = scripted({});
+    expect(await pool.run(attempt, request).catch((e) => e)).toBeInstanceOf(EngineTimeout);
+    expect(calls).toEqual([]);
+  });
+
+  test("an attempt's own deadline aborts only that attempt: the request's scope stays usable", async () => {
+    const { pool } = setup(undefined, { attemptTimeoutMs: 20 });
+    const request = new CancelScope();
+    const reasons: unknown[] = [];
+    const attempt = (ctx: AttemptContext) =>
+      ctx.account.id === "b" ? Promise.resolve("b") : hangUntilAborted(ctx).catch((e) => { reasons.push(e); throw e; });
+    expect((await pool.run(attempt, request)).value).toBe("b");
+    expect((reasons[0] as DOMException).name).toBe("TimeoutError");
+    expect(request.aborted).toBe(false);
   });
 });

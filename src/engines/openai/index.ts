@@ -58,7 +58,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
       const reply = this.redactedReply(parseChatAnswer(answer.json));
       passOnWhole(reply, onDelta);
       return reply;
-    }, job.signal);
+    }, job.cancel ?? job.signal);
     return { ...value, trace };
   }
 

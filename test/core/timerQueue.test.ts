@@ -1,0 +1,54 @@
+/**
+ * Deadlines on the shared timer: each runs once, after its delay, unless cancelled; deadlines
+ * of different lengths run in the order they fall due; a lane full of cancelled entries behind
+ * a live one (a slow request) still runs the live ones.
+ */
+import { describe, expect, test } from "bun:test";
+import { runAfter } from "../../src/core/timerQueue";
+
+describe("runAfter", () => {
+  test("runs once after its delay; a cancelled one never runs", async () => {
+    const ran: string[] = [];
+    const started = performance.now();
+    let at = 0;
+    runAfter(30, () => {
+      ran.push("kept");
+      at = performance.now() - started;
+    });
+    const cancelled = runAfter(10, () => ran.push("cancelled"));
+    cancelled.cancel();
+    cancelled.cancel();
+    await Bun.sleep(80);
+    expect(ran).toEqual(["kept"]);
+    expect(at).toBeGreaterThanOrEqual(29);
+  });
+
+  test("different delays run in the order they fall due, not the order they were set", async () => {
+    const ran: number[] = [];
+    runAfter(60, () => ran.push(60));
+    runAfter(20, () => ran.push(20));
+    runAfter(40, () => ran.push(40));
+    runAfter(0, () => ran.push(0));
+    await Bun.sleep(120);
+    expect(ran).toEqual([0, 20, 40, 60]);
+  });
+
+  test("a callback may set a new deadline, which runs too", async () => {
+    const ran: string[] = [];
+    runAfter(5, () => {
+      ran.push("first");
+      runAfter(5, () => ran.push("second"));
+    });
+    await Bun.sleep(60);
+    expect(ran).toEqual(["first", "second"]);
+  });
+
+  test("thousands cancelled behind a live entry of the same delay: the live ones still run, each once", async () => {
+    let live = 0;
+    runAfter(40, () => live++);
+    for (let i = 0; i < 20_000; i++) runAfter(40, () => live += 1000).cancel();
+    runAfter(40, () => live++);
+    await Bun.sleep(120);
+    expect(live).toBe(2);
+  });
+});
