@@ -36,7 +36,7 @@ export interface MetricsSources {
   inFlight: () => number;
 }
 
-const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+export const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 const IMAGE_ROUTE = { generate: "/v1/images/generations", edit: "/v1/images/edits" } as const;
 const ACCOUNT_STATES = ["healthy", "cooling", "probing", "disabled"] as const;
 const LEDGER_KINDS: LedgerRow["kind"][] = ["charge", "refund", "grant", "deduct", "redeem"];

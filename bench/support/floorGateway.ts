@@ -1,0 +1,276 @@
+/**
+ * The floor gateway of bench/floor.ts: the smallest correct chat gateway with Atelier's duties
+ * on the same stack (Bun + Elysia + TypeBox + bun:sqlite + prom-client), each duty switched on
+ * by a step number so that one step's cost is the difference from the step before:
+ *
+ *   bun bench/support/floorGateway.ts <step 1..7> <upstream chat URL> <data dir>
+ *
+ *   1 Elysia route, Atelier's request schema, fetch + res.json, the chat.completion answer
+ *   2 + one AbortController and one timer per request (the deadline)
+ *   3 + the key: SHA-256 of the Bearer secret, a Map lookup (401 for an unknown key)
+ *   4 + the history row, queued and written every 20 ms in one transaction (multi-row INSERTs)
+ *       into Atelier's own `requests` table (the data dir's atelier.db, migrated by Atelier's
+ *       migrations: its columns, indexes, WAL, synchronous=NORMAL)
+ *   5 + the access-log line, buffered and appended to <data dir>/access.log every 20 ms
+ *   6 + the request metrics (Atelier's RequestMetrics in a prom-client registry, GET /metrics)
+ *   7 + Elysia validates the answer against Atelier's response schema
+ *
+ * Without the key step every request is served as the bench user (the data dir's only key).
+ * SIGTERM stops it gracefully: in-flight requests finish, queued rows and lines are written.
+ * Prints "port N" once it listens.
+ */
+import { closeSync, openSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { Elysia } from "elysia";
+import { Registry } from "prom-client";
+import { hashApiKey } from "../../src/core/apiKeys";
+import { chatMessagesFrom } from "../../src/core/chatRequest";
+import { newTimeOrderedId } from "../../src/core/ids";
+import { ApiError, badRequest, errorResponse, modelNotFound, unauthorized } from "../../src/http/errors";
+import { LATENCY_BUCKETS } from "../../src/http/metrics";
+import { RequestMetrics } from "../../src/http/requestMetrics";
+import { historyPromptOf } from "../../src/http/v1/chat";
+import { ChatCompletion, ChatCompletionRequest } from "../../src/http/v1/chat/model";
+import { openDatabase } from "../../src/store/database";
+
+/** The model the floor offers (the same public id as the bench's Atelier) and what it asks upstream for. */
+export const FLOOR_MODEL = "mock-chat";
+const UPSTREAM_MODEL = "mock-model";
+const ROUTE = "/v1/chat/completions";
+/** The deadline of one request (Atelier's default generation_timeout_ms). */
+const DEADLINE_MS = 300_000;
+const FLUSH_MS = 20;
+/** At most this many rows per transaction (as Atelier's chat batch). */
+const MAX_BATCH_ROWS = 2000;
+/** Rows per INSERT statement, largest first: four statement texts, each prepared once. */
+const INSERT_SIZES = [64, 16, 4, 1] as const;
+const LOG_FLUSH_BYTES = 64 * 1024;
+
+interface Owner {
+  userId: number;
+  keyId: number;
+  keyPrefix: string;
+}
+
+/** What the route learned about a request, for the access-log line written around it. */
+interface RequestState {
+  owner: Owner;
+  id?: string;
+  model?: string;
+  outcome?: "succeeded" | "failed";
+}
+
+/** A history row in the INSERT's column order. */
+type HistoryRow = [
+  id: string, userId: number, keyId: number, model: string, status: string, prompt: string, promptTokens: number | null, completionTokens: number | null,
+  generationMs: number, errorCode: string | null, errorMessage: string | null, attempts: number, upstreamLatencyMs: number, createdAt: number, finishedAt: number,
+];
+const HISTORY_COLUMNS =
+  "(id, user_id, key_id, model, status, prompt, prompt_tokens, completion_tokens, generation_ms, error_code, error_message, attempts, upstream_latency_ms, created_at, finished_at, kind, endpoint, queue_ms, upstream_id, account_id)";
+const HISTORY_VALUES = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'chat', '${ROUTE}', 0, 'mock', 'a')`;
+
+/** The upstream's answer, as much of it as the gateway reads. */
+interface UpstreamAnswer {
+  choices?: { message?: { content?: unknown }; finish_reason?: unknown }[];
+  usage?: { prompt_tokens?: unknown; completion_tokens?: unknown };
+}
+const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"]);
+
+if (import.meta.main) {
+  const [stepArg, upstream, dataDir] = process.argv.slice(2);
+  if (!stepArg || !upstream || !dataDir) throw new Error("usage: bun bench/support/floorGateway.ts <step 1..7> <upstream chat URL> <data dir>");
+  serveFloor(Number(stepArg), upstream, dataDir);
+}
+
+function serveFloor(step: number, upstream: string, dataDir: string): void {
+  const withDeadline = step >= 2;
+  const withKey = step >= 3;
+  const withHistory = step >= 4;
+  const withLog = step >= 5;
+  const withMetrics = step >= 6;
+  const withResponseSchema = step >= 7;
+
+  const db = openDatabase(dataDir);
+  // Keys in memory, by their hash (the bench makes them before the gateway starts).
+  const keys = new Map<string, Owner>();
+  for (const k of db
+    .query<{ id: number; user_id: number; prefix: string; secret_hash: string }, []>(
+      "SELECT k.id, k.user_id, k.prefix, k.secret_hash FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.revoked_at IS NULL AND u.disabled = 0",
+    )
+    .all()) {
+    keys.set(k.secret_hash, { userId: k.user_id, keyId: k.id, keyPrefix: k.prefix });
+  }
+  const benchOwner = keys.values().next().value;
+  if (!benchOwner) throw new Error(`no API key in ${dataDir}`);
+  const states = new WeakMap<Request, RequestState>();
+
+  // History: rows queued, written every FLUSH_MS in one transaction.
+  let rows: HistoryRow[] = [];
+  const inserts = new Map(INSERT_SIZES.map((size) => [size, db.prepare(`INSERT INTO requests ${HISTORY_COLUMNS} VALUES ${Array(size).fill(HISTORY_VALUES).join(", ")}`)]));
+  const insertBatch = db.transaction((batch: HistoryRow[]) => {
+    let at = 0;
+    for (const size of INSERT_SIZES) for (; batch.length - at >= size; at += size) inserts.get(size)!.run(...batch.slice(at, at + size).flat());
+  });
+  const flushRows = () => {
+    while (rows.length > 0) {
+      const batch = rows.length <= MAX_BATCH_ROWS ? rows : rows.slice(0, MAX_BATCH_ROWS);
+      rows = rows.length <= MAX_BATCH_ROWS ? [] : rows.slice(MAX_BATCH_ROWS);
+      insertBatch(batch);
+    }
+  };
+
+  // The access log: lines joined and appended with one write every FLUSH_MS (or 64 KiB).
+  const logFd = openSync(join(dataDir, "access.log"), "a");
+  let logLines: string[] = [];
+  let logBytes = 0;
+  const flushLog = () => {
+    if (logLines.length === 0) return;
+    writeSync(logFd, logLines.join(""));
+    logLines = [];
+    logBytes = 0;
+  };
+  const flusher = setInterval(() => {
+    if (rows.length > 0) flushRows();
+    flushLog();
+  }, FLUSH_MS);
+
+  const registry = new Registry();
+  const metrics = new RequestMetrics(registry, LATENCY_BUCKETS);
+
+  /** The upstream's answer to these messages, or an ApiError (502/504). */
+  async function callUpstream(messages: unknown): Promise<UpstreamAnswer | ApiError> {
+    const controller = withDeadline ? new AbortController() : undefined;
+    const timer = controller ? setTimeout(() => controller.abort(), DEADLINE_MS) : undefined;
+    try {
+      const res = await fetch(upstream, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: "Bearer sk-mock-secret" },
+        body: JSON.stringify({ model: UPSTREAM_MODEL, messages }),
+        signal: controller?.signal,
+      });
+      if (!res.ok) {
+        await res.arrayBuffer();
+        return new ApiError(502, "upstream_error", `The upstream answered ${res.status}.`, null, "upstream_error");
+      }
+      return (await res.json()) as UpstreamAnswer;
+    } catch (e) {
+      if (controller?.signal.aborted) return new ApiError(504, "upstream_error", "The upstream did not answer in time.", null, "timeout");
+      return new ApiError(502, "upstream_error", `The upstream could not be reached (${e instanceof Error ? e.name : "error"}).`, null, "upstream_error");
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  const app = new Elysia({ precompile: true })
+    // Validation failures in OpenAI's error shape (the only errors the route does not answer itself).
+    .onError(({ code, error }) => {
+      if (code === "VALIDATION") return errorResponse(badRequest(`Invalid request: ${error.message.split("\n")[0]}`, null, "invalid_value"));
+      if (error instanceof ApiError) return errorResponse(error);
+    })
+    .get("/metrics", async () => new Response(await registry.metrics(), { headers: { "content-type": registry.contentType } }))
+    .post(
+      ROUTE,
+      async ({ body, request }) => {
+        const state = states.get(request);
+        const owner = state?.owner ?? benchOwner;
+        if (body.model !== FLOOR_MODEL) return errorResponse(modelNotFound(body.model));
+        const id = newTimeOrderedId("req_");
+        const startedAt = Date.now();
+        const started = performance.now();
+        if (state) {
+          state.id = id;
+          state.model = body.model;
+        }
+        const answer = await callUpstream(body.messages);
+        const latencyMs = Math.round(performance.now() - started);
+        const choice = answer instanceof ApiError ? undefined : answer.choices?.[0];
+        const content = choice?.message?.content;
+        const finish = choice?.finish_reason;
+        const usage = answer instanceof ApiError ? undefined : answer.usage;
+        const failure =
+          answer instanceof ApiError
+            ? answer
+            : typeof content !== "string" || typeof finish !== "string" || !FINISH_REASONS.has(finish) || typeof usage?.prompt_tokens !== "number" || typeof usage.completion_tokens !== "number"
+              ? new ApiError(502, "upstream_error", "The upstream's answer is not a chat completion.", null, "upstream_error")
+              : undefined;
+        if (state) state.outcome = failure ? "failed" : "succeeded";
+        if (withHistory) {
+          const finishedAt = Date.now();
+          const prompt = historyPromptOf(chatMessagesFrom(body.messages));
+          const tokens = failure ? [null, null] : [usage!.prompt_tokens as number, usage!.completion_tokens as number];
+          rows.push([
+            id, owner.userId, owner.keyId, body.model, failure ? "failed" : "succeeded", prompt, tokens[0]!, tokens[1]!, latencyMs,
+            failure?.errorCode ?? null, failure?.message ?? null, 1, latencyMs, startedAt, finishedAt,
+          ]);
+        }
+        if (failure) return errorResponse(failure);
+        const promptTokens = usage!.prompt_tokens as number;
+        const completionTokens = usage!.completion_tokens as number;
+        return {
+          id,
+          object: "chat.completion" as const,
+          created: Math.floor(startedAt / 1000),
+          model: body.model,
+          choices: [{ index: 0, message: { role: "assistant" as const, content: content as string, refusal: null }, logprobs: null, finish_reason: finish as "stop" }],
+          usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+        };
+      },
+      withResponseSchema ? { body: ChatCompletionRequest, response: { 200: ChatCompletion } } : { body: ChatCompletionRequest },
+    );
+
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(request) {
+      const started = performance.now();
+      let state: RequestState | undefined;
+      let response: Response;
+      if (withKey) {
+        const auth = request.headers.get("authorization");
+        const owner = auth?.startsWith("Bearer ") ? keys.get(hashApiKey(auth.slice(7))) : undefined;
+        if (owner) states.set(request, (state = { owner }));
+      }
+      if (withKey && !state) response = errorResponse(unauthorized("Incorrect API key provided.", "invalid_api_key"));
+      // GET is only the metrics scrape: neither logged nor counted (the bench compares the chat lines with the rows).
+      else if (request.method === "GET") return app.handle(request);
+      else response = await app.handle(request);
+      const durationMs = performance.now() - started;
+      if (withMetrics) metrics.observe(ROUTE, request.method, response.status, durationMs / 1000);
+      if (withLog) {
+        const line =
+          JSON.stringify({
+            ts: new Date().toISOString(),
+            level: "info",
+            msg: "request",
+            request_id: state?.id ?? null,
+            method: request.method,
+            path: ROUTE,
+            status: response.status,
+            duration_ms: Math.round(durationMs * 10) / 10,
+            user_id: state?.owner.userId ?? null,
+            key_prefix: state?.owner.keyPrefix ?? null,
+            model: state?.model ?? null,
+            credits_charged: 0,
+            credits_refunded: 0,
+            upstream: state?.model ? "mock/a" : null,
+            outcome: state?.outcome ?? null,
+          }) + "\n";
+        logLines.push(line);
+        logBytes += line.length;
+        if (logBytes >= LOG_FLUSH_BYTES) flushLog();
+      }
+      return response;
+    },
+  });
+  console.log(`port ${server.port}`);
+
+  process.once("SIGTERM", async () => {
+    await server.stop();
+    clearInterval(flusher);
+    flushRows();
+    flushLog();
+    closeSync(logFd);
+    db.close();
+    process.exit(0);
+  });
+}
