@@ -8,10 +8,10 @@
  *   1 Elysia route, Atelier's request schema, fetch + res.json, the chat.completion answer
  *   2 + one AbortController and one timer per request (the deadline)
  *   3 + the key: SHA-256 of the Bearer secret, a Map lookup (401 for an unknown key)
- *   4 + the history row, queued and written every 20 ms in one transaction (multi-row INSERTs)
+ *   4 + the history row, queued and written every 20 ms in one transaction (Atelier's BatchWriter, multi-row INSERTs)
  *       into Atelier's own `requests` table (the data dir's atelier.db, migrated by Atelier's
  *       migrations: its columns, indexes, WAL, synchronous=NORMAL)
- *   5 + the access-log line, buffered and appended to <data dir>/access.log every 20 ms
+ *   5 + the access-log line (Atelier's logger and batched sink) appended to <data dir>/access.log
  *   6 + the request metrics (Atelier's RequestMetrics in a prom-client registry, GET /metrics)
  *   7 + Elysia validates the answer against Atelier's response schema
  *
@@ -19,11 +19,12 @@
  * SIGTERM stops it gracefully: in-flight requests finish, queued rows and lines are written.
  * Prints "port N" once it listens.
  */
-import { closeSync, openSync, writeSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { Elysia } from "elysia";
 import { Registry } from "prom-client";
 import { hashApiKey } from "../../src/core/apiKeys";
+import { BatchWriter } from "../../src/core/batchWriter";
 import { chatMessagesFrom } from "../../src/core/chatRequest";
 import { newTimeOrderedId } from "../../src/core/ids";
 import { ApiError, badRequest, errorResponse, modelNotFound, unauthorized } from "../../src/http/errors";
@@ -31,7 +32,10 @@ import { LATENCY_BUCKETS } from "../../src/http/metrics";
 import { RequestMetrics } from "../../src/http/requestMetrics";
 import { historyPromptOf } from "../../src/http/v1/chat";
 import { ChatCompletion, ChatCompletionRequest } from "../../src/http/v1/chat/model";
+import { batchedStdout, createLogger } from "../../src/logger";
+import { isWriteConflict } from "../../src/store/busy";
 import { openDatabase } from "../../src/store/database";
+import { CHAT_BATCH } from "../../src/store/requests";
 
 /** The model the floor offers (the same public id as the bench's Atelier) and what it asks upstream for. */
 export const FLOOR_MODEL = "mock-chat";
@@ -40,8 +44,6 @@ const ROUTE = "/v1/chat/completions";
 /** The deadline of one request (Atelier's default generation_timeout_ms). */
 const DEADLINE_MS = 300_000;
 const FLUSH_MS = 20;
-/** At most this many rows per transaction (as Atelier's chat batch). */
-const MAX_BATCH_ROWS = 2000;
 /** Rows per INSERT statement, largest first: four statement texts, each prepared once. */
 const INSERT_SIZES = [64, 16, 4, 1] as const;
 const LOG_FLUSH_BYTES = 64 * 1024;
@@ -104,35 +106,23 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
   if (!benchOwner) throw new Error(`no API key in ${dataDir}`);
   const states = new WeakMap<Request, RequestState>();
 
-  // History: rows queued, written every FLUSH_MS in one transaction.
-  let rows: HistoryRow[] = [];
+  // History: Atelier's BatchWriter with its chat settings (every 20 ms, at most 2000 rows per
+  // transaction), the rows appended by multi-row INSERTs.
   const inserts = new Map(INSERT_SIZES.map((size) => [size, db.prepare(`INSERT INTO requests ${HISTORY_COLUMNS} VALUES ${Array(size).fill(HISTORY_VALUES).join(", ")}`)]));
-  const insertBatch = db.transaction((batch: HistoryRow[]) => {
-    let at = 0;
-    for (const size of INSERT_SIZES) for (; batch.length - at >= size; at += size) inserts.get(size)!.run(...batch.slice(at, at + size).flat());
+  const history = new BatchWriter<HistoryRow>({
+    ...CHAT_BATCH,
+    write: db.transaction((batch: HistoryRow[]) => {
+      let at = 0;
+      for (const size of INSERT_SIZES) for (; batch.length - at >= size; at += size) inserts.get(size)!.run(...batch.slice(at, at + size).flat());
+    }),
+    isRetryable: isWriteConflict,
+    onDropped: (dropped, error) => console.error(`${dropped.length} history rows dropped: ${String(error)}`),
   });
-  const flushRows = () => {
-    while (rows.length > 0) {
-      const batch = rows.length <= MAX_BATCH_ROWS ? rows : rows.slice(0, MAX_BATCH_ROWS);
-      rows = rows.length <= MAX_BATCH_ROWS ? [] : rows.slice(MAX_BATCH_ROWS);
-      insertBatch(batch);
-    }
-  };
 
-  // The access log: lines joined and appended with one write every FLUSH_MS (or 64 KiB).
+  // The access log: Atelier's logger and its batched sink (one write every 20 ms or 64 KiB), to a file.
   const logFd = openSync(join(dataDir, "access.log"), "a");
-  let logLines: string[] = [];
-  let logBytes = 0;
-  const flushLog = () => {
-    if (logLines.length === 0) return;
-    writeSync(logFd, logLines.join(""));
-    logLines = [];
-    logBytes = 0;
-  };
-  const flusher = setInterval(() => {
-    if (rows.length > 0) flushRows();
-    flushLog();
-  }, FLUSH_MS);
+  const logSink = batchedStdout(FLUSH_MS, LOG_FLUSH_BYTES, logFd);
+  const accessLog = createLogger(logSink.write);
 
   const registry = new Registry();
   const metrics = new RequestMetrics(registry, LATENCY_BUCKETS);
@@ -198,7 +188,7 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
           const finishedAt = Date.now();
           const prompt = historyPromptOf(chatMessagesFrom(body.messages));
           const tokens = failure ? [null, null] : [usage!.prompt_tokens as number, usage!.completion_tokens as number];
-          rows.push([
+          history.add([
             id, owner.userId, owner.keyId, body.model, failure ? "failed" : "succeeded", prompt, tokens[0]!, tokens[1]!, latencyMs,
             failure?.errorCode ?? null, failure?.message ?? null, 1, latencyMs, startedAt, finishedAt,
           ]);
@@ -237,27 +227,20 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
       const durationMs = performance.now() - started;
       if (withMetrics) metrics.observe(ROUTE, request.method, response.status, durationMs / 1000);
       if (withLog) {
-        const line =
-          JSON.stringify({
-            ts: new Date().toISOString(),
-            level: "info",
-            msg: "request",
-            request_id: state?.id ?? null,
-            method: request.method,
-            path: ROUTE,
-            status: response.status,
-            duration_ms: Math.round(durationMs * 10) / 10,
-            user_id: state?.owner.userId ?? null,
-            key_prefix: state?.owner.keyPrefix ?? null,
-            model: state?.model ?? null,
-            credits_charged: 0,
-            credits_refunded: 0,
-            upstream: state?.model ? "mock/a" : null,
-            outcome: state?.outcome ?? null,
-          }) + "\n";
-        logLines.push(line);
-        logBytes += line.length;
-        if (logBytes >= LOG_FLUSH_BYTES) flushLog();
+        accessLog.info("request", {
+          request_id: state?.id ?? null,
+          method: request.method,
+          path: ROUTE,
+          status: response.status,
+          duration_ms: Math.round(durationMs * 10) / 10,
+          user_id: state?.owner.userId ?? null,
+          key_prefix: state?.owner.keyPrefix ?? null,
+          model: state?.model ?? null,
+          credits_charged: 0,
+          credits_refunded: 0,
+          upstream: state?.model ? "mock/a" : null,
+          outcome: state?.outcome ?? null,
+        });
       }
       return response;
     },
@@ -266,9 +249,8 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
 
   process.once("SIGTERM", async () => {
     await server.stop();
-    clearInterval(flusher);
-    flushRows();
-    flushLog();
+    await history.stop();
+    logSink.flush();
     closeSync(logFd);
     db.close();
     process.exit(0);
