@@ -141,8 +141,10 @@ describe("S3ImageBlobs", () => {
     const b = blobs();
     await b.write(KEY, new Uint8Array([1]));
     s3.down();
-    for (const call of [b.write(KEY, new Uint8Array([2])), b.read(KEY), b.exists(KEY), b.remove(KEY), b.probe()]) {
-      expect(await rejection(call)).toBeInstanceOf(ImageStorageUnavailable);
+    // One call at a time, each awaited as it is made: calls started together and awaited in turn
+    // left a later one's rejection unhandled while an earlier one was still awaited.
+    for (const call of [() => b.write(KEY, new Uint8Array([2])), () => b.read(KEY), () => b.exists(KEY), () => b.remove(KEY), () => b.probe()]) {
+      expect(await rejection(call())).toBeInstanceOf(ImageStorageUnavailable);
     }
     expect(await rejection((async () => { for await (const _ of b.list()) void _; })())).toBeInstanceOf(ImageStorageUnavailable);
     s3.heal();
