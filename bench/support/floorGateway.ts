@@ -8,9 +8,9 @@
  *   1 Elysia route, Atelier's request schema, fetch + res.json, the chat.completion answer
  *   2 + one AbortController and one timer per request (the deadline)
  *   3 + the key: SHA-256 of the Bearer secret, a Map lookup (401 for an unknown key)
- *   4 + the history row, queued and written every 20 ms in one transaction (Atelier's BatchWriter, multi-row INSERTs)
- *       into Atelier's own `requests` table (the data dir's atelier.db, migrated by Atelier's
- *       migrations: its columns, indexes, WAL, synchronous=NORMAL)
+ *   4 + the history row, through Atelier's own RequestStore.recordChat: queued and written every
+ *       20 ms in one transaction of multi-row INSERTs into the `requests` table (the data dir's
+ *       atelier.db, migrated by Atelier's migrations: its columns, indexes, WAL, synchronous=NORMAL)
  *   5 + the access-log line (Atelier's logger and batched sink) appended to <data dir>/access.log
  *   6 + the request metrics (Atelier's RequestMetrics in a prom-client registry, GET /metrics)
  *   7 + Elysia validates the answer against Atelier's response schema
@@ -24,7 +24,6 @@ import { join } from "node:path";
 import { Elysia } from "elysia";
 import { Registry } from "prom-client";
 import { hashApiKey } from "../../src/core/apiKeys";
-import { BatchWriter } from "../../src/core/batchWriter";
 import { chatMessagesFrom } from "../../src/core/chatRequest";
 import { newTimeOrderedId } from "../../src/core/ids";
 import { ApiError, badRequest, errorResponse, modelNotFound, unauthorized } from "../../src/http/errors";
@@ -33,9 +32,8 @@ import { RequestMetrics } from "../../src/http/requestMetrics";
 import { historyPromptOf } from "../../src/http/v1/chat";
 import { ChatCompletion, ChatCompletionRequest } from "../../src/http/v1/chat/model";
 import { batchedStdout, createLogger } from "../../src/logger";
-import { isWriteConflict } from "../../src/store/busy";
-import { openDatabase } from "../../src/store/database";
-import { CHAT_BATCH } from "../../src/store/requests";
+import { createStore } from "../../src/store";
+import { latestVersion, openDatabase } from "../../src/store/database";
 
 /** The model the floor offers (the same public id as the bench's Atelier) and what it asks upstream for. */
 export const FLOOR_MODEL = "mock-chat";
@@ -44,8 +42,6 @@ const ROUTE = "/v1/chat/completions";
 /** The deadline of one request (Atelier's default generation_timeout_ms). */
 const DEADLINE_MS = 300_000;
 const FLUSH_MS = 20;
-/** Rows per INSERT statement, largest first: four statement texts, each prepared once. */
-const INSERT_SIZES = [64, 16, 4, 1] as const;
 const LOG_FLUSH_BYTES = 64 * 1024;
 
 interface Owner {
@@ -61,15 +57,6 @@ interface RequestState {
   model?: string;
   outcome?: "succeeded" | "failed";
 }
-
-/** A history row in the INSERT's column order. */
-type HistoryRow = [
-  id: string, userId: number, keyId: number, model: string, status: string, prompt: string, promptTokens: number | null, completionTokens: number | null,
-  generationMs: number, errorCode: string | null, errorMessage: string | null, attempts: number, upstreamLatencyMs: number, createdAt: number, finishedAt: number,
-];
-const HISTORY_COLUMNS =
-  "(id, user_id, key_id, model, status, prompt, prompt_tokens, completion_tokens, generation_ms, error_code, error_message, attempts, upstream_latency_ms, created_at, finished_at, kind, endpoint, queue_ms, upstream_id, account_id)";
-const HISTORY_VALUES = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'chat', '${ROUTE}', 0, 'mock', 'a')`;
 
 /** The upstream's answer, as much of it as the gateway reads. */
 interface UpstreamAnswer {
@@ -106,18 +93,8 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
   if (!benchOwner) throw new Error(`no API key in ${dataDir}`);
   const states = new WeakMap<Request, RequestState>();
 
-  // History: Atelier's BatchWriter with its chat settings (every 20 ms, at most 2000 rows per
-  // transaction), the rows appended by multi-row INSERTs.
-  const inserts = new Map(INSERT_SIZES.map((size) => [size, db.prepare(`INSERT INTO requests ${HISTORY_COLUMNS} VALUES ${Array(size).fill(HISTORY_VALUES).join(", ")}`)]));
-  const history = new BatchWriter<HistoryRow>({
-    ...CHAT_BATCH,
-    write: db.transaction((batch: HistoryRow[]) => {
-      let at = 0;
-      for (const size of INSERT_SIZES) for (; batch.length - at >= size; at += size) inserts.get(size)!.run(...batch.slice(at, at + size).flat());
-    }),
-    isRetryable: isWriteConflict,
-    onDropped: (dropped, error) => console.error(`${dropped.length} history rows dropped: ${String(error)}`),
-  });
+  // History: Atelier's own store, whose chat rows are queued and written in batches (store/requests).
+  const store = createStore(db, latestVersion());
 
   // The access log: Atelier's logger and its batched sink (one write every 20 ms or 64 KiB), to a file.
   const logFd = openSync(join(dataDir, "access.log"), "a");
@@ -185,13 +162,16 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
               : undefined;
         if (state) state.outcome = failure ? "failed" : "succeeded";
         if (withHistory) {
-          const finishedAt = Date.now();
-          const prompt = historyPromptOf(chatMessagesFrom(body.messages));
-          const tokens = failure ? [null, null] : [usage!.prompt_tokens as number, usage!.completion_tokens as number];
-          history.add([
-            id, owner.userId, owner.keyId, body.model, failure ? "failed" : "succeeded", prompt, tokens[0]!, tokens[1]!, latencyMs,
-            failure?.errorCode ?? null, failure?.message ?? null, 1, latencyMs, startedAt, finishedAt,
-          ]);
+          store.requests.recordChat(
+            {
+              id, userId: owner.userId, keyId: owner.keyId, model: body.model, status: failure ? "failed" : "succeeded",
+              prompt: historyPromptOf(chatMessagesFrom(body.messages)),
+              promptTokens: failure ? null : (usage!.prompt_tokens as number), completionTokens: failure ? null : (usage!.completion_tokens as number),
+              generationMs: latencyMs, queueMs: 0, errorCode: failure?.errorCode ?? null, errorMessage: failure?.message ?? null,
+              upstreamId: "mock", accountId: "a", attempts: 1, upstreamLatencyMs: latencyMs,
+            },
+            Date.now(),
+          );
         }
         if (failure) return errorResponse(failure);
         const promptTokens = usage!.prompt_tokens as number;
@@ -249,10 +229,10 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
 
   process.once("SIGTERM", async () => {
     await server.stop();
-    await history.stop();
+    // Writes the queued history rows, then closes the database.
+    await store.close();
     logSink.flush();
     closeSync(logFd);
-    db.close();
     process.exit(0);
   });
 }
