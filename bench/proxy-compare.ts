@@ -14,14 +14,16 @@
  * (interleaved), then the script prints req/s, p50 and p99 and the ratios the goals name:
  * c=64 throughput ≥ 0.6× the bare proxy, c=64 p99 ≤ 3× the bare proxy's, added p50 at c=1 ≤ 1.5×
  * the bare proxy's (p50 minus the mock's own direct p50). Finally it checks that every answered
- * request left a history row and an access log line. Loopback only; every run is bounded by time.
+ * request left a history row and an access log line, and prints what Atelier's garbage collector
+ * did over the run (its log, BUN_JSC_logGC=1). Loopback only; every run is bounded by time.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   ATELIER_CHAT_MODEL, CHAT_SERVERS, atelierHistory, medianResult, requireWrk, startAtelier, startPinned, stopProcess, wrk, writePostScript, type WrkResult,
 } from "./support/chatBench";
+import { formatGc, summarizeGcLog } from "./support/gcLog";
 
 await compare(Number(process.argv[2] ?? 8), Number(process.argv[3] ?? 1));
 
@@ -82,6 +84,8 @@ async function compare(seconds: number, rounds: number): Promise<void> {
     const answered = Object.entries(results).filter(([n]) => n.startsWith("atelier")).flatMap(([, rs]) => rs).reduce((s, r) => s + r.requests, 0);
     await stopProcess(atelier.proc);
     spawned.pop();
+    // Its collector over the whole run (warm-up and c=1 included): what a request leaves behind.
+    console.log(`\nAtelier's garbage collector over the run: ${formatGc(summarizeGcLog(readFileSync(atelier.gcLogFile, "utf8")))}`);
     const { rows, answeredLines, otherLines } = atelierHistory(dir, atelier.logFile);
     console.log(
       `\nhistory rows (succeeded chat): ${rows}; access log lines for chat answered 200: ${answeredLines} (${otherLines} other, clients gone at a run's end); ` +

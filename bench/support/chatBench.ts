@@ -28,8 +28,13 @@ export function requireWrk(): void {
 }
 
 /** Starts a process on one core and waits for the port it prints ("port N") or logs ("listening"). */
-export async function startPinned(core: number, argv: string[], logFile?: string): Promise<{ proc: Spawned; port: number }> {
-  const proc = Bun.spawn(["taskset", "-c", String(core), ...argv], { stdout: logFile ? Bun.file(logFile) : "pipe", stderr: "inherit" });
+export async function startPinned(core: number, argv: string[], logFile?: string, gcLogFile?: string): Promise<{ proc: Spawned; port: number }> {
+  // With a GC log file, the collector logs there (JavaScriptCore's log goes to stderr).
+  const proc = Bun.spawn(["taskset", "-c", String(core), ...argv], {
+    stdout: logFile ? Bun.file(logFile) : "pipe",
+    stderr: gcLogFile ? Bun.file(gcLogFile) : "inherit",
+    env: gcLogFile ? { ...process.env, BUN_JSC_logGC: "1" } : process.env,
+  });
   const deadline = Date.now() + 30_000;
   for (;;) {
     const text = logFile ? readFileSync(logFile, "utf8") : await firstLine(proc.stdout as ReadableStream<Uint8Array>);
@@ -108,6 +113,8 @@ export interface BenchAtelier {
   key: string;
   /** Where `atelier serve` writes its stdout (the access log). */
   logFile: string;
+  /** Where its collector's log goes (stderr, BUN_JSC_logGC=1): see support/gcLog. */
+  gcLogFile: string;
 }
 
 /** The chat model Atelier offers on the mock (its request body's `model`). */
@@ -116,8 +123,8 @@ export const ATELIER_CHAT_MODEL = "mock-chat";
 /**
  * `atelier serve` from this source tree on core 0, data in `dir`: an `openai` upstream on the
  * mock, a real user and key made with the CLI, request logging on (stdout to a file) and the
- * history written. The gateway's own limits must not be what is measured: enough chat slots and
- * account capacity for c=64.
+ * history written, its collector's log in a file. The gateway's own limits must not be what is
+ * measured: enough chat slots and account capacity for c=64.
  */
 export async function startAtelier(dir: string, mockPort: number): Promise<BenchAtelier> {
   const repo = join(import.meta.dir, "../..");
@@ -137,8 +144,9 @@ export async function startAtelier(dir: string, mockPort: number): Promise<Bench
   cli("user", "add", "bench@example.com");
   const key = cli("key", "create", "bench@example.com", "--name", "bench");
   const logFile = join(dir, "atelier.log");
-  const { proc, port } = await startPinned(0, [process.execPath, join(repo, "src/main.ts"), "serve", "--config", config, "--data", dir, "--port", "0"], logFile);
-  return { proc, port, key, logFile };
+  const gcLogFile = join(dir, "atelier-gc.log");
+  const { proc, port } = await startPinned(0, [process.execPath, join(repo, "src/main.ts"), "serve", "--config", config, "--data", dir, "--port", "0"], logFile, gcLogFile);
+  return { proc, port, key, logFile, gcLogFile };
 }
 
 /**

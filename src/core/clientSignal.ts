@@ -17,8 +17,9 @@ export function signalOf(signal: ClientSignal | undefined): AbortSignal | undefi
 }
 
 interface Pending {
-  read: () => AbortSignal;
-  onAbort: (reason: unknown) => void;
+  /** Both cleared when the watch ends (see watchClient). */
+  read: (() => AbortSignal) | null;
+  onAbort: ((reason: unknown) => void) | null;
   /** The ticker's round when the work started; it is watched two rounds later. */
   round: number;
   detach?: () => void;
@@ -37,7 +38,7 @@ function tick(): void {
   for (const p of pending) {
     if (round - p.round < 2) continue;
     pending.delete(p);
-    p.detach = listen(p.read(), p.onAbort);
+    p.detach = listen(p.read!(), p.onAbort!);
   }
   // Stopped on an idle tick rather than on every removal: a steady trickle of requests does not
   // start and stop it each time.
@@ -73,5 +74,9 @@ export function watchClient(signal: ClientSignal | undefined, onAbort: (reason: 
   return () => {
     pending.delete(p);
     p.detach?.();
+    // A Set keeps a deleted entry's reference until it next rehashes: this one would keep the
+    // request's whole graph alive through a young-generation collection, promoted as garbage.
+    p.read = p.onAbort = null;
+    p.detach = undefined;
   };
 }

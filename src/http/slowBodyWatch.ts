@@ -9,7 +9,8 @@ export const SLOW_BODY_TICK_MS = 250;
 
 interface Watched {
   deadline: number;
-  fail(): void;
+  /** Cleared when the read settles (see byDeadline). */
+  fail: (() => void) | null;
 }
 
 const watched = new Set<Watched>();
@@ -25,7 +26,7 @@ function tick(): void {
   for (const entry of watched) {
     if (entry.deadline <= now) {
       watched.delete(entry);
-      entry.fail();
+      entry.fail?.();
     }
   }
 }
@@ -44,13 +45,19 @@ export function byDeadline<T>(read: Promise<T>, deadline: number, tooSlow: () =>
       // Only pending reads need it; it must not keep a stopping process alive.
       ticker.unref?.();
     }
+    // A Set keeps a deleted entry's reference until it next rehashes: cleared, the entry no
+    // longer holds the read's promise and body through a young-generation collection.
+    const settle = () => {
+      watched.delete(entry);
+      entry.fail = null;
+    };
     read.then(
       (value) => {
-        watched.delete(entry);
+        settle();
         resolve(value);
       },
       (error: unknown) => {
-        watched.delete(entry);
+        settle();
         reject(error);
       },
     );

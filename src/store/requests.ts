@@ -63,7 +63,7 @@ export class RequestStore implements RequestLog {
    * Chat rows wait here (by id, for the access log) until the next batch: chat is free, so a
    * crash may lose the last batch; image rows never come here, they are written with their charge.
    */
-  private readonly queuedChats = new Map<string, RequestRow>();
+  private queuedChats = new Map<string, RequestRow>();
   private readonly chatBatch: BatchWriter<RequestRow>;
   /** Where rows that can never be written are reported (the server's logger, once wired). */
   onDroppedRows: (count: number, error: unknown) => void = (count, error) => console.error(`dropped ${count} chat history rows: ${String(error)}`);
@@ -170,7 +170,12 @@ export class RequestStore implements RequestLog {
         for (; rows.length - at >= size; at += size) await tx.run(CHAT_INSERTS.get(size)!, chatInsertParams(rows, at, size));
       }
     });
-    for (const r of rows) this.queuedChats.delete(r.id);
+    // Rebuilt from the rows still queued rather than deleted from: a Map keeps a deleted
+    // entry's reference until it next rehashes, so every written row would outlive a
+    // young-generation collection and be promoted as garbage.
+    const queued = new Map<string, RequestRow>();
+    for (const r of this.chatBatch.pending()) queued.set(r.id, r);
+    this.queuedChats = queued;
   }
 
   async list(f: RequestFilter = {}): Promise<RequestRow[]> {
