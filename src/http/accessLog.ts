@@ -32,19 +32,26 @@ export function accessLogFields(input: AccessLogInput, store: Pick<Store, "reque
     key_prefix: meta.principal?.keyPrefix ?? null,
   };
   if (method !== "POST" || path === undefined || meta.userId === undefined || !RECORDED.test(path)) return fields;
-  return withRecord(fields, meta.id, store);
+  // A chat row waiting for its batch is in memory: the line is complete without a promise.
+  const queued = store.requests.queuedRecordOf(meta.id);
+  return queued ? withRow(fields, queued) : withRecord(fields, meta.id, store);
 }
 
-/** The record's facts added to the line. */
+type Row = NonNullable<Awaited<ReturnType<Store["requests"]["recordOf"]>>>;
+
+/** The stored record's facts added to the line. */
 async function withRecord(fields: Record<string, unknown>, id: string, store: Pick<Store, "requests">): Promise<Record<string, unknown>> {
   // A request refused before its record was written (400, 402, 429…) has none: the line says who tried.
-  let row: Awaited<ReturnType<Store["requests"]["recordOf"]>>;
+  let row: Row | null;
   try {
     row = await store.requests.recordOf(id);
   } catch {
     return fields; // a log line never fails a request
   }
-  if (!row) return fields;
+  return row ? withRow(fields, row) : fields;
+}
+
+function withRow(fields: Record<string, unknown>, row: Row): Record<string, unknown> {
   fields.model = row.model;
   fields.credits_charged = row.credits_charged;
   fields.credits_refunded = row.credits_refunded;

@@ -103,6 +103,11 @@ export class RequestStore implements RequestLog {
     return this.queuedChats.get(id) ?? (await this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]));
   }
 
+  /** A chat row still queued for the next batch (what recordOf finds first), without a promise. */
+  queuedRecordOf(id: string): RequestRow | undefined {
+    return this.queuedChats.get(id);
+  }
+
   /** Requests charged and not yet finished (indexed by status). */
   async pendingCount(): Promise<number> {
     // Chat rows are never pending: no flush needed.
