@@ -9,8 +9,8 @@
  * (base64 of "username:password"). A whole secret shorter than 8 characters (but at least
  * MIN_SECRET_CHARS) is removed too; shorter fragments of it are not, as they say too little.
  *
- * How: every 8-character window of every secret goes into a set; the text is scanned once, and
- * every position whose 8 characters are in the set marks those 8 characters. Each maximal run
+ * How: every 8-character window of every secret goes into an index (fragmentIndex.ts); the text
+ * is scanned once, and every position whose 8 characters are a window marks those 8 characters. Each maximal run
  * of marked characters becomes one REDACTED marker. A longer fragment is a chain of overlapping
  * windows, so it is marked whole, wherever it starts or ends, including a fragment an upstream
  * or a byte limit already cut at the edge of the text.
@@ -20,6 +20,7 @@
  */
 
 import { accountSecrets, type AccountCredentials } from "./credentials";
+import { FragmentIndex } from "./fragmentIndex";
 
 export const FRAGMENT_CHARS = 8;
 /** A whole secret shorter than this is not looked for (it would match ordinary words). */
@@ -48,9 +49,7 @@ export interface AnswerStream {
 
 export class SecretRedactor {
   /** Every FRAGMENT_CHARS-long window of every long enough secret spelling. */
-  private readonly windows = new Set<string>();
-  /** First characters of the windows: most text positions are rejected with one lookup. */
-  private readonly firstChars = new Set<string>();
+  private readonly windows: FragmentIndex;
   /** Secret spellings shorter than a window, looked for whole. */
   private readonly shortSecrets: string[] = [];
 
@@ -62,17 +61,15 @@ export class SecretRedactor {
       spellings.add(JSON.stringify(s).slice(1, -1));
       spellings.add(encodeURIComponent(s));
     }
+    const windows: string[] = [];
     for (const s of spellings) {
       if (s.length < FRAGMENT_CHARS) {
         this.shortSecrets.push(s);
         continue;
       }
-      for (let i = 0; i + FRAGMENT_CHARS <= s.length; i++) {
-        const w = s.slice(i, i + FRAGMENT_CHARS);
-        this.windows.add(w);
-        this.firstChars.add(w[0]!);
-      }
+      for (let i = 0; i + FRAGMENT_CHARS <= s.length; i++) windows.push(s.slice(i, i + FRAGMENT_CHARS));
     }
+    this.windows = new FragmentIndex(windows, FRAGMENT_CHARS);
   }
 
   /** Every account secret of every upstream ([[upstreams]] in the config). */
@@ -196,14 +193,10 @@ export class SecretRedactor {
   /** Which characters of `text` belong to a forbidden fragment; null when none do. */
   private marks(text: string): Uint8Array | null {
     let marked: Uint8Array | null = null;
-    if (this.windows.size > 0) {
-      for (let i = 0; i + FRAGMENT_CHARS <= text.length; i++) {
-        if (!this.firstChars.has(text[i]!)) continue;
-        if (!this.windows.has(text.slice(i, i + FRAGMENT_CHARS))) continue;
-        marked ??= new Uint8Array(text.length);
-        marked.fill(1, i, i + FRAGMENT_CHARS);
-      }
-    }
+    this.windows.forEachMatch(text, (at) => {
+      marked ??= new Uint8Array(text.length);
+      marked.fill(1, at, at + FRAGMENT_CHARS);
+    });
     for (const s of this.shortSecrets) {
       for (let at = text.indexOf(s); at >= 0; at = text.indexOf(s, at + 1)) {
         marked ??= new Uint8Array(text.length);
