@@ -105,10 +105,27 @@ export interface ChatRuleViolation {
   code: string;
 }
 
+/** Any UTF-16 surrogate, paired or not (no `u` flag: the class is of code units). */
+const SURROGATE = /[\ud800-\udfff]/;
+
+/**
+ * Code points, not UTF-16 units: an emoji is one character to the person who typed it (a lone
+ * surrogate counts as one, as a string's iterator yields it). Text without surrogates (nearly
+ * all) is counted by its length after one native scan, instead of one iterator step per
+ * character (about 2 ns each: 9 µs for a 4 KB prompt).
+ */
 export function countChars(s: string): number {
-  let n = 0;
-  // Code points, not UTF-16 units: an emoji is one character to the person who typed it.
-  for (const _ of s) n++;
+  if (!SURROGATE.test(s)) return s.length;
+  let n = s.length;
+  for (let i = 0; i < s.length - 1; i++) {
+    const unit = s.charCodeAt(i);
+    if (unit < 0xd800 || unit > 0xdbff) continue;
+    const next = s.charCodeAt(i + 1);
+    if (next >= 0xdc00 && next <= 0xdfff) {
+      n--; // a pair is one code point
+      i++;
+    }
+  }
   return n;
 }
 

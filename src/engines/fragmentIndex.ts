@@ -9,6 +9,8 @@
 
 /** An odd multiplier (FNV's prime): hashes are polynomials in it, modulo 2^32. */
 const BASE = 0x01000193;
+/** Fibonacci hashing (2^32 / golden ratio) spreads the polynomial's low bits over the table. */
+const FIBONACCI = 0x9e3779b1;
 
 export class FragmentIndex {
   readonly width: number;
@@ -48,24 +50,25 @@ export class FragmentIndex {
 
   /** Calls `found(at)` for each position where a window starts in `text`, in order. */
   forEachMatch(text: string, found: (at: number) => void): void {
-    const { width } = this;
+    const { width, leaving, slots, filled, mask } = this;
     if (this.byHash.size === 0 || text.length < width) return;
+    const last = text.length - width;
     let h = hashAt(text, 0, width);
     for (let at = 0; ; at++) {
-      if (this.mayHold(h) && this.holdsAt(text, at, h)) found(at);
-      if (at + width >= text.length) return;
-      h = (Math.imul(h - Math.imul(text.charCodeAt(at), this.leaving), BASE) + text.charCodeAt(at + width)) | 0;
+      // The table is at most a quarter full: nearly every position ends at its first empty slot.
+      for (let i = (Math.imul(h, FIBONACCI) >>> 0) & mask; filled[i]; i = (i + 1) & mask) {
+        if (slots[i] === h) {
+          if (this.holdsAt(text, at, h)) found(at);
+          break;
+        }
+      }
+      if (at === last) return;
+      h = (Math.imul(h - Math.imul(text.charCodeAt(at), leaving), BASE) + text.charCodeAt(at + width)) | 0;
     }
   }
 
   private slotOf(h: number): number {
-    // Fibonacci hashing spreads the polynomial's low bits over the table.
-    return (Math.imul(h, 0x9e3779b1) >>> 0) & this.mask;
-  }
-
-  private mayHold(h: number): boolean {
-    for (let i = this.slotOf(h); this.filled[i]; i = (i + 1) & this.mask) if (this.slots[i] === h) return true;
-    return false;
+    return (Math.imul(h, FIBONACCI) >>> 0) & this.mask;
   }
 
   private holdsAt(text: string, at: number, h: number): boolean {

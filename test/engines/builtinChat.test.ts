@@ -1,5 +1,6 @@
 /** The built-in chat engine and its JSON-Schema filler, called directly (no server). */
 import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
 import { findChatRuleViolation, chatMessagesFrom, chatParamsFrom, countChars, type ChatMessageInput } from "../../src/core/chatRequest";
 import { BUILTIN_CHAT, BUILTIN_SOURCE, type CatalogModel } from "../../src/core/models";
 import { BuiltinChatEngine, estimatePromptTokens, estimateTokens, REPLY_PREFIX, STREAM_PIECE_CHARS } from "../../src/engines/builtin/chatEngine";
@@ -156,6 +157,17 @@ describe("chat request rules", () => {
 
   test("total characters are counted in code points", () => {
     expect(countChars("😀é")).toBe(2);
+    // Lone surrogates count one each, as the string's iterator yields them.
+    expect(countChars("\ud83d")).toBe(1);
+    expect(countChars("a\ude00\ud83d\ude00\ud83db")).toBe(5);
+    expect(countChars("")).toBe(0);
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom("a", "é", "😀", "\ud83d", "\ude00", "\u{10ffff}"), { maxLength: 40 }), (pieces) => {
+        const s = pieces.join("");
+        expect(countChars(s)).toBe([...s].length);
+      }),
+      { numRuns: 2000 },
+    );
     expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(60_000)) }, rules)).toBeNull();
     expect(findChatRuleViolation({ model: "m", messages: msgs("😀".repeat(30_000), "a".repeat(30_001)) }, rules)?.param).toBe("messages");
   });
