@@ -2,8 +2,10 @@
  * Chat through Atelier beside a bare Bun fetch-proxy, in one run, on the same mock upstream:
  * what the gateway adds to one OpenAI-compatible chat call.
  *
- *   bun bench/proxy-compare.ts [seconds=8] [rounds=1]
+ *   bun bench/proxy-compare.ts [seconds=8] [rounds=1] [--chars=N]
  *
+ * With --chars, the prompt and the mock's reply are each N characters of English text instead
+ * of one short line (what a gateway does per character shows: redaction, counting, JSON).
  * - the mock: a zero-delay OpenAI-compatible `/v1/chat/completions` (a fixed small answer);
  * - the bare proxy: `Bun.serve` whose handler `fetch`es the mock and returns its answer;
  * - Atelier: `atelier serve` from the source with an `openai` upstream on the mock, a real user
@@ -23,16 +25,20 @@ import { join } from "node:path";
 import {
   ATELIER_CHAT_MODEL, CHAT_SERVERS, atelierHistory, medianResult, requireWrk, startAtelier, startPinned, stopProcess, wrk, writePostScript, type WrkResult,
 } from "./support/chatBench";
+import { benchText } from "./support/chatServers";
 import { formatGc, summarizeGcLog } from "./support/gcLog";
 
-await compare(Number(process.argv[2] ?? 8), Number(process.argv[3] ?? 1));
+const positional = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const charsArg = process.argv.find((a) => a.startsWith("--chars="));
+await compare(Number(positional[0] ?? 8), Number(positional[1] ?? 1), charsArg ? Number(charsArg.slice("--chars=".length)) : undefined);
 
-async function compare(seconds: number, rounds: number): Promise<void> {
+async function compare(seconds: number, rounds: number, chars?: number): Promise<void> {
+  if (chars !== undefined && !(Number.isSafeInteger(chars) && chars > 0)) throw new Error("--chars must be a positive integer");
   requireWrk();
   const dir = mkdtempSync(join(tmpdir(), "atelier-proxy-compare-"));
   const spawned: { kill(): void }[] = [];
   try {
-    const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
+    const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock", ...(chars ? [String(chars)] : [])]);
     spawned.push(mock.proc);
     const mockUrl = `http://127.0.0.1:${mock.port}/v1/chat/completions`;
     const proxy = await startPinned(0, [process.execPath, CHAT_SERVERS, "proxy", mockUrl]);
@@ -41,7 +47,8 @@ async function compare(seconds: number, rounds: number): Promise<void> {
     const atelier = await startAtelier(dir, mock.port);
     spawned.push(atelier.proc);
 
-    const body = JSON.stringify({ model: ATELIER_CHAT_MODEL, messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
+    const prompt = chars ? benchText(chars) : "Rewrite: Red kettle 1.7L stainless";
+    const body = JSON.stringify({ model: ATELIER_CHAT_MODEL, messages: [{ role: "user", content: prompt }] });
     const script = join(dir, "post.lua");
     writePostScript(script, body, atelier.key);
     const targets = {
@@ -62,7 +69,7 @@ async function compare(seconds: number, rounds: number): Promise<void> {
       }
     }
 
-    console.log(`\n${rounds} round(s) of ${seconds} s each; gateway/proxy on core 0, mock and wrk on core 1 (medians over rounds)`);
+    console.log(`\n${rounds} round(s) of ${seconds} s each; gateway/proxy on core 0, mock and wrk on core 1 (medians over rounds)${chars ? `; prompt and reply of ${chars} characters each` : ""}`);
     console.log(`${"target".padEnd(14)} ${"req/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"CPU µs/req".padStart(11)} ${"requests".padStart(9)}  non-2xx/errors`);
     const med: Record<string, WrkResult> = {};
     for (const [name, rs] of Object.entries(results)) {

@@ -1,7 +1,8 @@
 /**
  * The two servers the chat benches put beside the gateway, each run in its own process:
  *
- *   bun bench/support/chatServers.ts mock           a zero-delay OpenAI-compatible chat upstream
+ *   bun bench/support/chatServers.ts mock [chars]   a zero-delay OpenAI-compatible chat upstream
+ *                                                   (its reply `chars` long if given)
  *   bun bench/support/chatServers.ts proxy <url>    a bare Bun fetch-proxy in front of <url>
  *
  * Each prints "port N" once it listens (startPinned in ./chatBench.ts reads it).
@@ -17,10 +18,20 @@ export const MOCK_ANSWER = {
   usage: { prompt_tokens: 12, completion_tokens: 9, total_tokens: 21 },
 } as const;
 
+const PARAGRAPH =
+  "The kettle is made of brushed stainless steel, holds 1.7 litres and boils in about four minutes. It has a concealed element, a 360-degree base and automatic shut-off. ";
+
+/** Ordinary English text of exactly `chars` characters (a realistic prompt or reply). */
+export function benchText(chars: number): string {
+  return PARAGRAPH.repeat(Math.ceil(chars / PARAGRAPH.length)).slice(0, chars);
+}
+
 if (import.meta.main) {
   const mode = process.argv[2];
   if (mode === "mock") {
-    const answer = JSON.stringify(MOCK_ANSWER);
+    const chars = process.argv[3] ? Number(process.argv[3]) : undefined;
+    const content = chars === undefined ? MOCK_ANSWER.choices[0].message.content : benchText(chars);
+    const answer = JSON.stringify({ ...MOCK_ANSWER, choices: [{ ...MOCK_ANSWER.choices[0], message: { role: "assistant", content } }] });
     // Zero delay: the same bytes for every POST.
     const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response(answer, { headers: { "content-type": "application/json" } }) });
     console.log(`port ${server.port}`);
@@ -36,6 +47,6 @@ if (import.meta.main) {
     });
     console.log(`port ${server.port}`);
   } else {
-    throw new Error("usage: bun bench/support/chatServers.ts mock | proxy <upstream url>");
+    throw new Error("usage: bun bench/support/chatServers.ts mock [chars] | proxy <upstream url>");
   }
 }
