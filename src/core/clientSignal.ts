@@ -74,8 +74,9 @@ export function watchClient(signal: ClientSignal | undefined, onAbort: (reason: 
   return () => {
     pending.delete(p);
     p.detach?.();
-    // A Set keeps a deleted entry's reference until it next rehashes: this one would keep the
-    // request's whole graph alive through a young-generation collection, promoted as garbage.
+    // JavaScriptCore keeps what an entry deleted from a long-lived Set referenced alive through
+    // the next young-generation collection (bench/gc-churn.ts): this one would keep the
+    // request's whole graph, promoted as garbage.
     p.read = p.onAbort = null;
     p.detach = undefined;
   };

@@ -45,8 +45,9 @@ export function byDeadline<T>(read: Promise<T>, deadline: number, tooSlow: () =>
       // Only pending reads need it; it must not keep a stopping process alive.
       ticker.unref?.();
     }
-    // A Set keeps a deleted entry's reference until it next rehashes: cleared, the entry no
-    // longer holds the read's promise and body through a young-generation collection.
+    // JavaScriptCore keeps what an entry deleted from a long-lived Set referenced alive through
+    // the next young-generation collection (bench/gc-churn.ts): cleared, the entry no longer
+    // holds the read's promise and body.
     const settle = () => {
       watched.delete(entry);
       entry.fail = null;

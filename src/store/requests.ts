@@ -175,9 +175,9 @@ export class RequestStore implements RequestLog {
         for (; rows.length - at >= size; at += size) await tx.run(CHAT_INSERTS.get(size)!, chatInsertParams(rows, at, size));
       }
     });
-    // Rebuilt from the rows still queued rather than deleted from: a Map keeps a deleted
-    // entry's reference until it next rehashes, so every written row would outlive a
-    // young-generation collection and be promoted as garbage.
+    // Rebuilt from the rows still queued rather than deleted from: JavaScriptCore keeps what an
+    // entry deleted from a long-lived Map referenced alive through the next young-generation
+    // collection (bench/gc-churn.ts), so every written row would be promoted as garbage.
     const queued = new Map<string, RequestRow>();
     for (const r of this.chatBatch.pending()) queued.set(r.id, r);
     this.queuedChats = queued;
