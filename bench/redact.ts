@@ -14,6 +14,7 @@
  * find the same windows in a text that holds secrets; the script checks it.
  */
 import { FRAGMENT_CHARS, SecretRedactor } from "../src/engines/redact";
+import { benchText } from "./support/chatServers";
 
 const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 let seed = 42;
@@ -60,11 +61,10 @@ for (let i = 0; i < leaky.length; ) {
 }
 if (now.answer(leaky) !== expected) throw new Error(`the two disagree:\n${now.answer(leaky)}\n${expected}`);
 
-const PARAGRAPH = "The kettle is made of brushed stainless steel, holds 1.7 litres and boils in about four minutes. It has a concealed element, a 360-degree base and automatic shut-off. ";
 console.log(`Bun ${Bun.version}; secrets of ${secrets.map((s) => s.length).join(", ")} characters (3 spellings each)`);
 console.log("answer chars   before ns/char   now ns/char   before µs/answer   now µs/answer");
 for (const size of [40, 1000, 4000, 16000]) {
-  const text = PARAGRAPH.repeat(Math.ceil(size / PARAGRAPH.length)).slice(0, size);
+  const text = benchText(size);
   const time = (f: () => unknown) => {
     const runs = Math.max(200, Math.floor(4_000_000 / size));
     for (let i = 0; i < runs / 4; i++) f();

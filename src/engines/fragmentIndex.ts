@@ -8,8 +8,8 @@
  * units (Wu and Manber's multi-pattern search): a pair of units that ends no window lets it
  * move as far as the pair's last place in any window allows (width - 1 for a pair found in none,
  * as most pairs of ordinary text are, a space never being in a key). Where the table says 0, the
- * candidate's hash is looked up in an open-addressing table of the windows' hashes, and a hash
- * that is there is checked against the windows themselves. Pairs share table entries (16 bits):
+ * candidate's hash is looked up among the windows' hashes, and a hash that is there is checked
+ * against the windows themselves. Pairs share table entries (16 bits):
  * a shared entry holds the smallest skip, which only makes the scan look more often.
  *
  * Why no window is skipped: let one end at `e`. While the scan's end is before `e`, either its
@@ -20,8 +20,6 @@
 
 /** An odd multiplier (FNV's prime): hashes are polynomials in it, modulo 2^32. */
 const BASE = 0x01000193;
-/** Fibonacci hashing (2^32 / golden ratio) spreads the polynomial's low bits over the table. */
-const FIBONACCI = 0x9e3779b1;
 /** Entries of the skip table: two ASCII units map to one entry each. */
 const PAIRS = 1 << 16;
 
@@ -33,10 +31,6 @@ export class FragmentIndex {
   readonly width: number;
   /** The windows by hash (almost always one each). */
   private readonly byHash = new Map<number, string[]>();
-  /** Open addressing on the hashes: a lookup is a probe or two in typed arrays. */
-  private readonly slots: Int32Array;
-  private readonly filled: Uint8Array;
-  private readonly mask: number;
   /** How far a candidate's end may move, by its last two units (width ≥ 2 only). */
   private readonly skip: Uint8Array | null;
 
@@ -50,31 +44,7 @@ export class FragmentIndex {
       if (!same) this.byHash.set(h, [w]);
       else if (!same.includes(w)) same.push(w);
     }
-    let size = 16;
-    while (size < this.byHash.size * 4) size *= 2;
-    this.slots = new Int32Array(size);
-    this.filled = new Uint8Array(size);
-    this.mask = size - 1;
-    for (const h of this.byHash.keys()) {
-      let i = this.slotOf(h);
-      while (this.filled[i]) i = (i + 1) & this.mask;
-      this.slots[i] = h;
-      this.filled[i] = 1;
-    }
-    this.skip = null;
-    if (width >= 2) {
-      const skip = new Uint8Array(PAIRS).fill(width - 1);
-      for (const ws of this.byHash.values()) {
-        for (const w of ws) {
-          for (let j = 0; j + 1 < width; j++) {
-            const pair = pairOf(w.charCodeAt(j), w.charCodeAt(j + 1));
-            const left = width - 2 - j;
-            if (left < skip[pair]!) skip[pair] = left;
-          }
-        }
-      }
-      this.skip = skip;
-    }
+    this.skip = width >= 2 ? skipTable(this.byHash.values(), width) : null;
   }
 
   /** Calls `found(at)` for each position where a window starts in `text`, in order. */
@@ -97,19 +67,25 @@ export class FragmentIndex {
     }
   }
 
-  private slotOf(h: number): number {
-    return (Math.imul(h, FIBONACCI) >>> 0) & this.mask;
-  }
-
   private isWindowAt(text: string, at: number): boolean {
-    const h = hashAt(text, at, this.width);
-    for (let i = this.slotOf(h); this.filled[i]; i = (i + 1) & this.mask) {
-      if (this.slots[i] !== h) continue;
-      for (const w of this.byHash.get(h)!) if (text.startsWith(w, at)) return true;
-      return false;
-    }
-    return false;
+    const same = this.byHash.get(hashAt(text, at, this.width));
+    return same !== undefined && same.some((w) => text.startsWith(w, at));
   }
+}
+
+/** For each pair of units, how many units may follow it to the end of a window (the fewest over all windows). */
+function skipTable(windowsByHash: Iterable<string[]>, width: number): Uint8Array {
+  const skip = new Uint8Array(PAIRS).fill(width - 1);
+  for (const ws of windowsByHash) {
+    for (const w of ws) {
+      for (let j = 0; j + 1 < width; j++) {
+        const pair = pairOf(w.charCodeAt(j), w.charCodeAt(j + 1));
+        const left = width - 2 - j;
+        if (left < skip[pair]!) skip[pair] = left;
+      }
+    }
+  }
+  return skip;
 }
 
 function hashAt(s: string, at: number, width: number): number {

@@ -10,8 +10,8 @@
  * MIN_SECRET_CHARS) is removed too; shorter fragments of it are not, as they say too little.
  *
  * How: every 8-character window of every secret goes into an index (fragmentIndex.ts); the text
- * is scanned once, and every position whose 8 characters are a window marks those 8 characters. Each maximal run
- * of marked characters becomes one REDACTED marker. A longer fragment is a chain of overlapping
+ * is scanned once, and every position whose 8 characters are a window marks those 8 characters.
+ * Each maximal run of marked characters becomes one REDACTED marker. A longer fragment is a chain of overlapping
  * windows, so it is marked whole, wherever it starts or ends, including a fragment an upstream
  * or a byte limit already cut at the edge of the text.
  *

@@ -100,7 +100,7 @@ export class RequestStore implements RequestLog {
    * flushes (the log line of every chat request would otherwise write a batch of one).
    */
   async recordOf(id: string): Promise<RequestRow | null> {
-    return this.queuedChats.get(id) ?? (await this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]));
+    return this.queuedRecordOf(id) ?? (await this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]));
   }
 
   /** A chat row still queued for the next batch (what recordOf finds first), without a promise. */
