@@ -10,6 +10,7 @@ import { MAX_IMAGE_BYTES } from "../core/limits";
 import { sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
+import { Http1Error, http1Request, http1Target, type Http1Answer } from "./http1";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
 import type { UpstreamConfig } from "../config";
 
@@ -81,8 +82,14 @@ const MAX_JSON_BODY = 256 * 1024 * 1024;
  * other statuses, resets and unparsable bodies failed. An abort is rethrown untouched so the
  * pool can tell a timeout from a failure. One async frame waits for the upstream (not one per
  * helper): everything a request holds while it waits outlives a young-generation collection.
+ * A plain-http upstream is called through engines/http1's keep-alive client, any other through fetch.
  */
-export async function callJson(call: UpstreamCall): Promise<unknown> {
+export function callJson(call: UpstreamCall): Promise<unknown> {
+  const target = http1Target(call.url, call.body);
+  return target ? callJsonHttp1(target, call) : callJsonViaFetch(call);
+}
+
+async function callJsonViaFetch(call: UpstreamCall): Promise<unknown> {
   let res: Response;
   try {
     res = await fetch(call.url, requestInit(call));
@@ -91,6 +98,42 @@ export async function callJson(call: UpstreamCall): Promise<unknown> {
   }
   if (!res.ok) throw await refusal(res, call);
   return readJson(res, call);
+}
+
+const utf8 = new TextDecoder();
+
+/**
+ * callJson over the keep-alive HTTP/1.1 client (engines/http1: plain-http upstreams), with the
+ * same outcomes as through fetch; a redirect is sent again through fetch, which follows it.
+ */
+async function callJsonHttp1(url: URL, call: UpstreamCall): Promise<unknown> {
+  let answer: Http1Answer;
+  try {
+    answer = await http1Request(url, {
+      method: call.method ?? "POST",
+      headers: call.headers,
+      body: call.body as string | undefined,
+      signal: call.signal,
+      limitFor: (status) => (status >= 200 && status < 300 ? MAX_JSON_BODY : MAX_ERROR_BODY),
+    });
+  } catch (e) {
+    if (call.signal.aborted) throw e;
+    if (!(e instanceof Http1Error) || e.stage === "request") throw unreachable(e, call);
+    const head = e.head;
+    // An error answer too large to read is refused with what it said: nothing (as readText's limit does through fetch).
+    if (head && (head.status < 200 || head.status >= 300)) throw refusalOf(head.status, head.headers, "", call);
+    if (head?.tooLarge !== undefined) throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${head.tooLarge} bytes`);
+    return brokenRead(e, call);
+  }
+  const { status, headers, body } = answer;
+  if (status >= 300 && status < 400 && headers.has("location")) return callJsonViaFetch(call);
+  if (status < 200 || status >= 300) throw refusalOf(status, headers, utf8.decode(body), call);
+  if (body.byteLength === 0) throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
+  try {
+    return JSON.parse(utf8.decode(body)) as unknown;
+  } catch {
+    throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
+  }
 }
 
 /** The parsed JSON body of an upstream answer (bounded like callJson's). */
@@ -144,11 +187,15 @@ function unreachable(e: unknown, call: UpstreamCall): unknown {
 
 /** The AttemptFailure of an answer that is not a 2xx, with the upstream's own words (redacted, bounded). */
 async function refusal(res: Response, call: UpstreamCall): Promise<AttemptFailure> {
-  const body = upstreamMessage(await readText(res, MAX_ERROR_BODY, call).catch(() => ""), call.redactor);
-  if (res.status === 429) return new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(res.headers, call.now()), 429);
-  if (res.status === 401 || res.status === 403) return new AttemptFailure("auth", `credentials refused (${res.status}): ${body}`, undefined, res.status);
-  if ((call.rejectStatuses ?? [400]).includes(res.status)) return new AttemptFailure("rejected", body, undefined, res.status);
-  return new AttemptFailure("failed", `upstream answered ${res.status}: ${body}`, undefined, res.status);
+  return refusalOf(res.status, res.headers, await readText(res, MAX_ERROR_BODY, call).catch(() => ""), call);
+}
+
+function refusalOf(status: number, headers: Headers, text: string, call: UpstreamCall): AttemptFailure {
+  const body = upstreamMessage(text, call.redactor);
+  if (status === 429) return new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(headers, call.now()), 429);
+  if (status === 401 || status === 403) return new AttemptFailure("auth", `credentials refused (${status}): ${body}`, undefined, status);
+  if ((call.rejectStatuses ?? [400]).includes(status)) return new AttemptFailure("rejected", body, undefined, status);
+  return new AttemptFailure("failed", `upstream answered ${status}: ${body}`, undefined, status);
 }
 
 /** Reads a body up to `limit` bytes; a reset mid-body is a failure, an abort is rethrown. */

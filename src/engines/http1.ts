@@ -1,0 +1,690 @@
+/**
+ * A keep-alive HTTP/1.1 client for the upstream calls that send one request and read one whole
+ * answer (upstreamHttp's callJson) to a plain `http:` upstream: the local servers most people
+ * run (vLLM, Ollama, LM Studio, ComfyUI, WebUI, an OpenAI-compatible proxy on the same host).
+ *
+ * Why not fetch: Bun's fetch runs every call on its HTTP client thread and hands the answer
+ * back to the JavaScript thread, two thread wake-ups per request. On a loaded gateway that
+ * hand-off cost more than the rest of the call: `bench/floor.ts`'s floor gateway spent 58 µs of
+ * CPU per chat request with fetch and 44 µs with a client on `Bun.connect`, whose sockets live
+ * on the JavaScript thread's own event loop. fetch stays for everything this client does not
+ * take: `https:` (certificate checks are fetch's), an HTTP proxy in the environment (fetch
+ * honours it), streamed answers, multipart bodies, downloads, and any redirect (the call is
+ * sent again through fetch, which follows it).
+ *
+ * What it does, bounded everywhere: requests written with backpressure; answers framed by
+ * Content-Length, chunked transfer coding or the connection's close; 1xx answers skipped; a
+ * head at most 64 KiB; a body at most what the caller allows for its status, counted as it
+ * arrives; gzip, deflate and br decoded (it asks for identity; a server may compress anyway)
+ * within the same limit. A connection goes back to its origin's idle list only after a whole
+ * answer that allows it, and an idle one is not reused after IDLE_REUSE_MS (servers close idle
+ * connections after about 5 s; reusing one as it closes would lose the request). A reused
+ * connection that closes before any byte of the answer is retried once on a new one: the
+ * server closed it idle, so it never saw the request.
+ */
+import { brotliDecompressSync, gunzipSync, inflateRawSync, inflateSync } from "node:zlib";
+import type { Socket } from "bun";
+
+/** A whole answer: its status, its header lines and its body (decoded from any content coding). */
+export interface Http1Answer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+/** Where a call failed: before any answer arrived (nothing usable came back), or while its body was read. */
+export type Http1Stage = "request" | "answer";
+
+/** A call that failed for a reason of the connection or the protocol (an abort rejects with the signal's reason instead). */
+export class Http1Error extends Error {
+  constructor(
+    message: string,
+    readonly stage: Http1Stage,
+    /** The answer's status and headers when its head arrived (a body over the limit, a broken body). */
+    readonly head?: { status: number; headers: Headers; tooLarge?: number },
+  ) {
+    super(message);
+    this.name = "Http1Error";
+  }
+}
+
+export interface Http1Request {
+  method: "GET" | "POST";
+  headers?: Readonly<Record<string, string>>;
+  body?: string;
+  signal: AbortSignal;
+  /** The largest body accepted for an answer of this status (bytes, after decoding). */
+  limitFor: (status: number) => number;
+}
+
+const MAX_HEAD_BYTES = 64 * 1024;
+const MAX_CHUNK_LINE_BYTES = 4096;
+/** An idle connection older than this is closed rather than reused (below the usual 5 s server keep-alive). */
+export const IDLE_REUSE_MS = 4000;
+/** Idle connections kept per origin at most; more are closed when they come back. */
+const MAX_IDLE_PER_ORIGIN = 1024;
+/** Bodies up to this size are written as part of the head's string (one write, no encoding step). */
+const INLINE_BODY_CHARS = 64 * 1024;
+const USER_AGENT = `Bun/${Bun.version}`;
+const PROXY_VARIABLES = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
+
+/**
+ * The URL this client takes the call to, else null (fetch takes it): `http:` without
+ * credentials in the URL, a string body or none, and no HTTP proxy set in the environment.
+ */
+export function http1Target(url: string, body: unknown): URL | null {
+  if (!url.startsWith("http://")) return null;
+  if (body !== undefined && typeof body !== "string") return null;
+  if (proxyConfigured()) return null;
+  let parsed = parsedUrls.get(url);
+  if (parsed === undefined) {
+    parsed = parseTarget(url);
+    // An upstream's URLs are few (its endpoints); query strings of polls are not kept.
+    if (parsedUrls.size < MAX_PARSED_URLS && !url.includes("?")) parsedUrls.set(url, parsed);
+  }
+  return parsed;
+}
+
+const MAX_PARSED_URLS = 256;
+const parsedUrls = new Map<string, URL | null>();
+
+function parseTarget(url: string): URL | null {
+  try {
+    const parsed = new URL(url);
+    return parsed.username || parsed.password ? null : parsed;
+  } catch {
+    return null;
+  }
+}
+
+let proxySet: boolean | undefined;
+function proxyConfigured(): boolean {
+  return (proxySet ??= PROXY_VARIABLES.some((name) => (process.env[name] ?? "") !== ""));
+}
+
+/** Tests only: read the proxy variables again. */
+export function resetHttp1ForTests(): void {
+  proxySet = undefined;
+}
+
+/** Sends one request and resolves with its whole answer; rejects with an Http1Error, or the signal's reason when it aborts. */
+export function http1Request(url: URL, request: Http1Request): Promise<Http1Answer> {
+  const { signal } = request;
+  if (signal.aborted) return Promise.reject(signal.reason);
+  const head = requestHead(url, request);
+  return new Promise<Http1Answer>((resolve, reject) => {
+    const exchange = new Exchange(originOf(url), head, request, resolve, reject);
+    exchange.start();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Origins and their idle connections
+
+interface Origin {
+  key: string;
+  hostname: string;
+  port: number;
+  idle: Connection[];
+}
+
+const origins = new Map<string, Origin>();
+
+function originOf(url: URL): Origin {
+  const key = url.host;
+  let origin = origins.get(key);
+  if (!origin) {
+    // URL keeps an IPv6 literal's brackets in hostname; a socket wants the address alone.
+    const hostname = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    origins.set(key, (origin = { key, hostname, port: url.port === "" ? 80 : Number(url.port), idle: [] }));
+  }
+  return origin;
+}
+
+/** An idle connection still fit for another request, else null (stale ones are closed on the way). */
+function takeIdle(origin: Origin, now: number): Connection | null {
+  for (;;) {
+    const conn = origin.idle.pop();
+    if (!conn) return null;
+    if (conn.closed) continue;
+    if (now - conn.idleSince > IDLE_REUSE_MS) {
+      conn.destroy();
+      continue;
+    }
+    conn.socket!.ref();
+    return conn;
+  }
+}
+
+function park(conn: Connection): void {
+  const idle = conn.origin.idle;
+  if (idle.length >= MAX_IDLE_PER_ORIGIN) {
+    conn.destroy();
+    return;
+  }
+  conn.idleSince = Date.now();
+  // An idle connection does not keep the process alive.
+  conn.socket!.unref();
+  idle.push(conn);
+}
+
+/** Closes every idle connection (tests, and a server that stops). */
+export function closeIdleHttp1Connections(): void {
+  for (const origin of origins.values()) {
+    for (const conn of origin.idle.splice(0)) conn.destroy();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One request and its answer
+
+/** The request's head, and its body to write after it when the body is too large to join. */
+interface EncodedRequest {
+  text: string;
+  body: string | null;
+}
+
+function requestHead(url: URL, request: Http1Request): EncodedRequest {
+  let text = `${request.method} ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\nConnection: keep-alive\r\n`;
+  let accept = false;
+  let userAgent = false;
+  for (const name in request.headers) {
+    const value = request.headers[name]!;
+    if (!validHeader(name, value)) throw new TypeError(`invalid header ${JSON.stringify(name)}`);
+    const lower = name.toLowerCase();
+    // Framing and connection headers are this client's to write.
+    if (lower === "host" || lower === "content-length" || lower === "transfer-encoding" || lower === "connection" || lower === "accept-encoding") continue;
+    if (lower === "accept") accept = true;
+    if (lower === "user-agent") userAgent = true;
+    text += `${name}: ${value}\r\n`;
+  }
+  if (!accept) text += "Accept: */*\r\n";
+  if (!userAgent) text += `User-Agent: ${USER_AGENT}\r\n`;
+  text += "Accept-Encoding: identity\r\n";
+  const body = request.body;
+  if (body === undefined) return { text: `${text}\r\n`, body: null };
+  text += `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+  return body.length <= INLINE_BODY_CHARS ? { text: text + body, body: null } : { text, body };
+}
+
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const HEADER_VALUE_FORBIDDEN = /[\0\r\n]/;
+function validHeader(name: string, value: string): boolean {
+  return HEADER_NAME.test(name) && !HEADER_VALUE_FORBIDDEN.test(value);
+}
+
+class Exchange {
+  /** Any byte of an answer arrived on the current connection. */
+  answered = false;
+  private retried = false;
+  private conn: Connection | null = null;
+  private settled = false;
+  private readonly onAbort = () => this.abort();
+
+  constructor(
+    readonly origin: Origin,
+    readonly encoded: EncodedRequest,
+    readonly request: Http1Request,
+    private readonly resolveAnswer: (answer: Http1Answer) => void,
+    private readonly rejectAnswer: (e: unknown) => void,
+  ) {}
+
+  start(): void {
+    this.request.signal.addEventListener("abort", this.onAbort);
+    this.dispatch(takeIdle(this.origin, Date.now()));
+  }
+
+  /** Sends on `conn`, or on a new connection when there is none. */
+  private dispatch(conn: Connection | null): void {
+    if (conn) {
+      this.sendOn(conn);
+      return;
+    }
+    Connection.open(this.origin).then(
+      (fresh) => {
+        if (this.settled) fresh.release();
+        else this.sendOn(fresh);
+      },
+      (e: unknown) => this.fail(new Http1Error(`connection to ${this.origin.key} failed: ${errorText(e)}`, "request")),
+    );
+  }
+
+  private sendOn(conn: Connection): void {
+    this.conn = conn;
+    this.answered = false;
+    conn.begin(this);
+  }
+
+  /** The connection closed or broke before the answer was whole. */
+  connectionLost(conn: Connection, reason: string): void {
+    if (this.settled) return;
+    this.conn = null;
+    // Closed before any byte of the answer, on a connection that had served before: the server
+    // had closed it idle and never read this request; one new connection gets it.
+    if (!this.answered && conn.served > 0 && !this.retried) {
+      this.retried = true;
+      this.dispatch(null);
+      return;
+    }
+    this.fail(conn.headError ?? new Http1Error(reason, this.answered && conn.parsedHead ? "answer" : "request", conn.parsedHead ?? undefined));
+  }
+
+  succeed(answer: Http1Answer): void {
+    if (this.settled) return;
+    this.settle();
+    this.resolveAnswer(answer);
+  }
+
+  fail(e: unknown): void {
+    if (this.settled) return;
+    this.settle();
+    this.rejectAnswer(e);
+  }
+
+  private abort(): void {
+    if (this.settled) return;
+    const conn = this.conn;
+    this.conn = null;
+    this.fail(this.request.signal.reason);
+    // Whatever the connection was doing for this request is of no use to the next one.
+    conn?.destroy();
+  }
+
+  private settle(): void {
+    this.settled = true;
+    this.request.signal.removeEventListener("abort", this.onAbort);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A connection: writing one request, parsing its answer
+
+type BodyMode = "length" | "chunked" | "close" | "none";
+type ChunkState = "size" | "data" | "data-end" | "trailers";
+
+const socketHandlers = {
+  data(socket: Socket<Connection>, data: Buffer) {
+    socket.data.receive(data);
+  },
+  drain(socket: Socket<Connection>) {
+    socket.data.writeMore();
+  },
+  end(socket: Socket<Connection>) {
+    socket.data.peerEnded();
+  },
+  close(socket: Socket<Connection>, error?: Error) {
+    socket.data.closedBy(error);
+  },
+  error(socket: Socket<Connection>, error: Error) {
+    socket.data.closedBy(error);
+  },
+};
+
+class Connection {
+  socket: Socket<Connection> | null = null;
+  closed = false;
+  idleSince = 0;
+  /** Answers read whole on this connection. */
+  served = 0;
+  private exchange: Exchange | null = null;
+  private unwritten: Uint8Array | null = null;
+  private written = 0;
+
+  // The answer being parsed.
+  private pending: Buffer | null = null;
+  parsedHead: { status: number; headers: Headers } | null = null;
+  headError: Http1Error | null = null;
+  private mode: BodyMode = "none";
+  private limit = 0;
+  private reusable = true;
+  private encoding = "";
+  private bodyBuffer: Uint8Array | null = null;
+  private chunks: Uint8Array[] = [];
+  private received = 0;
+  private chunkState: ChunkState = "size";
+  private chunkLeft = 0;
+
+  private constructor(readonly origin: Origin) {}
+
+  static async open(origin: Origin): Promise<Connection> {
+    const conn = new Connection(origin);
+    conn.socket = await Bun.connect<Connection>({ hostname: origin.hostname, port: origin.port, data: conn, socket: socketHandlers });
+    return conn;
+  }
+
+  begin(exchange: Exchange): void {
+    this.exchange = exchange;
+    this.resetAnswer();
+    const { text, body } = exchange.encoded;
+    if (body === null) this.write(text, null);
+    else this.write(text, Buffer.from(body));
+  }
+
+  /** Writes the head (a string) and then the body, keeping what the socket did not take for `drain`. */
+  private write(text: string, body: Uint8Array | null): void {
+    const socket = this.socket!;
+    const wrote = socket.write(text);
+    if (wrote < 0) return; // closing: the close handler reports it
+    if (wrote < Buffer.byteLength(text)) {
+      const rest = Buffer.from(text).subarray(wrote);
+      this.unwritten = body ? Buffer.concat([rest, body]) : rest;
+      this.written = 0;
+      return;
+    }
+    if (body) {
+      this.unwritten = body;
+      this.written = 0;
+      this.writeMore();
+    }
+  }
+
+  writeMore(): void {
+    const bytes = this.unwritten;
+    if (!bytes || this.closed) return;
+    const wrote = this.socket!.write(bytes, this.written, bytes.byteLength - this.written);
+    if (wrote < 0) return;
+    this.written += wrote;
+    if (this.written >= bytes.byteLength) {
+      this.unwritten = null;
+      this.written = 0;
+    }
+  }
+
+  receive(data: Buffer): void {
+    const exchange = this.exchange;
+    if (!exchange) {
+      // Bytes nobody asked for: the connection cannot be trusted for a next request.
+      this.destroy();
+      return;
+    }
+    exchange.answered = true;
+    try {
+      this.parse(data);
+    } catch (e) {
+      this.headError = e instanceof Http1Error ? e : new Http1Error(errorText(e), this.parsedHead ? "answer" : "request", this.parsedHead ?? undefined);
+      this.exchange = null;
+      exchange.fail(this.headError);
+      this.destroy();
+    }
+  }
+
+  private resetAnswer(): void {
+    this.pending = null;
+    this.parsedHead = null;
+    this.headError = null;
+    this.mode = "none";
+    this.reusable = true;
+    this.encoding = "";
+    this.bodyBuffer = null;
+    this.chunks = [];
+    this.received = 0;
+    this.chunkState = "size";
+    this.chunkLeft = 0;
+  }
+
+  private parse(data: Buffer): void {
+    let buf = this.pending ? Buffer.concat([this.pending, data]) : data;
+    this.pending = null;
+    let at = 0;
+    while (!this.parsedHead) {
+      const end = buf.indexOf("\r\n\r\n", at);
+      if (end < 0) {
+        if (buf.byteLength - at > MAX_HEAD_BYTES) throw new Http1Error(`the upstream's answer head exceeds ${MAX_HEAD_BYTES} bytes`, "request");
+        this.pending = buf.subarray(at);
+        return;
+      }
+      if (end - at > MAX_HEAD_BYTES) throw new Http1Error(`the upstream's answer head exceeds ${MAX_HEAD_BYTES} bytes`, "request");
+      const informational = this.readHead(buf.toString("latin1", at, end));
+      at = end + 4;
+      if (informational) this.parsedHead = null;
+    }
+    this.readBody(buf, at);
+  }
+
+  /** Parses a head; true when it was a 1xx answer (another head follows). */
+  private readHead(head: string): boolean {
+    const lines = head.split("\r\n");
+    const status = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: |$)/.exec(lines[0]!);
+    if (!status) throw new Http1Error(`the upstream did not answer in HTTP/1.x (${JSON.stringify(lines[0]!.slice(0, 40))})`, "request");
+    const code = Number(status[2]);
+    if (code === 101) throw new Http1Error("the upstream switched protocols", "request");
+    if (code < 200) return true;
+    const headers = new Headers();
+    let length: string | null = null;
+    let transfer: string | null = null;
+    let connection = "";
+    for (let i = 1; i < lines.length; i++) {
+      const line = lines[i]!;
+      const colon = line.indexOf(":");
+      if (colon <= 0) throw new Http1Error("the upstream answered a malformed header line", "request");
+      const name = line.slice(0, colon).trim().toLowerCase();
+      const value = line.slice(colon + 1).trim();
+      if (!HEADER_NAME.test(name)) throw new Http1Error("the upstream answered a malformed header name", "request");
+      try {
+        headers.append(name, value);
+      } catch {
+        throw new Http1Error("the upstream answered a malformed header value", "request");
+      }
+      if (name === "content-length") {
+        for (const part of value.split(",")) {
+          const v = part.trim();
+          if (!/^\d{1,15}$/.test(v) || (length !== null && length !== v)) throw new Http1Error("the upstream answered an invalid Content-Length", "request");
+          length = v;
+        }
+      } else if (name === "transfer-encoding") transfer = transfer === null ? value : `${transfer}, ${value}`;
+      else if (name === "connection") connection += `,${value.toLowerCase()}`;
+    }
+    this.parsedHead = { status: code, headers };
+    this.limit = this.exchange!.request.limitFor(code);
+    this.encoding = (headers.get("content-encoding") ?? "").trim().toLowerCase();
+    const keepAlive = status[1] === "1" ? !/(^|,)\s*close\s*(,|$)/.test(connection) : /(^|,)\s*keep-alive\s*(,|$)/.test(connection);
+    this.reusable = keepAlive;
+    if (code === 204 || code === 304) this.mode = "none";
+    else if (transfer !== null) {
+      const codings = transfer.toLowerCase().split(",").map((c) => c.trim());
+      if (codings[codings.length - 1] === "chunked") {
+        if (codings.length > 1) throw new Http1Error(`unsupported transfer coding ${JSON.stringify(transfer)}`, "request");
+        this.mode = "chunked";
+      } else throw new Http1Error(`unsupported transfer coding ${JSON.stringify(transfer)}`, "request");
+      // Both framings in one answer: the message is suspect, the connection is not reused.
+      if (length !== null) this.reusable = false;
+    } else if (length !== null) {
+      const declared = Number(length);
+      if (declared > this.limit) throw this.tooLarge();
+      this.mode = declared === 0 ? "none" : "length";
+      if (declared > 0) this.bodyBuffer = new Uint8Array(declared);
+    } else {
+      this.mode = "close";
+      this.reusable = false;
+    }
+    return false;
+  }
+
+  private tooLarge(): Http1Error {
+    const head = this.parsedHead!;
+    return new Http1Error(`upstream answer exceeds the limit of ${this.limit} bytes`, "answer", { ...head, tooLarge: this.limit });
+  }
+
+  private readBody(buf: Buffer, at: number): void {
+    switch (this.mode) {
+      case "none":
+        if (at < buf.byteLength) this.reusable = false; // bytes past the answer: not trusted for the next one
+        this.finish(new Uint8Array(0));
+        return;
+      case "length": {
+        const body = this.bodyBuffer!;
+        const take = Math.min(body.byteLength - this.received, buf.byteLength - at);
+        body.set(buf.subarray(at, at + take), this.received);
+        this.received += take;
+        if (this.received === body.byteLength) {
+          if (at + take < buf.byteLength) this.reusable = false;
+          this.finish(body);
+        }
+        return;
+      }
+      case "close": {
+        this.received += buf.byteLength - at;
+        if (this.received > this.limit) throw this.tooLarge();
+        if (at < buf.byteLength) this.chunks.push(buf.subarray(at));
+        return;
+      }
+      case "chunked":
+        this.readChunks(buf, at);
+    }
+  }
+
+  private readChunks(buf: Buffer, at: number): void {
+    for (;;) {
+      switch (this.chunkState) {
+        case "size": {
+          const eol = buf.indexOf("\r\n", at);
+          if (eol < 0) return this.keep(buf, at, MAX_CHUNK_LINE_BYTES);
+          const line = buf.toString("latin1", at, eol);
+          const size = /^([0-9A-Fa-f]{1,12})[ \t]*(?:;.*)?$/.exec(line);
+          if (!size) throw new Http1Error("the upstream answered a malformed chunk size", "answer", this.parsedHead!);
+          at = eol + 2;
+          this.chunkLeft = parseInt(size[1]!, 16);
+          if (this.chunkLeft === 0) this.chunkState = "trailers";
+          else {
+            this.received += this.chunkLeft;
+            if (this.received > this.limit) throw this.tooLarge();
+            this.chunkState = "data";
+          }
+          break;
+        }
+        case "data": {
+          const take = Math.min(this.chunkLeft, buf.byteLength - at);
+          if (take > 0) this.chunks.push(buf.subarray(at, at + take));
+          at += take;
+          this.chunkLeft -= take;
+          if (this.chunkLeft > 0) return;
+          this.chunkState = "data-end";
+          break;
+        }
+        case "data-end": {
+          if (buf.byteLength - at < 2) return this.keep(buf, at, 2);
+          if (buf[at] !== 13 || buf[at + 1] !== 10) throw new Http1Error("the upstream answered a malformed chunk", "answer", this.parsedHead!);
+          at += 2;
+          this.chunkState = "size";
+          break;
+        }
+        case "trailers": {
+          const eol = buf.indexOf("\r\n", at);
+          if (eol < 0) return this.keep(buf, at, MAX_HEAD_BYTES);
+          const empty = eol === at;
+          at = eol + 2;
+          if (empty) {
+            if (at < buf.byteLength) this.reusable = false;
+            this.finish(joinChunks(this.chunks, this.received));
+            return;
+          }
+        }
+      }
+    }
+  }
+
+  /** Keeps the unparsed rest for the next data, within `max` bytes. */
+  private keep(buf: Buffer, at: number, max: number): void {
+    if (buf.byteLength - at > max) throw new Http1Error("the upstream answered a malformed chunked body", "answer", this.parsedHead!);
+    this.pending = at < buf.byteLength ? Buffer.from(buf.subarray(at)) : null;
+  }
+
+  /** The answer is whole: hand it over, then park or close the connection. */
+  private finish(raw: Uint8Array): void {
+    const exchange = this.exchange!;
+    const head = this.parsedHead!;
+    this.exchange = null;
+    this.served++;
+    let body: Uint8Array;
+    try {
+      body = decodeContent(raw, this.encoding, this.limit);
+    } catch (e) {
+      this.reusable = false;
+      exchange.fail(e instanceof Http1Error ? e : new Http1Error(`the upstream's ${this.encoding} body could not be decoded: ${errorText(e)}`, "answer", head));
+      this.release();
+      return;
+    }
+    // The answer may come before the whole request was written (a server refusing early): the
+    // rest of the request would be read as the next one.
+    if (this.unwritten) this.reusable = false;
+    this.release();
+    exchange.succeed({ status: head.status, headers: head.headers, body });
+  }
+
+  /** Back to the idle list when the answer allowed it, else closed. */
+  release(): void {
+    if (this.closed) return;
+    if (this.reusable && !this.exchange && !this.unwritten) park(this);
+    else this.destroy();
+  }
+
+  peerEnded(): void {
+    // A close-delimited body ends with the peer's FIN.
+    if (this.exchange && this.parsedHead && this.mode === "close") {
+      this.reusable = false;
+      this.finish(joinChunks(this.chunks, this.received));
+    }
+  }
+
+  closedBy(error?: Error): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.exchange && this.parsedHead && this.mode === "close" && !error) {
+      this.finish(joinChunks(this.chunks, this.received));
+      return;
+    }
+    const exchange = this.exchange;
+    this.exchange = null;
+    this.unwritten = null;
+    exchange?.connectionLost(this, error ? `the upstream connection broke: ${errorText(error)}` : "the upstream closed the connection before the answer was complete");
+  }
+
+  destroy(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.exchange = null;
+    this.unwritten = null;
+    this.socket?.terminate();
+  }
+}
+
+function joinChunks(chunks: Uint8Array[], total: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
+/** The body without its content coding, at most `limit` bytes decoded. */
+function decodeContent(raw: Uint8Array, encoding: string, limit: number): Uint8Array {
+  if (encoding === "" || encoding === "identity" || raw.byteLength === 0) return raw;
+  const options = { maxOutputLength: Math.max(1, limit) };
+  try {
+    switch (encoding) {
+      case "gzip":
+      case "x-gzip":
+        return gunzipSync(raw, options);
+      case "deflate":
+        // "deflate" is meant to be zlib-wrapped; some servers send it raw.
+        return raw[0] !== undefined && (raw[0] & 0x0f) === 8 ? inflateSync(raw, options) : inflateRawSync(raw, options);
+      case "br":
+        return brotliDecompressSync(raw, options);
+    }
+  } catch (e) {
+    if (e instanceof RangeError || (e as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") throw new Http1Error(`upstream answer exceeds the limit of ${limit} bytes once decoded`, "answer");
+    throw e;
+  }
+  throw new Error(`unsupported content coding ${JSON.stringify(encoding)}`);
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) {
+    const code = (e as { code?: unknown }).code;
+    return typeof code === "string" && !e.message.includes(code) ? `${code}: ${e.message}` : e.message;
+  }
+  return String(e);
+}
