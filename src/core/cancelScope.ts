@@ -6,7 +6,15 @@
  * something reads `signal` (fetch does, for the attempt), and a child scope is linked to its
  * parent by a list entry.
  */
-export class CancelScope {
+/** What a listener needs of a cancellation: whether it happened, why, and a way to hear it. */
+export interface CancelView {
+  readonly aborted: boolean;
+  readonly reason: unknown;
+  /** Calls `listener` once when it aborts (at once if it has); returns the function that stops listening. */
+  onAbort(listener: (reason: unknown) => void): () => void;
+}
+
+export class CancelScope implements CancelView {
   aborted = false;
   reason: unknown = undefined;
   private controller: AbortController | null = null;

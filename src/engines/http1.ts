@@ -24,11 +24,30 @@
  */
 import { brotliDecompressSync, gunzipSync, inflateRawSync, inflateSync } from "node:zlib";
 import type { Socket } from "bun";
+import type { CancelView } from "../core/cancelScope";
+
+/** An answer's status and header lines; its Headers are made when read (most callers never do). */
+export class AnswerHead {
+  private made: Headers | null = null;
+  constructor(
+    readonly status: number,
+    /** Name (lower case) and value, alternating. */
+    private readonly fields: string[],
+  ) {}
+
+  get headers(): Headers {
+    if (!this.made) {
+      const headers = new Headers();
+      for (let i = 0; i < this.fields.length; i += 2) headers.append(this.fields[i]!, this.fields[i + 1]!);
+      this.made = headers;
+    }
+    return this.made;
+  }
+}
 
 /** A whole answer: its status, its header lines and its body (decoded from any content coding). */
 export interface Http1Answer {
-  status: number;
-  headers: Headers;
+  head: AnswerHead;
   body: Uint8Array;
 }
 
@@ -40,8 +59,10 @@ export class Http1Error extends Error {
   constructor(
     message: string,
     readonly stage: Http1Stage,
-    /** The answer's status and headers when its head arrived (a body over the limit, a broken body). */
-    readonly head?: { status: number; headers: Headers; tooLarge?: number },
+    /** The answer's head when it arrived (a body over the limit, a broken body). */
+    readonly head?: AnswerHead,
+    /** The body was larger than this limit. */
+    readonly tooLarge?: number,
   ) {
     super(message);
     this.name = "Http1Error";
@@ -52,7 +73,7 @@ export interface Http1Request {
   method: "GET" | "POST";
   headers?: Readonly<Record<string, string>>;
   body?: string;
-  signal: AbortSignal;
+  cancel: CancelView;
   /** The largest body accepted for an answer of this status (bytes, after decoding). */
   limitFor: (status: number) => number;
 }
@@ -69,37 +90,68 @@ const USER_AGENT = `Bun/${Bun.version}`;
 const PROXY_VARIABLES = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
 
 /**
- * The URL this client takes the call to, else null (fetch takes it): `http:` without
- * credentials in the URL, a string body or none, and no HTTP proxy set in the environment.
+ * Where this client takes the call, else null (fetch takes it): an `http:` URL without
+ * credentials, a string body or none, and no HTTP proxy set in the environment.
  */
-export function http1Target(url: string, body: unknown): URL | null {
+export function http1Target(url: string, body: unknown): Http1Target | null {
   if (!url.startsWith("http://")) return null;
   if (body !== undefined && typeof body !== "string") return null;
   if (proxyConfigured()) return null;
-  let parsed = parsedUrls.get(url);
-  if (parsed === undefined) {
-    parsed = parseTarget(url);
+  let target = targets.get(url);
+  if (target === undefined) {
+    target = parseTarget(url);
     // An upstream's URLs are few (its endpoints); query strings of polls are not kept.
-    if (parsedUrls.size < MAX_PARSED_URLS && !url.includes("?")) parsedUrls.set(url, parsed);
+    if (targets.size < MAX_KEPT_TARGETS && !url.includes("?")) targets.set(url, target);
   }
-  return parsed;
+  return target;
 }
 
-const MAX_PARSED_URLS = 256;
-const parsedUrls = new Map<string, URL | null>();
+/** A URL this client calls: its origin's connections and the start of its request line, worked out once. */
+export interface Http1Target {
+  readonly href: string;
+  readonly origin: Origin;
+  /** " <path and query> HTTP/1.1\r\nHost: <host>\r\n", after the method. */
+  readonly line: string;
+}
 
-function parseTarget(url: string): URL | null {
+const MAX_KEPT_TARGETS = 256;
+const targets = new Map<string, Http1Target | null>();
+
+function parseTarget(url: string): Http1Target | null {
+  let parsed: URL;
   try {
-    const parsed = new URL(url);
-    return parsed.username || parsed.password ? null : parsed;
+    parsed = new URL(url);
   } catch {
     return null;
   }
+  if (parsed.username || parsed.password) return null;
+  return { href: parsed.href, origin: originOf(parsed), line: ` ${parsed.pathname}${parsed.search} HTTP/1.1\r\nHost: ${parsed.host}\r\n` };
 }
 
 let proxySet: boolean | undefined;
 function proxyConfigured(): boolean {
   return (proxySet ??= PROXY_VARIABLES.some((name) => (process.env[name] ?? "") !== ""));
+}
+
+/** An AbortSignal seen as a CancelView (for callers that have a signal, not a scope). */
+export function cancelViewOf(signal: AbortSignal): CancelView {
+  return {
+    get aborted() {
+      return signal.aborted;
+    },
+    get reason() {
+      return signal.reason as unknown;
+    },
+    onAbort(listener) {
+      if (signal.aborted) {
+        listener(signal.reason);
+        return () => {};
+      }
+      const onAbort = () => listener(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      return () => signal.removeEventListener("abort", onAbort);
+    },
+  };
 }
 
 /** Tests only: read the proxy variables again. */
@@ -108,12 +160,11 @@ export function resetHttp1ForTests(): void {
 }
 
 /** Sends one request and resolves with its whole answer; rejects with an Http1Error, or the signal's reason when it aborts. */
-export function http1Request(url: URL, request: Http1Request): Promise<Http1Answer> {
-  const { signal } = request;
-  if (signal.aborted) return Promise.reject(signal.reason);
-  const head = requestHead(url, request);
+export function http1Request(target: Http1Target, request: Http1Request): Promise<Http1Answer> {
+  if (request.cancel.aborted) return Promise.reject(request.cancel.reason);
+  const head = requestHead(target, request);
   return new Promise<Http1Answer>((resolve, reject) => {
-    const exchange = new Exchange(originOf(url), head, request, resolve, reject);
+    const exchange = new Exchange(target.origin, head, request, resolve, reject);
     exchange.start();
   });
 }
@@ -121,7 +172,7 @@ export function http1Request(url: URL, request: Http1Request): Promise<Http1Answ
 // ---------------------------------------------------------------------------------------------
 // Origins and their idle connections
 
-interface Origin {
+export interface Origin {
   key: string;
   hostname: string;
   port: number;
@@ -184,33 +235,73 @@ interface EncodedRequest {
   body: string | null;
 }
 
-function requestHead(url: URL, request: Http1Request): EncodedRequest {
-  let text = `${request.method} ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\nConnection: keep-alive\r\n`;
-  let accept = false;
-  let userAgent = false;
-  for (const name in request.headers) {
-    const value = request.headers[name]!;
-    if (!validHeader(name, value)) throw new TypeError(`invalid header ${JSON.stringify(name)}`);
-    const lower = name.toLowerCase();
-    // Framing and connection headers are this client's to write.
-    if (lower === "host" || lower === "content-length" || lower === "transfer-encoding" || lower === "connection" || lower === "accept-encoding") continue;
-    if (lower === "accept") accept = true;
-    if (lower === "user-agent") userAgent = true;
-    text += `${name}: ${value}\r\n`;
-  }
-  if (!accept) text += "Accept: */*\r\n";
-  if (!userAgent) text += `User-Agent: ${USER_AGENT}\r\n`;
-  text += "Accept-Encoding: identity\r\n";
+function requestHead(target: Http1Target, request: Http1Request): EncodedRequest {
+  let text = request.method + target.line + headerBlock(request.headers);
   const body = request.body;
   if (body === undefined) return { text: `${text}\r\n`, body: null };
   text += `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
   return body.length <= INLINE_BODY_CHARS ? { text: text + body, body: null } : { text, body };
 }
 
-const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/**
+ * The header lines of a headers record, checked and written once per record: adapters send
+ * the same frozen record with every request of an account (openai's transport keeps one).
+ */
+const headerBlocks = new WeakMap<object, string>();
+const NO_HEADERS = {};
+function headerBlock(headers: Readonly<Record<string, string>> = NO_HEADERS): string {
+  let block = headerBlocks.get(headers);
+  if (block !== undefined) return block;
+  block = "Connection: keep-alive\r\n";
+  let accept = false;
+  let userAgent = false;
+  for (const name in headers) {
+    const value = headers[name]!;
+    if (!validHeader(name, value)) throw new TypeError(`invalid header ${JSON.stringify(name)}`);
+    const lower = name.toLowerCase();
+    // Framing and connection headers are this client's to write.
+    if (lower === "host" || lower === "content-length" || lower === "transfer-encoding" || lower === "connection" || lower === "accept-encoding") continue;
+    if (lower === "accept") accept = true;
+    if (lower === "user-agent") userAgent = true;
+    block += `${name}: ${value}\r\n`;
+  }
+  if (!accept) block += "Accept: */*\r\n";
+  if (!userAgent) block += `User-Agent: ${USER_AGENT}\r\n`;
+  block += "Accept-Encoding: identity\r\n";
+  // Only a record nobody can change is kept: a mutable one may say something else next time.
+  if (Object.isFrozen(headers)) headerBlocks.set(headers, block);
+  return block;
+}
+
+/** "HTTP/1.x NNN[ reason]": NNN, else 0. */
+function statusCodeOf(line: string): number {
+  if (!line.startsWith("HTTP/1.") || (line.charCodeAt(7) !== 48 && line.charCodeAt(7) !== 49) || line.charCodeAt(8) !== 32) return 0;
+  if (line.length > 12 && line.charCodeAt(12) !== 32) return 0;
+  let code = 0;
+  for (let i = 9; i < 12; i++) {
+    const d = line.charCodeAt(i) - 48;
+    if (!(d >= 0 && d <= 9)) return 0;
+    code = code * 10 + d;
+  }
+  return code >= 100 ? code : 0;
+}
+
+/** Characters of an HTTP token (RFC 9110 5.6.2), by code. */
+const TOKEN = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TOKEN[c.charCodeAt(0)] = 1;
+/** The first `end` characters of `text` are a token. */
+function isToken(text: string, end: number): boolean {
+  for (let i = 0; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 128 || TOKEN[c] === 0) return false;
+  }
+  return true;
+}
+
+const DIGITS = /^\d{1,15}$/;
 const HEADER_VALUE_FORBIDDEN = /[\0\r\n]/;
 function validHeader(name: string, value: string): boolean {
-  return HEADER_NAME.test(name) && !HEADER_VALUE_FORBIDDEN.test(value);
+  return name.length > 0 && isToken(name, name.length) && !HEADER_VALUE_FORBIDDEN.test(value);
 }
 
 class Exchange {
@@ -219,7 +310,7 @@ class Exchange {
   private retried = false;
   private conn: Connection | null = null;
   private settled = false;
-  private readonly onAbort = () => this.abort();
+  private stopListening: (() => void) | null = null;
 
   constructor(
     readonly origin: Origin,
@@ -230,7 +321,7 @@ class Exchange {
   ) {}
 
   start(): void {
-    this.request.signal.addEventListener("abort", this.onAbort);
+    this.stopListening = this.request.cancel.onAbort((reason) => this.abort(reason));
     this.dispatch(takeIdle(this.origin, Date.now()));
   }
 
@@ -281,18 +372,19 @@ class Exchange {
     this.rejectAnswer(e);
   }
 
-  private abort(): void {
+  private abort(reason: unknown): void {
     if (this.settled) return;
     const conn = this.conn;
     this.conn = null;
-    this.fail(this.request.signal.reason);
+    this.fail(reason);
     // Whatever the connection was doing for this request is of no use to the next one.
     conn?.destroy();
   }
 
   private settle(): void {
     this.settled = true;
-    this.request.signal.removeEventListener("abort", this.onAbort);
+    this.stopListening?.();
+    this.stopListening = null;
   }
 }
 
@@ -332,13 +424,15 @@ class Connection {
 
   // The answer being parsed.
   private pending: Buffer | null = null;
-  parsedHead: { status: number; headers: Headers } | null = null;
+  parsedHead: AnswerHead | null = null;
   headError: Http1Error | null = null;
   private mode: BodyMode = "none";
   private limit = 0;
   private reusable = true;
   private encoding = "";
   private bodyBuffer: Uint8Array | null = null;
+  /** A length-framed body's Content-Length. */
+  private declared = 0;
   private chunks: Uint8Array[] = [];
   private received = 0;
   private chunkState: ChunkState = "size";
@@ -416,6 +510,7 @@ class Connection {
     this.reusable = true;
     this.encoding = "";
     this.bodyBuffer = null;
+    this.declared = 0;
     this.chunks = [];
     this.received = 0;
     this.chunkState = "size";
@@ -443,42 +538,45 @@ class Connection {
 
   /** Parses a head; true when it was a 1xx answer (another head follows). */
   private readHead(head: string): boolean {
-    const lines = head.split("\r\n");
-    const status = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: |$)/.exec(lines[0]!);
-    if (!status) throw new Http1Error(`the upstream did not answer in HTTP/1.x (${JSON.stringify(lines[0]!.slice(0, 40))})`, "request");
-    const code = Number(status[2]);
+    const firstEnd = head.indexOf("\r\n");
+    const statusLine = firstEnd < 0 ? head : head.slice(0, firstEnd);
+    const code = statusCodeOf(statusLine);
+    if (code === 0) throw new Http1Error(`the upstream did not answer in HTTP/1.x (${JSON.stringify(statusLine.slice(0, 40))})`, "request");
     if (code === 101) throw new Http1Error("the upstream switched protocols", "request");
     if (code < 200) return true;
-    const headers = new Headers();
+    const http11 = statusLine.charCodeAt(7) === 49; // "HTTP/1.1"
+    const fields: string[] = [];
     let length: string | null = null;
     let transfer: string | null = null;
     let connection = "";
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!;
+    let encoding = "";
+    for (let start = firstEnd < 0 ? head.length : firstEnd + 2; start < head.length; ) {
+      let end = head.indexOf("\r\n", start);
+      if (end < 0) end = head.length;
+      const line = head.slice(start, end);
+      start = end + 2;
       const colon = line.indexOf(":");
-      if (colon <= 0) throw new Http1Error("the upstream answered a malformed header line", "request");
-      const name = line.slice(0, colon).trim().toLowerCase();
+      // No space before the colon, no folded continuation line (RFC 9112 5.1, 5.2).
+      if (colon <= 0 || !isToken(line, colon)) throw new Http1Error("the upstream answered a malformed header line", "request");
+      const name = line.slice(0, colon).toLowerCase();
       const value = line.slice(colon + 1).trim();
-      if (!HEADER_NAME.test(name)) throw new Http1Error("the upstream answered a malformed header name", "request");
-      try {
-        headers.append(name, value);
-      } catch {
-        throw new Http1Error("the upstream answered a malformed header value", "request");
-      }
+      if (value.indexOf("\n") >= 0 || value.indexOf("\r") >= 0 || value.indexOf("\0") >= 0) throw new Http1Error("the upstream answered a malformed header value", "request");
+      fields.push(name, value);
       if (name === "content-length") {
-        for (const part of value.split(",")) {
+        if (length === null && DIGITS.test(value)) length = value;
+        else for (const part of value.split(",")) {
           const v = part.trim();
-          if (!/^\d{1,15}$/.test(v) || (length !== null && length !== v)) throw new Http1Error("the upstream answered an invalid Content-Length", "request");
+          if (!DIGITS.test(v) || (length !== null && length !== v)) throw new Http1Error("the upstream answered an invalid Content-Length", "request");
           length = v;
         }
       } else if (name === "transfer-encoding") transfer = transfer === null ? value : `${transfer}, ${value}`;
       else if (name === "connection") connection += `,${value.toLowerCase()}`;
+      else if (name === "content-encoding") encoding = value.toLowerCase();
     }
-    this.parsedHead = { status: code, headers };
+    this.parsedHead = new AnswerHead(code, fields);
     this.limit = this.exchange!.request.limitFor(code);
-    this.encoding = (headers.get("content-encoding") ?? "").trim().toLowerCase();
-    const keepAlive = status[1] === "1" ? !/(^|,)\s*close\s*(,|$)/.test(connection) : /(^|,)\s*keep-alive\s*(,|$)/.test(connection);
-    this.reusable = keepAlive;
+    this.encoding = encoding;
+    this.reusable = http11 ? connection === "" || !/(^|,)\s*close\s*(,|$)/.test(connection) : /(^|,)\s*keep-alive\s*(,|$)/.test(connection);
     if (code === 204 || code === 304) this.mode = "none";
     else if (transfer !== null) {
       const codings = transfer.toLowerCase().split(",").map((c) => c.trim());
@@ -492,7 +590,7 @@ class Connection {
       const declared = Number(length);
       if (declared > this.limit) throw this.tooLarge();
       this.mode = declared === 0 ? "none" : "length";
-      if (declared > 0) this.bodyBuffer = new Uint8Array(declared);
+      this.declared = declared;
     } else {
       this.mode = "close";
       this.reusable = false;
@@ -502,7 +600,7 @@ class Connection {
 
   private tooLarge(): Http1Error {
     const head = this.parsedHead!;
-    return new Http1Error(`upstream answer exceeds the limit of ${this.limit} bytes`, "answer", { ...head, tooLarge: this.limit });
+    return new Http1Error(`upstream answer exceeds the limit of ${this.limit} bytes`, "answer", head, this.limit);
   }
 
   private readBody(buf: Buffer, at: number): void {
@@ -512,7 +610,13 @@ class Connection {
         this.finish(new Uint8Array(0));
         return;
       case "length": {
-        const body = this.bodyBuffer!;
+        // The whole body in this read (the usual small answer): a view of it, no copy.
+        if (this.received === 0 && buf.byteLength - at >= this.declared) {
+          if (buf.byteLength - at > this.declared) this.reusable = false;
+          this.finish(buf.subarray(at, at + this.declared));
+          return;
+        }
+        const body = (this.bodyBuffer ??= new Uint8Array(this.declared));
         const take = Math.min(body.byteLength - this.received, buf.byteLength - at);
         body.set(buf.subarray(at, at + take), this.received);
         this.received += take;
@@ -608,7 +712,7 @@ class Connection {
     // rest of the request would be read as the next one.
     if (this.unwritten) this.reusable = false;
     this.release();
-    exchange.succeed({ status: head.status, headers: head.headers, body });
+    exchange.succeed({ head, body });
   }
 
   /** Back to the idle list when the answer allowed it, else closed. */

@@ -32,7 +32,7 @@ import type { UpstreamTrace } from "../core/engine";
 import type { AccountFailure, AccountHealth, AccountSnapshot, AttemptFailureKind, DisabledInfo, PoolStateStore } from "../core/store";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type EngineError } from "../core/engine";
 import type { Clock } from "../core/clock";
-import { CancelScope } from "../core/cancelScope";
+import { CancelScope, type CancelView } from "../core/cancelScope";
 import { runAfter } from "../core/timerQueue";
 import { LocalPoolState, type AccountLease, type PoolState, type SharedAccountState } from "./poolState";
 
@@ -92,6 +92,8 @@ export interface AttemptContext {
   account: PoolAccountConfig;
   /** Aborts at the attempt timeout, the overall deadline or when the request is cancelled. */
   signal: AbortSignal;
+  /** The same cancellation without an AbortSignal (made only when `signal` is read): for a client that only needs to hear it. */
+  cancel: CancelView;
   /** Absolute time (clock) when this attempt must be finished. */
   deadline: number;
 }
@@ -288,7 +290,7 @@ export class AccountPool {
         attemptScope.abort(new DOMException("The attempt timed out.", "TimeoutError"));
       });
       try {
-        const value = await attempt({ account: account.cfg, get signal() { return attemptScope.signal; }, deadline: attemptDeadline });
+        const value = await attempt({ account: account.cfg, get signal() { return attemptScope.signal; }, cancel: attemptScope, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
         if (this.hasFailureCounts(account)) await this.recordSuccess(account);
         return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };

@@ -10,7 +10,8 @@ import { MAX_IMAGE_BYTES } from "../core/limits";
 import { sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
-import { Http1Error, http1Request, http1Target, type Http1Answer } from "./http1";
+import { cancelViewOf, Http1Error, http1Request, http1Target, type Http1Answer, type Http1Target } from "./http1";
+import type { CancelView } from "../core/cancelScope";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
 import type { UpstreamConfig } from "../config";
 
@@ -66,6 +67,8 @@ export interface UpstreamCall {
   headers?: Readonly<Record<string, string>>;
   body?: BodyInit;
   signal: AbortSignal;
+  /** The same cancellation as `signal`, for a client that need not make the AbortSignal (engines/http1). */
+  cancel?: CancelView;
   /** Removes the configured secrets from anything the upstream says. */
   redactor: SecretRedactor;
   now: () => number;
@@ -106,28 +109,30 @@ const utf8 = new TextDecoder();
  * callJson over the keep-alive HTTP/1.1 client (engines/http1: plain-http upstreams), with the
  * same outcomes as through fetch; a redirect is sent again through fetch, which follows it.
  */
-async function callJsonHttp1(url: URL, call: UpstreamCall): Promise<unknown> {
+async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<unknown> {
+  const cancel = call.cancel ?? cancelViewOf(call.signal);
   let answer: Http1Answer;
   try {
-    answer = await http1Request(url, {
+    answer = await http1Request(target, {
       method: call.method ?? "POST",
       headers: call.headers,
       body: call.body as string | undefined,
-      signal: call.signal,
+      cancel,
       limitFor: (status) => (status >= 200 && status < 300 ? MAX_JSON_BODY : MAX_ERROR_BODY),
     });
   } catch (e) {
-    if (call.signal.aborted) throw e;
+    if (cancel.aborted) throw e;
     if (!(e instanceof Http1Error) || e.stage === "request") throw unreachable(e, call);
     const head = e.head;
     // An error answer too large to read is refused with what it said: nothing (as readText's limit does through fetch).
     if (head && (head.status < 200 || head.status >= 300)) throw refusalOf(head.status, head.headers, "", call);
-    if (head?.tooLarge !== undefined) throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${head.tooLarge} bytes`);
+    if (e.tooLarge !== undefined) throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${e.tooLarge} bytes`);
     return brokenRead(e, call);
   }
-  const { status, headers, body } = answer;
-  if (status >= 300 && status < 400 && headers.has("location")) return callJsonViaFetch(call);
-  if (status < 200 || status >= 300) throw refusalOf(status, headers, utf8.decode(body), call);
+  const { head, body } = answer;
+  const status = head.status;
+  if (status >= 300 && status < 400 && head.headers.has("location")) return callJsonViaFetch(call);
+  if (status < 200 || status >= 300) throw refusalOf(status, head.headers, utf8.decode(body), call);
   if (body.byteLength === 0) throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
   try {
     return JSON.parse(utf8.decode(body)) as unknown;

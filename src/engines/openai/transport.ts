@@ -46,7 +46,7 @@ export class OpenAITransport {
   /** POSTs a JSON body; the parsed JSON answer of a 2xx, else an AttemptFailure. */
   postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown> {
     let headers = this.jsonHeaders.get(ctx.account.id);
-    if (!headers) this.jsonHeaders.set(ctx.account.id, (headers = this.headers(ctx.account.id, { accept: "application/json", "content-type": "application/json" })));
+    if (!headers) this.jsonHeaders.set(ctx.account.id, (headers = Object.freeze(this.headers(ctx.account.id, { accept: "application/json", "content-type": "application/json" }))));
     return callJson(this.call(ctx, path, json, headers));
   }
 
@@ -100,7 +100,11 @@ export class OpenAITransport {
       url: this.url(path),
       headers,
       body,
-      signal: ctx.signal,
+      // Read only by fetch: the keep-alive client listens to the attempt's scope instead.
+      get signal() {
+        return ctx.signal;
+      },
+      cancel: ctx.cancel,
       redactor: this.redactor,
       now: this.clock,
       rejectStatuses: REJECT_STATUSES,
