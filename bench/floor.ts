@@ -5,7 +5,7 @@
  *   bun bench/floor.ts [seconds=5] [rounds=1] [--atelier]
  *
  * - the mock and the bare proxy of bench/proxy-compare.ts (bench/support/chatServers.ts);
- * - the floor gateway (bench/support/floorGateway.ts) in seven cumulative steps, one process
+ * - the floor gateway (bench/support/floorGateway.ts) in eight cumulative steps, one process
  *   each, every one a correct minimal gateway: Elysia with Atelier's request schema, fetch and
  *   the chat.completion answer; + an AbortController and a timer per request; + the key (SHA-256
  *   and a Map; 401 for a wrong key); + the history row in Atelier's own `requests` table (a
@@ -47,6 +47,7 @@ const STEPS = [
   "+ access-log line (buffered)",
   "+ request metrics",
   "+ response schema",
+  "the same, keep-alive client instead of fetch",
 ] as const;
 const FIRST_HISTORY_STEP = 4;
 const FIRST_LOG_STEP = 5;
@@ -65,7 +66,7 @@ interface Target {
   url: string;
   proc: Spawned;
   script: string;
-  /** The floor gateway's step (1..7); absent for the bare proxy and Atelier. */
+  /** The floor gateway's step (1..8); absent for the bare proxy and Atelier. */
   step?: number;
   dataDir?: string;
   /** Every run against it, warm-up included (their answers count for the history check). */

@@ -3,7 +3,7 @@
  * on the same stack (Bun + Elysia + TypeBox + bun:sqlite + prom-client), each duty switched on
  * by a step number so that one step's cost is the difference from the step before:
  *
- *   bun bench/support/floorGateway.ts <step 1..7> <upstream chat URL> <data dir>
+ *   bun bench/support/floorGateway.ts <step 1..8> <upstream chat URL> <data dir>
  *
  *   1 Elysia route, Atelier's request schema, fetch + res.json, the chat.completion answer
  *   2 + one AbortController and one timer per request (the deadline)
@@ -14,6 +14,8 @@
  *   5 + the access-log line (Atelier's logger and batched sink) appended to <data dir>/access.log
  *   6 + the request metrics (Atelier's RequestMetrics in a prom-client registry, GET /metrics)
  *   7 + Elysia validates the answer against Atelier's response schema
+ *   8 the same, the upstream called through Atelier's keep-alive HTTP/1.1 client (src/engines/http1)
+ *       instead of fetch, listening to a CancelScope aborted by the timer
  *
  * Without the key step every request is served as the bench user (the data dir's only key).
  * SIGTERM stops it gracefully: in-flight requests finish, queued rows and lines are written.
@@ -24,6 +26,8 @@ import { join } from "node:path";
 import { Elysia } from "elysia";
 import { Registry } from "prom-client";
 import { hashApiKey } from "../../src/core/apiKeys";
+import { CancelScope } from "../../src/core/cancelScope";
+import { http1Request, http1Target, type Http1Target } from "../../src/engines/http1";
 import { chatMessagesFrom } from "../../src/core/chatRequest";
 import { newTimeOrderedId } from "../../src/core/ids";
 import { ApiError, badRequest, errorResponse, modelNotFound, unauthorized } from "../../src/http/errors";
@@ -63,11 +67,12 @@ interface UpstreamAnswer {
   choices?: { message?: { content?: unknown }; finish_reason?: unknown }[];
   usage?: { prompt_tokens?: unknown; completion_tokens?: unknown };
 }
+const utf8 = new TextDecoder();
 const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"]);
 
 if (import.meta.main) {
   const [stepArg, upstream, dataDir] = process.argv.slice(2);
-  if (!stepArg || !upstream || !dataDir) throw new Error("usage: bun bench/support/floorGateway.ts <step 1..7> <upstream chat URL> <data dir>");
+  if (!stepArg || !upstream || !dataDir) throw new Error("usage: bun bench/support/floorGateway.ts <step 1..8> <upstream chat URL> <data dir>");
   serveFloor(Number(stepArg), upstream, dataDir);
 }
 
@@ -78,6 +83,10 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
   const withLog = step >= 5;
   const withMetrics = step >= 6;
   const withResponseSchema = step >= 7;
+  const withKeepAliveClient = step >= 8;
+  const target = withKeepAliveClient ? http1Target(upstream, "") : null;
+  if (withKeepAliveClient && !target) throw new Error(`the keep-alive client does not take ${upstream}`);
+  const upstreamHeaders = Object.freeze({ "content-type": "application/json", authorization: "Bearer sk-mock-secret" });
 
   const db = openDatabase(dataDir);
   // Keys in memory, by their hash (the bench makes them before the gateway starts).
@@ -106,6 +115,7 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
 
   /** The upstream's answer to these messages, or an ApiError (502/504). */
   async function callUpstream(messages: unknown): Promise<UpstreamAnswer | ApiError> {
+    if (target) return callUpstreamKeepAlive(target, messages);
     const controller = withDeadline ? new AbortController() : undefined;
     const timer = controller ? setTimeout(() => controller.abort(), DEADLINE_MS) : undefined;
     try {
@@ -125,6 +135,28 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
       return new ApiError(502, "upstream_error", `The upstream could not be reached (${e instanceof Error ? e.name : "error"}).`, null, "upstream_error");
     } finally {
       if (timer) clearTimeout(timer);
+    }
+  }
+
+  /** callUpstream through the keep-alive client: one CancelScope and one timer per request. */
+  async function callUpstreamKeepAlive(target: Http1Target, messages: unknown): Promise<UpstreamAnswer | ApiError> {
+    const scope = new CancelScope();
+    const timer = setTimeout(() => scope.abort(), DEADLINE_MS);
+    try {
+      const answer = await http1Request(target, {
+        method: "POST",
+        headers: upstreamHeaders,
+        body: JSON.stringify({ model: UPSTREAM_MODEL, messages }),
+        cancel: scope,
+        limitFor: () => 16 * 1024 * 1024,
+      });
+      if (answer.head.status !== 200) return new ApiError(502, "upstream_error", `The upstream answered ${answer.head.status}.`, null, "upstream_error");
+      return JSON.parse(utf8.decode(answer.body)) as UpstreamAnswer;
+    } catch (e) {
+      if (scope.aborted) return new ApiError(504, "upstream_error", "The upstream did not answer in time.", null, "timeout");
+      return new ApiError(502, "upstream_error", `The upstream could not be reached (${e instanceof Error ? e.name : "error"}).`, null, "upstream_error");
+    } finally {
+      clearTimeout(timer);
     }
   }
 

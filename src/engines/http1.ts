@@ -180,6 +180,7 @@ export interface Origin {
 }
 
 const origins = new Map<string, Origin>();
+const MAX_ORIGINS = 1024;
 
 function originOf(url: URL): Origin {
   const key = url.host;
@@ -187,7 +188,10 @@ function originOf(url: URL): Origin {
   if (!origin) {
     // URL keeps an IPv6 literal's brackets in hostname; a socket wants the address alone.
     const hostname = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
-    origins.set(key, (origin = { key, hostname, port: url.port === "" ? 80 : Number(url.port), idle: [] }));
+    origin = { key, hostname, port: url.port === "" ? 80 : Number(url.port), idle: [] };
+    // Hosts come from the config, and from status URLs a queue upstream answers: past this many,
+    // a host's connections are not kept for reuse (its origin is not remembered).
+    if (origins.size < MAX_ORIGINS) origins.set(key, origin);
   }
   return origin;
 }
@@ -458,7 +462,7 @@ class Connection {
   private write(text: string, body: Uint8Array | null): void {
     const socket = this.socket!;
     const wrote = socket.write(text);
-    if (wrote < 0) return; // closing: the close handler reports it
+    if (wrote < 0) return this.closedBy(new Error("the connection was closed before the request was written"));
     if (wrote < Buffer.byteLength(text)) {
       const rest = Buffer.from(text).subarray(wrote);
       this.unwritten = body ? Buffer.concat([rest, body]) : rest;
@@ -476,7 +480,7 @@ class Connection {
     const bytes = this.unwritten;
     if (!bytes || this.closed) return;
     const wrote = this.socket!.write(bytes, this.written, bytes.byteLength - this.written);
-    if (wrote < 0) return;
+    if (wrote < 0) return this.closedBy(new Error("the connection was closed before the request was written"));
     this.written += wrote;
     if (this.written >= bytes.byteLength) {
       this.unwritten = null;
@@ -704,7 +708,11 @@ class Connection {
       body = decodeContent(raw, this.encoding, this.limit);
     } catch (e) {
       this.reusable = false;
-      exchange.fail(e instanceof Http1Error ? e : new Http1Error(`the upstream's ${this.encoding} body could not be decoded: ${errorText(e)}`, "answer", head));
+      exchange.fail(
+        e instanceof DecodedTooLarge
+          ? new Http1Error(`upstream answer exceeds the limit of ${this.limit} bytes once decoded`, "answer", head, this.limit)
+          : new Http1Error(`the upstream's ${this.encoding} body could not be decoded: ${errorText(e)}`, "answer", head),
+      );
       this.release();
       return;
     }
@@ -763,6 +771,8 @@ function joinChunks(chunks: Uint8Array[], total: number): Uint8Array {
   return out;
 }
 
+class DecodedTooLarge extends Error {}
+
 /** The body without its content coding, at most `limit` bytes decoded. */
 function decodeContent(raw: Uint8Array, encoding: string, limit: number): Uint8Array {
   if (encoding === "" || encoding === "identity" || raw.byteLength === 0) return raw;
@@ -779,7 +789,7 @@ function decodeContent(raw: Uint8Array, encoding: string, limit: number): Uint8A
         return brotliDecompressSync(raw, options);
     }
   } catch (e) {
-    if (e instanceof RangeError || (e as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") throw new Http1Error(`upstream answer exceeds the limit of ${limit} bytes once decoded`, "answer");
+    if (e instanceof RangeError || (e as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") throw new DecodedTooLarge();
     throw e;
   }
   throw new Error(`unsupported content coding ${JSON.stringify(encoding)}`);
