@@ -47,7 +47,7 @@ const STEPS = [
   "+ access-log line (buffered)",
   "+ request metrics",
   "+ response schema",
-  "the same, keep-alive client instead of fetch",
+  "7 with the keep-alive client, no fetch",
 ] as const;
 const FIRST_HISTORY_STEP = 4;
 const FIRST_LOG_STEP = 5;
@@ -125,13 +125,13 @@ async function measureFloor(seconds: number, rounds: number, withAtelier: boolea
     // the bare proxy's CPU per request over this one's, the ratio the throughputs would have if the
     // server's core were the only limit (wrk shares core 1 with whatever else runs there).
     console.log(
-      `${"target".padEnd(40)} ${"req/s".padStart(7)} ${"p99 ms".padStart(7)} ${"CPU µs/req".padStart(11)} ${"× bare".padStart(7)} ${"CPU × bare".padStart(11)} ${"requests".padStart(9)}  non-2xx/errors`,
+      `${"target".padEnd(42)} ${"req/s".padStart(7)} ${"p99 ms".padStart(7)} ${"CPU µs/req".padStart(11)} ${"× bare".padStart(7)} ${"CPU × bare".padStart(11)} ${"requests".padStart(9)}  non-2xx/errors`,
     );
     const bare = medianResult(measured.get(targets[0]!)!);
     for (const [t, rs] of measured) {
       const r = medianResult(rs);
       console.log(
-        `${t.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} ${r.p99.toFixed(2).padStart(7)} ${r.cpuUs.toFixed(0).padStart(11)} ${(r.rps / bare.rps).toFixed(2).padStart(7)} ` +
+        `${t.name.padEnd(42)} ${r.rps.toFixed(0).padStart(7)} ${r.p99.toFixed(2).padStart(7)} ${r.cpuUs.toFixed(0).padStart(11)} ${(r.rps / bare.rps).toFixed(2).padStart(7)} ` +
           `${(bare.cpuUs / r.cpuUs).toFixed(2).padStart(11)} ${String(r.requests).padStart(9)}  ${r.non2xx}/${r.errors}`,
       );
     }
