@@ -47,7 +47,7 @@ const STEPS = [
   "+ access-log line (buffered)",
   "+ request metrics",
   "+ response schema",
-  "7 with the keep-alive client, no fetch",
+  "= 7, keep-alive client instead of fetch",
 ] as const;
 const FIRST_HISTORY_STEP = 4;
 const FIRST_LOG_STEP = 5;
