@@ -31,14 +31,23 @@ export class AnswerHead {
   private made: Headers | null = null;
   constructor(
     readonly status: number,
-    /** Name (lower case) and value, alternating. */
-    private readonly fields: string[],
+    /** The head as received (checked line by line when it was parsed). */
+    private readonly text: string,
+    /** Where its header lines start. */
+    private readonly fieldsFrom: number,
   ) {}
 
   get headers(): Headers {
     if (!this.made) {
       const headers = new Headers();
-      for (let i = 0; i < this.fields.length; i += 2) headers.append(this.fields[i]!, this.fields[i + 1]!);
+      const text = this.text;
+      for (let start = this.fieldsFrom; start < text.length; ) {
+        let end = text.indexOf("\r\n", start);
+        if (end < 0) end = text.length;
+        const colon = text.indexOf(":", start);
+        headers.append(text.slice(start, colon), text.slice(colon + 1, end).trim());
+        start = end + 2;
+      }
       this.made = headers;
     }
     return this.made;
@@ -293,9 +302,9 @@ function statusCodeOf(line: string): number {
 /** Characters of an HTTP token (RFC 9110 5.6.2), by code. */
 const TOKEN = new Uint8Array(128);
 for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TOKEN[c.charCodeAt(0)] = 1;
-/** The first `end` characters of `text` are a token. */
-function isToken(text: string, end: number): boolean {
-  for (let i = 0; i < end; i++) {
+/** `text` from `start` to `end` is a token. */
+function isToken(text: string, start: number, end: number): boolean {
+  for (let i = start; i < end; i++) {
     const c = text.charCodeAt(i);
     if (c >= 128 || TOKEN[c] === 0) return false;
   }
@@ -303,9 +312,11 @@ function isToken(text: string, end: number): boolean {
 }
 
 const DIGITS = /^\d{1,15}$/;
+/** A CR not followed by LF, or an LF not after a CR. */
+const BARE_LINE_BREAK = /\r(?!\n)|(?<!\r)\n/;
 const HEADER_VALUE_FORBIDDEN = /[\0\r\n]/;
 function validHeader(name: string, value: string): boolean {
-  return name.length > 0 && isToken(name, name.length) && !HEADER_VALUE_FORBIDDEN.test(value);
+  return name.length > 0 && isToken(name, 0, name.length) && !HEADER_VALUE_FORBIDDEN.test(value);
 }
 
 class Exchange {
@@ -549,35 +560,42 @@ class Connection {
     if (code === 101) throw new Http1Error("the upstream switched protocols", "request");
     if (code < 200) return true;
     const http11 = statusLine.charCodeAt(7) === 49; // "HTTP/1.1"
-    const fields: string[] = [];
+    // No NUL, no CR or LF but as a line end, anywhere in the head.
+    if (head.indexOf("\0") >= 0 || BARE_LINE_BREAK.test(head)) throw new Http1Error("the upstream answered a malformed header value", "request");
+    const fieldsFrom = firstEnd < 0 ? head.length : firstEnd + 2;
     let length: string | null = null;
     let transfer: string | null = null;
     let connection = "";
     let encoding = "";
-    for (let start = firstEnd < 0 ? head.length : firstEnd + 2; start < head.length; ) {
+    for (let start = fieldsFrom; start < head.length; ) {
       let end = head.indexOf("\r\n", start);
       if (end < 0) end = head.length;
-      const line = head.slice(start, end);
-      start = end + 2;
-      const colon = line.indexOf(":");
+      const colon = head.indexOf(":", start);
       // No space before the colon, no folded continuation line (RFC 9112 5.1, 5.2).
-      if (colon <= 0 || !isToken(line, colon)) throw new Http1Error("the upstream answered a malformed header line", "request");
-      const name = line.slice(0, colon).toLowerCase();
-      const value = line.slice(colon + 1).trim();
-      if (value.indexOf("\n") >= 0 || value.indexOf("\r") >= 0 || value.indexOf("\0") >= 0) throw new Http1Error("the upstream answered a malformed header value", "request");
-      fields.push(name, value);
-      if (name === "content-length") {
-        if (length === null && DIGITS.test(value)) length = value;
-        else for (const part of value.split(",")) {
-          const v = part.trim();
-          if (!DIGITS.test(v) || (length !== null && length !== v)) throw new Http1Error("the upstream answered an invalid Content-Length", "request");
-          length = v;
-        }
-      } else if (name === "transfer-encoding") transfer = transfer === null ? value : `${transfer}, ${value}`;
-      else if (name === "connection") connection += `,${value.toLowerCase()}`;
-      else if (name === "content-encoding") encoding = value.toLowerCase();
+      if (colon <= start || colon >= end || !isToken(head, start, colon)) throw new Http1Error("the upstream answered a malformed header line", "request");
+      // Only the fields that frame the answer are read here (by their names' lengths first); the
+      // others wait in the head for AnswerHead.headers.
+      const nameLength = colon - start;
+      if (nameLength === 14 || nameLength === 17 || nameLength === 10 || nameLength === 16) {
+        const name = head.slice(start, colon).toLowerCase();
+        if (name === "content-length") {
+          const value = head.slice(colon + 1, end).trim();
+          if (length === null && DIGITS.test(value)) length = value;
+          else
+            for (const part of value.split(",")) {
+              const v = part.trim();
+              if (!DIGITS.test(v) || (length !== null && length !== v)) throw new Http1Error("the upstream answered an invalid Content-Length", "request");
+              length = v;
+            }
+        } else if (name === "transfer-encoding") {
+          const value = head.slice(colon + 1, end).trim();
+          transfer = transfer === null ? value : `${transfer}, ${value}`;
+        } else if (name === "connection") connection += `,${head.slice(colon + 1, end).trim().toLowerCase()}`;
+        else if (name === "content-encoding") encoding = head.slice(colon + 1, end).trim().toLowerCase();
+      }
+      start = end + 2;
     }
-    this.parsedHead = new AnswerHead(code, fields);
+    this.parsedHead = new AnswerHead(code, head, fieldsFrom);
     this.limit = this.exchange!.request.limitFor(code);
     this.encoding = encoding;
     this.reusable = http11 ? connection === "" || !/(^|,)\s*close\s*(,|$)/.test(connection) : /(^|,)\s*keep-alive\s*(,|$)/.test(connection);

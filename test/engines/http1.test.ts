@@ -340,6 +340,8 @@ describe("bounds", () => {
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("did not answer in HTTP/1.x");
     server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed chunk size");
+    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 0\r\n\r\n");
+    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header value");
     server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nX-A: 1\r\n folded: 2\r\nContent-Length: 0\r\n\r\n");
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header line");
     server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc");
