@@ -88,6 +88,8 @@ export interface Http1Request {
 }
 
 const MAX_HEAD_BYTES = 64 * 1024;
+/** A length-framed body up to this size gets its exact buffer when the head arrives. */
+const PREALLOCATE_BYTES = 1024 * 1024;
 const MAX_CHUNK_LINE_BYTES = 4096;
 /** An idle connection older than this is closed rather than reused (below the usual 5 s server keep-alive). */
 export const IDLE_REUSE_MS = 4000;
@@ -183,6 +185,8 @@ export function http1Request(target: Http1Target, request: Http1Request): Promis
 
 export interface Origin {
   key: string;
+  /** Remembered in `origins` (its idle connections can be found again). */
+  kept: boolean;
   hostname: string;
   port: number;
   idle: Connection[];
@@ -197,10 +201,10 @@ function originOf(url: URL): Origin {
   if (!origin) {
     // URL keeps an IPv6 literal's brackets in hostname; a socket wants the address alone.
     const hostname = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
-    origin = { key, hostname, port: url.port === "" ? 80 : Number(url.port), idle: [] };
     // Hosts come from the config, and from status URLs a queue upstream answers: past this many,
     // a host's connections are not kept for reuse (its origin is not remembered).
-    if (origins.size < MAX_ORIGINS) origins.set(key, origin);
+    origin = { key, kept: origins.size < MAX_ORIGINS, hostname, port: url.port === "" ? 80 : Number(url.port), idle: [] };
+    if (origin.kept) origins.set(key, origin);
   }
   return origin;
 }
@@ -210,29 +214,32 @@ function takeIdle(origin: Origin, now: number): Connection | null {
   for (;;) {
     const conn = origin.idle.pop();
     if (!conn) return null;
+    conn.parked = false;
     if (conn.closed) continue;
     if (now - conn.idleSince > IDLE_REUSE_MS) {
       conn.destroy();
       continue;
     }
     conn.socket!.ref();
+    conn.reused = true;
     return conn;
   }
 }
 
 function park(conn: Connection): void {
   const idle = conn.origin.idle;
-  if (idle.length >= MAX_IDLE_PER_ORIGIN) {
+  if (idle.length >= MAX_IDLE_PER_ORIGIN || !conn.origin.kept) {
     conn.destroy();
     return;
   }
   conn.idleSince = Date.now();
   // An idle connection does not keep the process alive.
   conn.socket!.unref();
+  conn.parked = true;
   idle.push(conn);
 }
 
-/** Closes every idle connection (tests, and a server that stops). */
+/** Closes every idle connection (tests; in a server they are unref'd and end with the process). */
 export function closeIdleHttp1Connections(): void {
   for (const origin of origins.values()) {
     for (const conn of origin.idle.splice(0)) conn.destroy();
@@ -251,7 +258,7 @@ interface EncodedRequest {
 function requestHead(target: Http1Target, request: Http1Request): EncodedRequest {
   let text = request.method + target.line + headerBlock(request.headers);
   const body = request.body;
-  if (body === undefined) return { text: `${text}\r\n`, body: null };
+  if (body === undefined) return { text: request.method === "POST" ? `${text}Content-Length: 0\r\n\r\n` : `${text}\r\n`, body: null };
   text += `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
   return body.length <= INLINE_BODY_CHARS ? { text: text + body, body: null } : { text, body };
 }
@@ -365,9 +372,9 @@ class Exchange {
   connectionLost(conn: Connection, reason: string): void {
     if (this.settled) return;
     this.conn = null;
-    // Closed before any byte of the answer, on a connection that had served before: the server
+    // Closed before any byte of the answer, on a connection taken from the idle list: the server
     // had closed it idle and never read this request; one new connection gets it.
-    if (!this.answered && conn.served > 0 && !this.retried) {
+    if (!this.answered && conn.reused && !this.retried) {
       this.retried = true;
       this.dispatch(null);
       return;
@@ -431,8 +438,10 @@ class Connection {
   socket: Socket<Connection> | null = null;
   closed = false;
   idleSince = 0;
-  /** Answers read whole on this connection. */
-  served = 0;
+  /** On its origin's idle list now. */
+  parked = false;
+  /** Taken from the idle list at least once (a close before any answer byte may be the server's idle timeout). */
+  reused = false;
   private exchange: Exchange | null = null;
   private unwritten: Uint8Array | null = null;
   private written = 0;
@@ -452,6 +461,7 @@ class Connection {
   private received = 0;
   private chunkState: ChunkState = "size";
   private chunkLeft = 0;
+  private trailerBytes = 0;
 
   private constructor(readonly origin: Origin) {}
 
@@ -530,6 +540,7 @@ class Connection {
     this.received = 0;
     this.chunkState = "size";
     this.chunkLeft = 0;
+    this.trailerBytes = 0;
   }
 
   private parse(data: Buffer): void {
@@ -606,8 +617,9 @@ class Connection {
         if (codings.length > 1) throw new Http1Error(`unsupported transfer coding ${JSON.stringify(transfer)}`, "request");
         this.mode = "chunked";
       } else throw new Http1Error(`unsupported transfer coding ${JSON.stringify(transfer)}`, "request");
-      // Both framings in one answer: the message is suspect, the connection is not reused.
-      if (length !== null) this.reusable = false;
+      // Both framings in one answer, or chunks in HTTP/1.0: the framing is suspect (RFC 9112
+      // 6.1), the connection is not reused.
+      if (length !== null || !http11) this.reusable = false;
     } else if (length !== null) {
       const declared = Number(length);
       if (declared > this.limit) throw this.tooLarge();
@@ -636,6 +648,17 @@ class Connection {
         if (this.received === 0 && buf.byteLength - at >= this.declared) {
           if (buf.byteLength - at > this.declared) this.reusable = false;
           this.finish(buf.subarray(at, at + this.declared));
+          return;
+        }
+        if (this.declared > PREALLOCATE_BYTES) {
+          // A large body is not allocated on the word of a head alone: its parts are kept as they come.
+          const take = Math.min(this.declared - this.received, buf.byteLength - at);
+          this.chunks.push(buf.subarray(at, at + take));
+          this.received += take;
+          if (this.received === this.declared) {
+            if (at + take < buf.byteLength) this.reusable = false;
+            this.finish(joinChunks(this.chunks, this.received));
+          }
           return;
         }
         const body = (this.bodyBuffer ??= new Uint8Array(this.declared));
@@ -696,8 +719,17 @@ class Connection {
         }
         case "trailers": {
           const eol = buf.indexOf("\r\n", at);
-          if (eol < 0) return this.keep(buf, at, MAX_HEAD_BYTES);
+          if (eol < 0) return this.keep(buf, at, MAX_HEAD_BYTES - this.trailerBytes);
           const empty = eol === at;
+          if (!empty) {
+            // Trailers are read past, not used; they are held to the head's rules and size.
+            const line = buf.toString("latin1", at, eol);
+            const colon = line.indexOf(":");
+            this.trailerBytes += line.length + 2;
+            if (this.trailerBytes > MAX_HEAD_BYTES || colon <= 0 || !isToken(line, 0, colon) || line.indexOf("\0") >= 0 || line.indexOf("\n") >= 0 || line.indexOf("\r") >= 0) {
+              throw new Http1Error("the upstream answered a malformed chunked trailer", "answer", this.parsedHead!);
+            }
+          }
           at = eol + 2;
           if (empty) {
             if (at < buf.byteLength) this.reusable = false;
@@ -720,7 +752,6 @@ class Connection {
     const exchange = this.exchange!;
     const head = this.parsedHead!;
     this.exchange = null;
-    this.served++;
     let body: Uint8Array;
     try {
       body = decodeContent(raw, this.encoding, this.limit);
@@ -732,12 +763,15 @@ class Connection {
           : new Http1Error(`the upstream's ${this.encoding} body could not be decoded: ${errorText(e)}`, "answer", head),
       );
       this.release();
+      this.resetAnswer();
       return;
     }
     // The answer may come before the whole request was written (a server refusing early): the
     // rest of the request would be read as the next one.
     if (this.unwritten) this.reusable = false;
     this.release();
+    // Nothing of this answer stays with the connection once it is handed on.
+    this.resetAnswer();
     exchange.succeed({ head, body });
   }
 
@@ -746,6 +780,15 @@ class Connection {
     if (this.closed) return;
     if (this.reusable && !this.exchange && !this.unwritten) park(this);
     else this.destroy();
+  }
+
+  /** A closed connection is not kept on the idle list (nor what it holds). */
+  private leaveIdleList(): void {
+    if (!this.parked) return;
+    this.parked = false;
+    const idle = this.origin.idle;
+    const at = idle.lastIndexOf(this);
+    if (at >= 0) idle.splice(at, 1);
   }
 
   peerEnded(): void {
@@ -759,6 +802,7 @@ class Connection {
   closedBy(error?: Error): void {
     if (this.closed) return;
     this.closed = true;
+    this.leaveIdleList();
     if (this.exchange && this.parsedHead && this.mode === "close" && !error) {
       this.finish(joinChunks(this.chunks, this.received));
       return;
@@ -772,6 +816,7 @@ class Connection {
   destroy(): void {
     if (this.closed) return;
     this.closed = true;
+    this.leaveIdleList();
     this.exchange = null;
     this.unwritten = null;
     this.socket?.terminate();

@@ -33,6 +33,7 @@ class RawServer {
   closedConnections = 0;
   requests: ReceivedRequest[] = [];
   reply: Reply = () => {};
+  sockets = new Set<Socket<ConnState>>();
 
   constructor() {
     this.listener = Bun.listen<ConnState>({
@@ -41,6 +42,7 @@ class RawServer {
       socket: {
         open: (socket) => {
           socket.data = { id: ++this.connections, buffer: Buffer.alloc(0), served: 0 };
+          this.sockets.add(socket);
         },
         data: (socket, data) => {
           const conn = socket.data;
@@ -58,11 +60,17 @@ class RawServer {
             conn.served++;
           }
         },
-        close: () => {
+        close: (socket) => {
           this.closedConnections++;
+          this.sockets.delete(socket);
         },
       },
     });
+  }
+
+  /** Closes every open connection from the server's side (what an idle timeout does). */
+  endAll(): void {
+    for (const socket of this.sockets) socket.end();
   }
 
   url(path = "/v1/x"): Http1Target {
@@ -113,6 +121,12 @@ describe("requests and framing", () => {
     expect(lines).toContain(`Content-Length: ${Buffer.byteLength('{"prompt":"kettle é"}')}`);
     expect(lines).toContain("Accept-Encoding: identity");
     expect(body.toString()).toBe('{"prompt":"kettle é"}');
+  });
+
+  test("a POST without a body says Content-Length: 0", async () => {
+    server.reply = (_r, s) => s.write(okAnswer());
+    await send(server.url("/empty"), { body: undefined });
+    expect(server.requests[0]!.head.split("\r\n")).toContain("Content-Length: 0");
   });
 
   test("a GET sends no body and no Content-Length", async () => {
@@ -221,6 +235,34 @@ describe("connections", () => {
     const before = server.connections;
     await send(server.url());
     const answer = await send(server.url());
+    expect(text(answer.body)).toBe(JSON_ANSWER);
+    expect(server.connections - before).toBe(2);
+  });
+
+  test("an idle connection the server closes leaves the idle list; a parked one holds nothing of its last answer", async () => {
+    server.reply = (_r, s) => s.write(`HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n`);
+    const target = server.url("/idle-list");
+    await Promise.all([send(target), send(target), send(target)]);
+    const idle = target.origin.idle as unknown as Array<Record<string, unknown>>;
+    expect(idle.length).toBe(3);
+    for (const conn of idle) expect({ chunks: (conn.chunks as unknown[]).length, head: conn.parsedHead, pending: conn.pending }).toEqual({ chunks: 0, head: null, pending: null });
+    server.endAll();
+    await tick(50);
+    expect(target.origin.idle.length).toBe(0);
+  });
+
+  test("a connection opened for a request aborted meanwhile is parked; closed by the server before answering the next, that one is retried", async () => {
+    const before = server.connections;
+    server.reply = (_r, s, conn) => {
+      if (conn.id === before + 1) s.end();
+      else s.write(okAnswer());
+    };
+    const controller = new AbortController();
+    const aborted = send(server.url("/abort-connect"), { signal: controller.signal });
+    controller.abort(new Error("stop"));
+    expect(await aborted.catch((e: Error) => e.message)).toBe("stop");
+    await tick(20);
+    const answer = await send(server.url("/abort-connect"));
     expect(text(answer.body)).toBe(JSON_ANSWER);
     expect(server.connections - before).toBe(2);
   });
@@ -344,6 +386,8 @@ describe("bounds", () => {
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header value");
     server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nX-A: 1\r\n folded: 2\r\nContent-Length: 0\r\n\r\n");
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header line");
+    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: a\nb\r\n\r\n");
+    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed chunked trailer");
     server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc");
     expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("invalid Content-Length");
   });
