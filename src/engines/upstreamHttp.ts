@@ -10,7 +10,7 @@ import { MAX_IMAGE_BYTES } from "../core/limits";
 import { sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
-import { cancelViewOf, Http1Error, http1Request, http1Target, type Http1Answer, type Http1Target } from "./http1";
+import { cancelViewOf, Http1Error, http1Request, http1Target, type AnswerHead, type Http1Answer, type Http1Target } from "./http1";
 import type { CancelView } from "../core/cancelScope";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type SecretRedactor } from "./redact";
 import type { UpstreamConfig } from "../config";
@@ -124,6 +124,8 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
     if (cancel.aborted) throw e;
     if (!(e instanceof Http1Error) || e.stage === "request") throw unreachable(e, call);
     const head = e.head;
+    // A redirect with a body too large to read is still a redirect (fetch follows it).
+    if (head && isRedirect(head)) return callJsonViaFetch(call);
     // An error answer too large to read is refused with what it said: nothing (as readText's limit does through fetch).
     if (head && (head.status < 200 || head.status >= 300)) throw refusalOf(head.status, head.headers, "", call);
     if (e.tooLarge !== undefined) throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${e.tooLarge} bytes`);
@@ -131,7 +133,7 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
   }
   const { head, body } = answer;
   const status = head.status;
-  if (status >= 300 && status < 400 && head.headers.has("location")) return callJsonViaFetch(call);
+  if (isRedirect(head)) return callJsonViaFetch(call);
   if (status < 200 || status >= 300) throw refusalOf(status, head.headers, utf8.decode(body), call);
   if (body.byteLength === 0) throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
   try {
@@ -139,6 +141,10 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
   } catch {
     throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
   }
+}
+
+function isRedirect(head: AnswerHead): boolean {
+  return head.status >= 300 && head.status < 400 && head.headers.has("location");
 }
 
 /** The parsed JSON body of an upstream answer (bounded like callJson's). */

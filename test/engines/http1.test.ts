@@ -422,6 +422,9 @@ describe("callJson over this client", () => {
     try {
       server.reply = (_r, s) => s.write(`HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:${target.port}/new\r\nContent-Length: 0\r\n\r\n`);
       expect(await call(server.url())).toEqual({ moved: true, got: "{}" });
+      // One whose body is larger than an error's 64 KiB is followed all the same.
+      server.reply = (_r, s) => s.write(`HTTP/1.1 308 Permanent Redirect\r\nLocation: http://127.0.0.1:${target.port}/new\r\nContent-Length: ${100 * 1024}\r\n\r\n`);
+      expect(await call(server.url("/big-redirect"))).toEqual({ moved: true, got: "{}" });
     } finally {
       target.stop(true);
     }
