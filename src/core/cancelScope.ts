@@ -1,11 +1,3 @@
-/**
- * The cancellation of one piece of work (a request, one attempt of it): aborted once, with a
- * reason, by whoever owns it (its deadline, the client's hang-up, its parent). It stands in for
- * an AbortController per layer, which a request paid for twice (the flow's deadline and the
- * pool's attempt) plus an event listener linking them: here the AbortSignal is made only when
- * something reads `signal` (fetch does, for the attempt), and a child scope is linked to its
- * parent by a list entry.
- */
 /** What a listener needs of a cancellation: whether it happened, why, and a way to hear it. */
 export interface CancelView {
   readonly aborted: boolean;
@@ -14,6 +6,25 @@ export interface CancelView {
   onAbort(listener: (reason: unknown) => void): () => void;
 }
 
+/** Calls `listener` once when `signal` aborts (at once if it has); returns the function that stops listening. */
+export function listenForAbort(signal: AbortSignal, listener: (reason: unknown) => void): () => void {
+  if (signal.aborted) {
+    listener(signal.reason);
+    return () => {};
+  }
+  const onAbort = () => listener(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
+  return () => signal.removeEventListener("abort", onAbort);
+}
+
+/**
+ * The cancellation of one piece of work (a request, one attempt of it): aborted once, with a
+ * reason, by whoever owns it (its deadline, the client's hang-up, its parent). It stands in for
+ * an AbortController per layer, which a request paid for twice (the flow's deadline and the
+ * pool's attempt) plus an event listener linking them: here the AbortSignal is made only when
+ * something reads `signal` (fetch does, for the attempt), and a child scope is linked to its
+ * parent by a list entry.
+ */
 export class CancelScope implements CancelView {
   aborted = false;
   reason: unknown = undefined;
@@ -27,13 +38,7 @@ export class CancelScope implements CancelView {
   /** A scope aborted when `signal` is (linked by one listener, removed by `release`). */
   static following(signal: AbortSignal): CancelScope {
     const scope = new CancelScope();
-    if (signal.aborted) {
-      scope.abort(signal.reason);
-      return scope;
-    }
-    const onAbort = () => scope.abort(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    scope.unfollow = () => signal.removeEventListener("abort", onAbort);
+    scope.unfollow = listenForAbort(signal, (reason) => scope.abort(reason));
     return scope;
   }
 

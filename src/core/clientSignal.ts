@@ -6,6 +6,8 @@
  * that), picked up by one shared ticker (not a timer per request). A client that hung up earlier is seen then: a
  * signal that is already aborted aborts the work at once.
  */
+import { listenForAbort } from "./cancelScope";
+
 export type ClientSignal = AbortSignal | (() => AbortSignal);
 
 /** How long work runs before a lazily given client signal is read and watched. */
@@ -38,7 +40,7 @@ function tick(): void {
   for (const p of pending) {
     if (round - p.round < 2) continue;
     pending.delete(p);
-    p.detach = listen(p.read!(), p.onAbort!);
+    p.detach = listenForAbort(p.read!(), p.onAbort!);
   }
   // Stopped on an idle tick rather than on every removal: a steady trickle of requests does not
   // start and stop it each time.
@@ -48,23 +50,13 @@ function tick(): void {
   }
 }
 
-function listen(signal: AbortSignal, onAbort: (reason: unknown) => void): () => void {
-  if (signal.aborted) {
-    onAbort(signal.reason);
-    return () => {};
-  }
-  const handler = () => onAbort(signal.reason);
-  signal.addEventListener("abort", handler, { once: true });
-  return () => signal.removeEventListener("abort", handler);
-}
-
 /**
  * Calls `onAbort` when the client's signal aborts: at once for a signal, after WATCH_AFTER_MS
  * (to twice that) for a getter. Returns the function that stops watching (call it when the work is done).
  */
 export function watchClient(signal: ClientSignal | undefined, onAbort: (reason: unknown) => void): () => void {
   if (signal === undefined) return () => {};
-  if (typeof signal !== "function") return listen(signal, onAbort);
+  if (typeof signal !== "function") return listenForAbort(signal, onAbort);
   if (!ticker) {
     ticker = setInterval(tick, WATCH_AFTER_MS);
     (ticker as { unref?: () => void }).unref?.();

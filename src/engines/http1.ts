@@ -24,7 +24,8 @@
  */
 import { brotliDecompressSync, gunzipSync, inflateRawSync, inflateSync } from "node:zlib";
 import type { Socket } from "bun";
-import type { CancelView } from "../core/cancelScope";
+import { listenForAbort, type CancelView } from "../core/cancelScope";
+import { concatChunks } from "../core/bytes";
 
 /** An answer's status and header lines; its Headers are made when read (most callers never do). */
 export class AnswerHead {
@@ -153,15 +154,7 @@ export function cancelViewOf(signal: AbortSignal): CancelView {
     get reason() {
       return signal.reason as unknown;
     },
-    onAbort(listener) {
-      if (signal.aborted) {
-        listener(signal.reason);
-        return () => {};
-      }
-      const onAbort = () => listener(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
-      return () => signal.removeEventListener("abort", onAbort);
-    },
+    onAbort: (listener) => listenForAbort(signal, listener),
   };
 }
 
@@ -726,7 +719,7 @@ class Connection {
             const line = buf.toString("latin1", at, eol);
             const colon = line.indexOf(":");
             this.trailerBytes += line.length + 2;
-            if (this.trailerBytes > MAX_HEAD_BYTES || colon <= 0 || !isToken(line, 0, colon) || line.indexOf("\0") >= 0 || line.indexOf("\n") >= 0 || line.indexOf("\r") >= 0) {
+            if (this.trailerBytes > MAX_HEAD_BYTES || colon <= 0 || !isToken(line, 0, colon) || HEADER_VALUE_FORBIDDEN.test(line)) {
               throw new Http1Error("the upstream answered a malformed chunked trailer", "answer", this.parsedHead!);
             }
           }
@@ -823,15 +816,9 @@ class Connection {
   }
 }
 
+/** The body's parts as one array: the part itself when there is one (no copy). */
 function joinChunks(chunks: Uint8Array[], total: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
+  return chunks.length === 1 ? chunks[0]! : concatChunks(chunks, total);
 }
 
 class DecodedTooLarge extends Error {}

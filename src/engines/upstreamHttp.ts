@@ -135,12 +135,16 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
   const status = head.status;
   if (isRedirect(head)) return callJsonViaFetch(call);
   if (status < 200 || status >= 300) throw refusalOf(status, head.headers, utf8.decode(body), call);
-  if (body.byteLength === 0) throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
+  if (body.byteLength === 0) throw notJson(status);
   try {
     return JSON.parse(utf8.decode(body)) as unknown;
   } catch {
-    throw new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
+    throw notJson(status);
   }
+}
+
+function notJson(status: number): AttemptFailure {
+  return new AttemptFailure("failed", `upstream answered ${status} with a body that is not JSON`, undefined, status);
 }
 
 function isRedirect(head: AnswerHead): boolean {
@@ -149,16 +153,15 @@ function isRedirect(head: AnswerHead): boolean {
 
 /** The parsed JSON body of an upstream answer (bounded like callJson's). */
 export async function readJson(res: Response, call: Pick<UpstreamCall, "signal" | "redactor">, limit = MAX_JSON_BODY): Promise<unknown> {
-  const notJson = () => new AttemptFailure("failed", `upstream answered ${res.status} with a body that is not JSON`, undefined, res.status);
   const declared = declaredLength(res, limit);
   // Bun's json() answers null for an empty body, which JSON.parse refuses: not JSON either way.
-  if (declared === 0) throw notJson();
+  if (declared === 0) throw notJson(res.status);
   if (declared !== null) {
     // Read and parsed in one native call (no intermediate string handed to JSON.parse).
     try {
       return (await res.json()) as unknown;
     } catch (e) {
-      if (!call.signal.aborted && e instanceof SyntaxError) throw notJson();
+      if (!call.signal.aborted && e instanceof SyntaxError) throw notJson(res.status);
       return brokenRead(e, call);
     }
   }
@@ -166,7 +169,7 @@ export async function readJson(res: Response, call: Pick<UpstreamCall, "signal" 
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw notJson();
+    throw notJson(res.status);
   }
 }
 

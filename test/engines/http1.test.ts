@@ -376,20 +376,19 @@ describe("bounds", () => {
   });
 
   test("a head over 64 KiB, a status line that is not HTTP, a malformed chunk: protocol errors", async () => {
-    server.reply = (_r, s) => s.write(`HTTP/1.1 200 OK\r\nX-Big: ${"h".repeat(70 * 1024)}\r\n\r\n`);
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("exceeds 65536 bytes");
-    server.reply = (_r, s) => s.write("SSH-2.0-OpenSSH\r\n\r\n");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("did not answer in HTTP/1.x");
-    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed chunk size");
-    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 0\r\n\r\n");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header value");
-    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nX-A: 1\r\n folded: 2\r\nContent-Length: 0\r\n\r\n");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed header line");
-    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: a\nb\r\n\r\n");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("malformed chunked trailer");
-    server.reply = (_r, s) => s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc");
-    expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain("invalid Content-Length");
+    const cases: [wire: string, message: string][] = [
+      [`HTTP/1.1 200 OK\r\nX-Big: ${"h".repeat(70 * 1024)}\r\n\r\n`, "exceeds 65536 bytes"],
+      ["SSH-2.0-OpenSSH\r\n\r\n", "did not answer in HTTP/1.x"],
+      ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"],
+      ["HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 0\r\n\r\n", "malformed header value"],
+      ["HTTP/1.1 200 OK\r\nX-A: 1\r\n folded: 2\r\nContent-Length: 0\r\n\r\n", "malformed header line"],
+      ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: a\nb\r\n\r\n", "malformed chunked trailer"],
+      ["HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", "invalid Content-Length"],
+    ];
+    for (const [wire, message] of cases) {
+      server.reply = (_r, s) => s.write(wire);
+      expect(((await send(server.url()).catch((e: unknown) => e)) as Error).message).toContain(message);
+    }
   });
 });
 
