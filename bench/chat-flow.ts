@@ -4,7 +4,7 @@
  * batched write) costs per request, beside the same engine called alone, in one process and one
  * run. No HTTP: the engine answers a constant, so the difference is the flow's own CPU.
  *
- *   bun bench/chat-flow.ts [requests=100000] [batch=160] [rounds=3]
+ *   bun bench/chat-flow.ts [requests=100000] [batch=160] [rounds=3] [--background-checkpoints]
  *
  * 64 clients run requests `batch` at a time, and the history is flushed after each group, so
  * every history batch holds as many rows as one does in a c=64 run through the whole server on
@@ -17,7 +17,9 @@
  * - flow: runChatRequest with the real SQLite store on a file (WAL, as `serve` opens it).
  * Each prints CPU µs per request (process.cpuUsage, user + system) and requests/s. Then the
  * history write itself: the batch transactions seen during the flow runs (count, rows, the
- * longest and the 99th percentile), and a direct measure of one flush per batch size.
+ * longest and the 99th percentile), and a direct measure of one flush per batch size. With
+ * --background-checkpoints the store checkpoints its WAL on a worker thread, as `serve` does
+ * (store/walCheckpoints.ts); without, in the connection that commits (SQLite's autocheckpoint).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,10 +36,12 @@ import { createStore } from "../src/store";
 import { latestVersion, openDatabase } from "../src/store/database";
 import type { SqlQueries } from "../src/store/sql";
 
-const total = Math.min(1_000_000, Number(process.argv[2] ?? 100_000));
-const batch = Math.max(1, Math.min(2000, Number(process.argv[3] ?? 160)));
+const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const backgroundCheckpoints = process.argv.includes("--background-checkpoints");
+const total = Math.min(1_000_000, Number(args[0] ?? 100_000));
+const batch = Math.max(1, Math.min(2000, Number(args[1] ?? 160)));
 const concurrency = 64;
-const rounds = Math.min(10, Number(process.argv[4] ?? 3));
+const rounds = Math.min(10, Number(args[2] ?? 3));
 
 const MODEL: CatalogModel = { id: "bench-chat", kind: "chat", ownedBy: "bench", created: 0, source: { kind: "upstream", upstreamId: "bench" }, upstreamModel: "bench-chat", params: {}, price: 0 };
 const REPLY: ChatResult = { content: "A red stainless kettle, 1.7 litres.", finishReason: "stop", usage: { promptTokens: 12, completionTokens: 9 } };
@@ -48,6 +52,7 @@ engines.registerUpstreamChat("bench", engine);
 const dir = mkdtempSync(join(tmpdir(), "atelier-chat-flow-"));
 const store = createStore(openDatabase(dir), latestVersion());
 const db = (store.sql as unknown as { db: import("bun:sqlite").Database }).db;
+if (backgroundCheckpoints) store.checkpointInBackground((m) => console.error(m));
 const userId = db.query<{ id: number }, []>("INSERT INTO users (email, role, credits, created_at) VALUES ('bench@example.test', 'user', 0, 0) RETURNING id").get()!.id;
 const keyId = db
   .query<{ id: number }, [number]>("INSERT INTO api_keys (user_id, name, prefix, secret_hash, created_at) VALUES (?, 'bench', 'sk-atl-bench', 'h', 0) RETURNING id")
@@ -136,7 +141,9 @@ for (let r = 0; r < rounds; r++) for (const v of variants) results.get(v.name)!.
 measuring = false;
 
 const fmt = (xs: number[], d = 1) => xs.map((x) => x.toFixed(d)).join(" / ");
-console.log(`chat flow, ${total} requests × ${rounds} rounds, ${concurrency} clients, history written every ${batch} requests (one process; CPU µs per request, user + system)`);
+console.log(
+  `chat flow, ${total} requests × ${rounds} rounds, ${concurrency} clients, history written every ${batch} requests, WAL checkpoints ${backgroundCheckpoints ? "on a worker thread" : "in the committing connection"} (one process; CPU µs per request, user + system)`,
+);
 const floor = results.get("engine alone")!;
 for (const v of variants) {
   const rs = results.get(v.name)!;

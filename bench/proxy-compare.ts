@@ -15,7 +15,8 @@
  * so the side under test has one core to itself. Each round measures both sides at c=1 and c=64
  * (interleaved), then the script prints req/s, p50 and p99 and the ratios the goals name:
  * c=64 throughput ≥ 0.6× the bare proxy, c=64 p99 ≤ 3× the bare proxy's, added p50 at c=1 ≤ 1.5×
- * the bare proxy's (p50 minus the mock's own direct p50). Finally it checks that every answered
+ * the bare proxy's (p50 minus the mock's own direct p50), and with several rounds each round's own
+ * c=64 ratios, whose spread is this machine's noise. Finally it checks that every answered
  * request left a history row and an access log line, and prints what Atelier's garbage collector
  * did over the run (its log, BUN_JSC_logGC=1). Loopback only; every run is bounded by time.
  */
@@ -86,6 +87,13 @@ async function compare(seconds: number, rounds: number, chars?: number): Promise
     console.log(`c=64 p99:        ${p99.toFixed(2)}× the bare proxy's (goal ≤ 3)   ${p99 <= 3 ? "met" : "NOT met"}`);
     console.log(`CPU per request at c=64: ${med["atelier c=64"]!.cpuUs.toFixed(0)} µs vs ${med["bare c=64"]!.cpuUs.toFixed(0)} µs (${(med["atelier c=64"]!.cpuUs / med["bare c=64"]!.cpuUs).toFixed(1)}×; load from other processes does not inflate this figure)`);
     console.log(`c=1 added p50:   ${added.toFixed(2)}× the bare proxy's (goal ≤ 1.5; p50 minus the mock's direct ${mockP50.toFixed(3)} ms)   ${added <= 1.5 ? "met" : "NOT met"}`);
+    if (rounds > 1) {
+      // Each round's own ratios (its two sides measured back to back): how far this machine's
+      // load moves a figure between rounds, beside the medians above.
+      const perRound = (f: (i: number) => number) => Array.from({ length: rounds }, (_, i) => f(i).toFixed(2)).join(", ");
+      const at = (name: string, i: number) => results[name]![i]!;
+      console.log(`per round: c=64 throughput ${perRound((i) => at("atelier c=64", i).rps / at("bare c=64", i).rps)}; c=64 p99 ${perRound((i) => at("atelier c=64", i).p99 / at("bare c=64", i).p99)}`);
+    }
 
     // What the gateway promises while it is fast: a history row and an access log line per answer.
     const answered = Object.entries(results).filter(([n]) => n.startsWith("atelier")).flatMap(([, rs]) => rs).reduce((s, r) => s + r.requests, 0);

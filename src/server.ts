@@ -52,6 +52,8 @@ export async function startServer(config: Config, logger: Logger, options: Start
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });
   // From here on a locked database must not freeze the event loop: writes retry asynchronously (store/busy).
   store.setBusyTimeout(SERVING_BUSY_TIMEOUT_MS);
+  // Nor a WAL checkpoint's fsyncs: they run on a worker thread (store/walCheckpoints).
+  store.checkpointInBackground((message) => logger.warn(message));
   // Async tasks left queued by a previous run start now.
   services.tasks.start();
   services.taskEvents.start();

@@ -17,6 +17,7 @@ import type { AccountStore, FlowStore } from "../core/store";
 import { SqliteClient, type SqlClient } from "./sql";
 import { InstanceStore } from "./instances";
 import { newInstanceId } from "./instanceId";
+import { checkpointInBackground, type BackgroundCheckpoints } from "./walCheckpoints";
 
 export { newInstanceId } from "./instanceId";
 
@@ -47,6 +48,12 @@ export interface Store extends FlowStore, AccountStore {
   ready(): Promise<boolean>;
   /** How long a statement waits inside SQLite for another connection's write lock (blocking the thread); PostgreSQL has no such wait. */
   setBusyTimeout(ms: number): void;
+  /**
+   * A serving process: SQLite's WAL checkpoints run on a worker thread from now on, not in the
+   * connection that answers requests (store/walCheckpoints.ts); until close. No-op on PostgreSQL
+   * and in memory.
+   */
+  checkpointInBackground(onProblem: (message: string) => void): void;
   /** Writes the last queued chat rows, then closes the database; closing twice is a no-op. */
   close(): Promise<void>;
 }
@@ -62,6 +69,7 @@ export function createStore(backend: Db | SqlClient, latest: number, opts: { ins
   const requests = new RequestStore(sql);
   const revisions = new Revisions(sql);
   let closed = false;
+  let checkpoints: BackgroundCheckpoints | null = null;
   return {
     sql,
     instanceId,
@@ -90,6 +98,10 @@ export function createStore(backend: Db | SqlClient, latest: number, opts: { ins
     setBusyTimeout(ms: number) {
       sqlite?.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(ms))}`);
     },
+    checkpointInBackground(onProblem) {
+      if (!sqlite || checkpoints || closed || sqlite.filename === ":memory:" || sqlite.filename === "") return;
+      checkpoints = checkpointInBackground(sqlite, onProblem);
+    },
     async close() {
       // Closing twice (a test's cleanup after the server's own stop) is a no-op, not an error.
       if (closed) return;
@@ -97,6 +109,7 @@ export function createStore(backend: Db | SqlClient, latest: number, opts: { ins
       // The last chat rows: wait a little for another process's write lock rather than lose them.
       sqlite?.exec("PRAGMA busy_timeout = 2000");
       await requests.stopChats();
+      await checkpoints?.stop();
       await sql.close();
     },
   };

@@ -3,6 +3,7 @@
  * nothing beside it, makes users and keys with its own CLI, and serves the API and /docs.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import OpenAI from "openai";
 import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -114,6 +115,40 @@ describe("the compiled binary", () => {
     const { error } = (await bomb.json()) as { error: { param: string; message: string } };
     expect(error.param).toBe("reference_images[0]");
     expect(error.message).toContain("inflates to more than the 16504 bytes its header allows");
+  });
+
+  test("checkpoints its WAL on a worker thread (a third entrypoint): a row it wrote reaches the database file by itself", async () => {
+    await runAtelier(binary, ["user", "add", "wal@example.com"], { cwd: workDir });
+    const key = lastLine((await runAtelier(binary, ["key", "create", "wal@example.com"], { cwd: workDir })).stdout);
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-chat", messages: [{ role: "user", content: "hello" }] }),
+    });
+    expect(res.status).toBe(200);
+    const id = res.headers.get("x-request-id")!;
+    // The serving connection no longer checkpoints (a few rows would stay in the -wal file for
+    // a long time): only the worker puts this row into a copy of atelier.db taken without its WAL.
+    const inFileAlone = () => {
+      const copy = join(binDir, "alone.db");
+      copyFileSync(join(workDir, "data", "atelier.db"), copy);
+      const db = new Database(copy, { readonly: true });
+      try {
+        // Before any checkpoint even the schema is only in the WAL.
+        const tables = db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM sqlite_master WHERE name = 'requests'").get()!.n;
+        return tables === 1 && db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM requests WHERE id = ?").get(id)!.n === 1;
+      } finally {
+        db.close();
+        rmSync(copy);
+      }
+    };
+    let found = false;
+    for (let i = 0; i < 60 && !found; i++) {
+      await Bun.sleep(100);
+      found = inFileAlone();
+    }
+    expect(found).toBe(true);
+    expect(server.lines.filter((l) => l.includes("checkpoint"))).toEqual([]);
   });
 
   test("its healthcheck command passes, and SIGTERM stops it with exit 0", async () => {
