@@ -10,7 +10,8 @@
  *   3 + the key: SHA-256 of the Bearer secret, a Map lookup (401 for an unknown key)
  *   4 + the history row, through Atelier's own RequestStore.recordChat: queued and written every
  *       20 ms in one transaction of multi-row INSERTs into the `requests` table (the data dir's
- *       atelier.db, migrated by Atelier's migrations: its columns, indexes, WAL, synchronous=NORMAL)
+ *       atelier.db, migrated by Atelier's migrations: its columns, indexes, WAL, synchronous=NORMAL;
+ *       WAL checkpoints on a worker thread, as Atelier's server makes them)
  *   5 + the access-log line (Atelier's logger and batched sink) appended to <data dir>/access.log
  *   6 + the request metrics (Atelier's RequestMetrics in a prom-client registry, GET /metrics)
  *   7 + Elysia validates the answer against Atelier's response schema
@@ -104,6 +105,8 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
 
   // History: Atelier's own store, whose chat rows are queued and written in batches (store/requests).
   const store = createStore(db, latestVersion());
+  // Its WAL checkpoints on a worker thread, as `atelier serve` makes them (store/walCheckpoints).
+  if (withHistory) store.checkpointInBackground((message) => console.error(message));
 
   // The access log: Atelier's logger and its batched sink (one write every 20 ms or 64 KiB), to a file.
   const logFd = openSync(join(dataDir, "access.log"), "a");
