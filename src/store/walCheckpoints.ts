@@ -10,6 +10,7 @@
  * synchronous setting); other processes on the file (the CLI) keep their own autocheckpoint.
  */
 import type { Database } from "bun:sqlite";
+import { spawnEntrypointWorker } from "../core/entrypointWorker";
 
 /** How often the worker checkpoints: the WAL holds at most about this long's writes. */
 export const CHECKPOINT_INTERVAL_MS = 500;
@@ -19,25 +20,20 @@ const AUTOCHECKPOINT_PAGES = 1000;
 export type CheckpointOrder = { kind: "start"; path: string; intervalMs: number } | { kind: "stop" };
 export type CheckpointReport = { kind: "ready" } | { kind: "stopped" } | { kind: "failed"; message: string };
 
-type BunWorker = Worker & { unref(): void };
+/** What this module needs of its worker (tests hand in a stand-in). */
+type CheckpointWorker = Worker & { unref(): void };
 
 export interface BackgroundCheckpoints {
   /** A final checkpoint on the worker, then the worker ends; autocheckpoint is back on the serving connection. */
   stop(): Promise<void>;
 }
 
-/**
- * The worker is a second entrypoint of the compiled binary, like the decode worker (see
- * core/image/decodePool.ts spawnDecodeWorker): from source next to this module, in the binary
- * by its path below src/.
- */
-function spawnCheckpointWorker(): BunWorker {
-  const fromSource = import.meta.path.endsWith("walCheckpoints.ts");
-  const url = fromSource ? new URL("./checkpointWorker.ts", import.meta.url) : new URL("./store/checkpointWorker.ts", import.meta.url);
-  return new Worker(url.href) as BunWorker;
+/** The checkpoint worker, an entrypoint of the compiled binary of its own (core/entrypointWorker). */
+function spawnCheckpointWorker(): CheckpointWorker {
+  return spawnEntrypointWorker("store/checkpointWorker.ts");
 }
 
-export function checkpointInBackground(db: Database, onProblem: (message: string) => void, spawn: () => BunWorker = spawnCheckpointWorker): BackgroundCheckpoints {
+export function checkpointInBackground(db: Database, onProblem: (message: string) => void, spawn: () => CheckpointWorker = spawnCheckpointWorker): BackgroundCheckpoints {
   let running = false;
   let stopped: (() => void) | null = null;
   const autocheckpoint = (pages: number) => {
@@ -52,7 +48,7 @@ export function checkpointInBackground(db: Database, onProblem: (message: string
     autocheckpoint(AUTOCHECKPOINT_PAGES);
     onProblem(message);
   };
-  let worker: BunWorker;
+  let worker: CheckpointWorker;
   try {
     worker = spawn();
   } catch (e) {

@@ -23,6 +23,7 @@ import { decodableDimensions, type Dimensions } from "./dimensions";
 import { JPEG_MEMORY_LIMIT_BYTES } from "./jpeg";
 import { pngInflatedSize, readPngLayout } from "./png";
 import { ImageDecodeError, type Rgba } from "./rgba";
+import { spawnEntrypointWorker, type BunWorker } from "../entrypointWorker";
 
 export interface DecodeOrder {
   id: number;
@@ -89,9 +90,6 @@ interface Job {
   resolve(answer: Extract<DecodeAnswer, { ok: true }>): void;
   reject(e: Error): void;
 }
-
-/** Bun's Worker: the DOM type lacks ref/unref. */
-type BunWorker = Worker & { ref(): void; unref(): void };
 
 interface Slot {
   worker: BunWorker;
@@ -238,16 +236,9 @@ export class DecodePool {
   }
 }
 
-/**
- * The worker is a second entrypoint of the compiled binary (package.json "build" lists it). From
- * source it sits next to this module. In the binary every module's import.meta.url is the
- * executable's own, and entrypoints are embedded by their path below the entrypoints' common
- * directory, which is src/: hence the second URL (test/e2e/binary.test.ts decodes through it).
- */
+/** The decode worker, an entrypoint of the compiled binary of its own (core/entrypointWorker). */
 function spawnDecodeWorker(): BunWorker {
-  const fromSource = import.meta.path.endsWith("decodePool.ts");
-  const url = fromSource ? new URL("./decodeWorker.ts", import.meta.url) : new URL("./core/image/decodeWorker.ts", import.meta.url);
-  return new Worker(url.href) as BunWorker;
+  return spawnEntrypointWorker("core/image/decodeWorker.ts");
 }
 
 let shared: DecodePool | undefined;
