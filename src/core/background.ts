@@ -12,16 +12,26 @@ export class BackgroundWork {
   private whenIdle: Array<() => void> = [];
 
   track<T>(work: Promise<T>): Promise<T> {
-    this.running++;
+    this.begin();
     // One reaction for either outcome (it never rejects, so nothing is left unhandled).
-    const done = () => {
-      if (--this.running > 0) return;
-      const waiting = this.whenIdle;
-      this.whenIdle = [];
-      for (const resolve of waiting) resolve();
-    };
+    const done = () => this.end();
     work.then(done, done);
     return work;
+  }
+
+  /**
+   * Counts work whose owner says when it ends (`end`, exactly once): for work that already has
+   * a reaction of its own to its settling, so tracking it adds none.
+   */
+  begin(): void {
+    this.running++;
+  }
+
+  end(): void {
+    if (--this.running > 0) return;
+    const waiting = this.whenIdle;
+    this.whenIdle = [];
+    for (const resolve of waiting) resolve();
   }
 
   get size(): number {

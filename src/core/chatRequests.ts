@@ -61,23 +61,38 @@ function chatJob(req: ChatRequest, scope: CancelScope, onDelta: ChatRequest["onD
   return job;
 }
 
-/** `clientSignal` may be a getter (e.g. `() => request.signal`): it is read only if the request runs long enough to matter. */
-export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: ClientSignal): Promise<ChatOutcome> {
+const asOutcome = (outcome: ChatOutcome): ChatOutcome => outcome;
+
+/**
+ * `clientSignal` may be a getter (e.g. `() => request.signal`): it is read only if the request
+ * runs long enough to matter. `answer` turns the outcome into the caller's answer in this
+ * frame (after the history row is queued), so the caller needs no async frame of its own.
+ */
+export function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: ClientSignal): Promise<ChatOutcome>;
+export function runChatRequest<R>(deps: ChatFlowDeps, req: ChatRequest, clientSignal: ClientSignal | undefined, answer: (outcome: ChatOutcome) => R): Promise<R>;
+export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clientSignal?: ClientSignal, answer: (outcome: ChatOutcome) => unknown = asOutcome): Promise<unknown> {
   const started = performance.now();
   const engine = deps.engines.chatEngine(req.model);
   if (!engine) throw new NoEngineError(`no chat engine is registered for ${describeSource(req.model.source)} (model ${req.model.id})`);
   const problem = engine.requestProblem?.({ model: req.model, messages: req.messages, params: req.params });
   if (problem) throw new ChatRequestRefused(problem);
-  const permit = await deps.gate.admit(req.userId, clientSignal);
+  // Admitted at once without a promise when it can run (a signal already aborted is admit()'s to refuse).
+  const permit = (typeof clientSignal !== "object" && deps.gate.admitNow?.(req.userId)) || (await deps.gate.admit(req.userId, clientSignal));
   const onDelta = req.onDelta;
   // The permit is released when the engine really stops (withDeadline's onStopped), so the limit
-  // stays true even for an engine that ignores its signal; the graceful stop waits for it too.
-  const run = withDeadline(deps.generationTimeoutMs, (scope) => engine.chat(chatJob(req, scope, onDelta)), clientSignal, () => permit.release());
-  deps.background.track(run.settled);
+  // stays true even for an engine that ignores its signal; the graceful stop waits for it too,
+  // counted by that same reaction (no promise of the background's own to settle).
+  const { background } = deps;
+  background.begin();
+  const run = withDeadline(deps.generationTimeoutMs, (scope) => engine.chat(chatJob(req, scope, onDelta)), clientSignal, () => {
+    permit.release();
+    background.end();
+  });
   const generationStarted = performance.now();
+  let outcome: ChatOutcome;
   try {
     const result = await run.result;
-    const outcome = { result, queueMs: permit.waitedMs, generationMs: Math.round(performance.now() - generationStarted) };
+    outcome = { result, queueMs: permit.waitedMs, generationMs: Math.round(performance.now() - generationStarted) };
     // No usage (a stream whose upstream sent none): the history says "not known", not 0.
     const trace = result.trace;
     deps.store.requests.recordChat(
@@ -88,7 +103,6 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
       },
       deps.clock(),
     );
-    return outcome;
   } catch (e) {
     // A client that left aborts the engine, which may say so as a timeout (the pool does): still a disconnect.
     // The client's signal is read here only on a failure (it may be a getter: core/clientSignal).
@@ -106,4 +120,5 @@ export async function runChatRequest(deps: ChatFlowDeps, req: ChatRequest, clien
     if (failure.detail) deps.logger.warn("chat request failed", { request_id: req.requestId, user_id: req.userId, error_code: failure.code, detail: failure.detail });
     throw gone;
   }
+  return answer(outcome);
 }

@@ -42,6 +42,11 @@ export interface Permit {
 export interface Gate {
   /** A getter signal is read only if the request has to wait (see core/clientSignal). */
   admit(userId: number, signal?: ClientSignal): Promise<Permit>;
+  /**
+   * A permit now when the request may run at once (no waiting, no promise), else null: the
+   * caller then asks admit(). Optional: a gate that must ask elsewhere (Redis) has none.
+   */
+  admitNow?(userId: number): Permit | null;
   stats(): { running: number; queued: number };
 }
 
@@ -115,6 +120,10 @@ export class LocalGate implements Gate {
         i++;
       }
     }
+  }
+
+  admitNow(userId: number): Permit | null {
+    return this.canRun(userId) ? this.grant(userId, 0) : null;
   }
 
   admit(userId: number, clientSignal?: ClientSignal): Promise<Permit> {

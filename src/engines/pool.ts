@@ -103,6 +103,9 @@ export interface PoolResult<T> {
   trace: UpstreamTrace;
 }
 
+const poolResult = <T>(value: T, trace: UpstreamTrace): PoolResult<T> => ({ value, trace });
+const tracedValue = <T extends { trace?: UpstreamTrace }>(value: T, trace: UpstreamTrace): T => ((value.trace = trace), value);
+
 const RECENT_FAILURES = 5;
 /** Longest failure text kept per account, logged, or stored as a disabled reason. */
 const FAILURE_MESSAGE_CHARS = 300;
@@ -173,18 +176,32 @@ export class AccountPool {
    * Runs `attempt` on accounts until one succeeds, the attempts run out or the deadline
    * passes. Throws the typed engine errors (with a trace) otherwise.
    */
-  async run<T>(attempt: (ctx: AttemptContext) => Promise<T>, cancel?: AbortSignal | CancelScope): Promise<PoolResult<T>> {
-    // The request's cancellation as a scope: each attempt's is its child (no listener, and the
-    // request's own AbortSignal is never made). A signal given instead is followed by one listener.
-    const request = cancel instanceof CancelScope ? cancel : cancel ? CancelScope.following(cancel) : new CancelScope();
-    try {
-      return await this.runAttempts(attempt, request);
-    } finally {
-      if (request !== cancel) request.release();
-    }
+  run<T>(attempt: (ctx: AttemptContext) => Promise<T>, cancel?: AbortSignal | CancelScope): Promise<PoolResult<T>> {
+    return this.runFinished(attempt, cancel, poolResult);
   }
 
-  private async runAttempts<T>(attempt: (ctx: AttemptContext) => Promise<T>, request: CancelScope): Promise<PoolResult<T>> {
+  /**
+   * run() for an attempt whose value is an object of its own (a fresh reply): the trace is set
+   * on the value itself, so the caller's answer needs no await and no copy of its own.
+   */
+  runTraced<T extends { trace?: UpstreamTrace }>(attempt: (ctx: AttemptContext) => Promise<T>, cancel?: AbortSignal | CancelScope): Promise<T> {
+    return this.runFinished(attempt, cancel, tracedValue);
+  }
+
+  /**
+   * The request's cancellation as a scope: each attempt's is its child (no listener, and the
+   * request's own AbortSignal is never made). A signal given instead is followed by one
+   * listener, released when the attempts end. A scope given is used as it is, with no frame
+   * of its own around the attempts: every async frame a request passes through costs it a
+   * resumption when the upstream answers.
+   */
+  private runFinished<T, R>(attempt: (ctx: AttemptContext) => Promise<T>, cancel: AbortSignal | CancelScope | undefined, finish: (value: T, trace: UpstreamTrace) => R): Promise<R> {
+    if (cancel instanceof CancelScope) return this.runAttempts(attempt, cancel, finish);
+    const request = cancel ? CancelScope.following(cancel) : new CancelScope();
+    return this.runAttempts(attempt, request, finish).finally(() => request.release());
+  }
+
+  private async runAttempts<T, R>(attempt: (ctx: AttemptContext) => Promise<T>, request: CancelScope, finish: (value: T, trace: UpstreamTrace) => R): Promise<R> {
     const started = this.clock();
     const deadline = started + this.settings.deadlineMs;
     const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
@@ -293,7 +310,7 @@ export class AccountPool {
         const value = await attempt({ account: account.cfg, get signal() { return attemptScope.signal; }, cancel: attemptScope, deadline: attemptDeadline });
         latencyMs = this.clock() - attemptStart;
         if (this.hasFailureCounts(account)) await this.recordSuccess(account);
-        return { value, trace: { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) } };
+        return finish(value, { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) });
       } catch (e) {
         latencyMs = this.clock() - attemptStart;
         if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"), account.cfg.id);

@@ -87,12 +87,20 @@ const MAX_JSON_BODY = 256 * 1024 * 1024;
  * helper): everything a request holds while it waits outlives a young-generation collection.
  * A plain-http upstream is called through engines/http1's keep-alive client, any other through fetch.
  */
-export function callJson(call: UpstreamCall): Promise<unknown> {
+export function callJson(call: UpstreamCall): Promise<unknown>;
+/**
+ * `read` turns the parsed answer into the caller's value in the same frame (a throw is the
+ * attempt's failure): no async frame of the caller's own waits for the upstream.
+ */
+export function callJson<T>(call: UpstreamCall, read: (json: unknown) => T): Promise<T>;
+export function callJson(call: UpstreamCall, read: (json: unknown) => unknown = asIs): Promise<unknown> {
   const target = http1Target(call.url, call.body);
-  return target ? callJsonHttp1(target, call) : callJsonViaFetch(call);
+  return target ? callJsonHttp1(target, call, read) : callJsonViaFetch(call, read);
 }
 
-async function callJsonViaFetch(call: UpstreamCall): Promise<unknown> {
+const asIs = (json: unknown): unknown => json;
+
+async function callJsonViaFetch(call: UpstreamCall, read: (json: unknown) => unknown = asIs): Promise<unknown> {
   let res: Response;
   try {
     res = await fetch(call.url, requestInit(call));
@@ -100,7 +108,7 @@ async function callJsonViaFetch(call: UpstreamCall): Promise<unknown> {
     throw unreachable(e, call);
   }
   if (!res.ok) throw await refusal(res, call);
-  return readJson(res, call);
+  return read(await readJson(res, call));
 }
 
 const utf8 = new TextDecoder();
@@ -109,7 +117,7 @@ const utf8 = new TextDecoder();
  * callJson over the keep-alive HTTP/1.1 client (engines/http1: plain-http upstreams), with the
  * same outcomes as through fetch; a redirect is sent again through fetch, which follows it.
  */
-async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<unknown> {
+async function callJsonHttp1(target: Http1Target, call: UpstreamCall, read: (json: unknown) => unknown): Promise<unknown> {
   const cancel = call.cancel ?? cancelViewOf(call.signal);
   let answer: Http1Answer;
   try {
@@ -125,7 +133,7 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
     if (!(e instanceof Http1Error) || e.stage === "request") throw unreachable(e, call);
     const head = e.head;
     // A redirect with a body too large to read is still a redirect (fetch follows it).
-    if (head && isRedirect(head)) return callJsonViaFetch(call);
+    if (head && isRedirect(head)) return callJsonViaFetch(call, read);
     // An error answer too large to read is refused with what it said: nothing (as readText's limit does through fetch).
     if (head && (head.status < 200 || head.status >= 300)) throw refusalOf(head.status, head.headers, "", call);
     if (e.tooLarge !== undefined) throw new AttemptFailure("failed", `upstream answer exceeds the limit of ${e.tooLarge} bytes`);
@@ -133,14 +141,16 @@ async function callJsonHttp1(target: Http1Target, call: UpstreamCall): Promise<u
   }
   const { head, body } = answer;
   const status = head.status;
-  if (isRedirect(head)) return callJsonViaFetch(call);
+  if (isRedirect(head)) return callJsonViaFetch(call, read);
   if (status < 200 || status >= 300) throw refusalOf(status, head.headers, utf8.decode(body), call);
   if (body.byteLength === 0) throw notJson(status);
+  let json: unknown;
   try {
-    return JSON.parse(utf8.decode(body)) as unknown;
+    json = JSON.parse(utf8.decode(body));
   } catch {
     throw notJson(status);
   }
+  return read(json);
 }
 
 function notJson(status: number): AttemptFailure {

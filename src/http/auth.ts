@@ -68,8 +68,23 @@ function resolvePrincipal(request: Request, deps: ApiAuthDeps): Principal | Prom
   if (!header) return sessionOrRefusal(request, deps);
   const secret = bearerSecret(header);
   const owner = deps.keys.lookup(secret);
-  if (owner instanceof Promise) return owner.then((found) => keyPrincipal(found, found !== null && deps.keys.expired(found)));
-  return keyPrincipal(owner, owner !== null && deps.keys.expired(owner));
+  if (owner instanceof Promise) return owner.then((found) => principalOfOwner(found, found !== null && deps.keys.expired(found)));
+  return principalOfOwner(owner, owner !== null && deps.keys.expired(owner));
+}
+
+/**
+ * The principals of the key owners the authenticator keeps in memory, made once per owner: an
+ * owner record never changes (a change to the key or user drops it and a new one is read), and
+ * nothing changes a principal once made. Expiry is a matter of time, so it is checked every time.
+ */
+const principals = new WeakMap<KeyOwner, Principal>();
+
+function principalOfOwner(owner: KeyOwner | null, expired: boolean): Principal {
+  const known = owner !== null && !expired ? principals.get(owner) : undefined;
+  if (known) return known;
+  const principal = keyPrincipal(owner, expired);
+  principals.set(owner!, principal);
+  return principal;
 }
 
 async function sessionOrRefusal(request: Request, deps: ApiAuthDeps): Promise<Principal> {
@@ -134,6 +149,21 @@ export function assertModelAllowed(principal: Principal, modelId: string): void 
     "model",
     "model_not_allowed",
   );
+}
+
+/**
+ * apiAuth for routes whose parse hook authenticates before it reads the body (acceptApiBody):
+ * the principal is known by the time this runs, so it is taken without a promise (Elysia awaits
+ * an async resolve on every request). Without one (no such parse hook ran) the caller is
+ * refused, never let through.
+ */
+export function apiAuthAfterBody() {
+  // Written without async/await or a returned call: Elysia reads the source to decide whether to await it.
+  return new Elysia({ name: "auth.api.after-body" }).resolve({ as: "scoped" }, function principalFromBody({ request }) {
+    const principal = metaOf(request).principal;
+    if (principal) return { principal };
+    throw missingApiKey();
+  });
 }
 
 /** Adds `principal` to every route of the instance that uses it. */

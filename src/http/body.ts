@@ -4,7 +4,7 @@
  * does not fit waits its turn, 429 after the queue timeout), then parsed by content type
  * (malformed JSON → 400, anything else → 415).
  */
-import { authenticateApiRequest, type ApiAuthDeps } from "./auth";
+import { authenticateApiRequest, type ApiAuthDeps, type Principal } from "./auth";
 import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
 import { metaOf, shareMeta } from "./requestMeta";
 import { jsonNestedDeeperThan } from "./jsonDepth";
@@ -229,12 +229,16 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
  * the wrapped path's rule would fail it), checked by one shared ticker (slowBodyWatch).
  */
 async function readSmallBody(request: Request, rules: BodyRules): Promise<Uint8Array<ArrayBuffer>> {
-  const meta = metaOf(request);
+  const bytes = await readSmallBytes(request, rules);
+  metaOf(request).bodyUnread = false;
+  return new Uint8Array(bytes);
+}
+
+/** readSmallBody's read itself (not async: the caller's frame is the one that waits for it). */
+function readSmallBytes(request: Request, rules: BodyRules): Promise<ArrayBuffer> {
   const declared = Number(request.headers.get("content-length"));
   const deadline = performance.now() + rules.graceMs + (declared / rules.minBytesPerSecond) * 1000;
-  const bytes = await byDeadline(request.arrayBuffer(), deadline, () => bodyTooSlow(rules));
-  meta.bodyUnread = false;
-  return new Uint8Array(bytes);
+  return byDeadline(request.arrayBuffer(), deadline, () => bodyTooSlow(rules));
 }
 
 /** Not async itself: one promise less on every body read. */
@@ -333,29 +337,43 @@ export function acceptBody(...accepted: BodyKind[]) {
  * DecodedDataUrl values instead of strings.
  */
 function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]) {
-  return async function parseBody({ request }: { request: Request }): Promise<unknown> {
+  // Not async: a small JSON body is read and parsed by one async frame (readSmallJson), the one
+  // Elysia waits for. Every frame between the body's arrival and the route is resumed in turn.
+  return function parseBody({ request }: { request: Request }): Promise<unknown> {
     const contentType = request.headers.get("content-type");
     const kind = kindOf(contentType);
-    if (!kind || !accepted.includes(kind)) throw unsupportedMediaType(contentType, accepted.map((k) => CONTENT_TYPES[k]));
+    if (!kind || !accepted.includes(kind)) return Promise.reject(unsupportedMediaType(contentType, accepted.map((k) => CONTENT_TYPES[k])));
     const small = metaOf(request).smallBody;
-    if (kind === "json" && uploads && (small || request.body)) {
-      // A small unwrapped body is read whole under its deadline first, then scanned.
-      const scanned = small ? scanJsonBytes(await readSmallBody(request, small), uploads) : await scanJsonBody(request.body!, uploads);
-      return parseJsonBody(scanned.text, scanned.revive);
-    }
-    if (kind === "json") return parseJsonBody(await readLimited(request));
-    const bytes = await readDeclared(request);
-    try {
-      const form = await new Response(bytes, { headers: { "content-type": contentType! } }).formData();
-      return formToObject(form);
-    } catch (e) {
-      if (e instanceof ApiError) throw e;
-      throw badRequest(`We could not parse the multipart/form-data body: ${(e as Error).message}`, null, "invalid_multipart");
-    } finally {
-      // The parts hold their own bytes: the body (up to max_body_bytes) goes back now (core/image/release).
-      releaseBytes(bytes);
-    }
+    if (kind === "json" && small && !uploads) return readSmallJson(request, small);
+    return parseOtherBody(request, kind, contentType!, small, uploads);
   };
+}
+
+/** A small unwrapped JSON body, read whole under its deadline and parsed. */
+async function readSmallJson(request: Request, rules: BodyRules): Promise<unknown> {
+  const bytes = await readSmallBytes(request, rules);
+  metaOf(request).bodyUnread = false;
+  return parseJsonBody(new Uint8Array(bytes));
+}
+
+async function parseOtherBody(request: Request, kind: BodyKind, contentType: string, small: BodyRules | undefined, uploads: UploadParam | null): Promise<unknown> {
+  if (kind === "json" && uploads && (small || request.body)) {
+    // A small unwrapped body is read whole under its deadline first, then scanned.
+    const scanned = small ? scanJsonBytes(await readSmallBody(request, small), uploads) : await scanJsonBody(request.body!, uploads);
+    return parseJsonBody(scanned.text, scanned.revive);
+  }
+  if (kind === "json") return parseJsonBody(await readLimited(request));
+  const bytes = await readDeclared(request);
+  try {
+    const form = await new Response(bytes, { headers: { "content-type": contentType } }).formData();
+    return formToObject(form);
+  } catch (e) {
+    if (e instanceof ApiError) throw e;
+    throw badRequest(`We could not parse the multipart/form-data body: ${(e as Error).message}`, null, "invalid_multipart");
+  } finally {
+    // The parts hold their own bytes: the body (up to max_body_bytes) goes back now (core/image/release).
+    releaseBytes(bytes);
+  }
 }
 
 /**
@@ -372,10 +390,14 @@ export function acceptApiUploads(auth: ApiAuthDeps, uploads: UploadParam | null,
   const parse = acceptBodyWithUploads(uploads, accepted);
   // Destructured, never passed on whole: Elysia infers from the hook's source what the context
   // needs, and a context handed to another function makes every route parse cookies, query and headers.
-  return async function parseApiBody({ request }: { request: Request }): Promise<unknown> {
-    // On the server the caller was usually authenticated before the body (no second wait then).
-    const known = authenticateApiRequest(request, auth);
-    if (known instanceof Promise) await known;
-    return parse({ request });
+  return function parseApiBody({ request }: { request: Request }): Promise<unknown> {
+    // On the server the caller was usually authenticated before the body (then no wait here).
+    let known: Principal | Promise<Principal>;
+    try {
+      known = authenticateApiRequest(request, auth);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return known instanceof Promise ? known.then(() => parse({ request })) : parse({ request });
   };
 }

@@ -47,27 +47,31 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
     this.transport = new OpenAITransport(upstream, new AccountAuth(upstream.accounts), redactor, clock);
   }
 
-  async chat(job: ChatJob): Promise<ChatResult> {
+  chat(job: ChatJob): Promise<ChatResult> {
     const json = JSON.stringify(chatBody(job));
     const onDelta = job.onDelta;
-    const { value, trace } = await this.pool.run(async (ctx) => {
-      if (!onDelta) return this.redactedReply(parseChatAnswer(await this.transport.postJson(ctx, CHAT_PATH, json)));
+    // A whole reply is read, checked and redacted in the frame that waits for the upstream, and
+    // the pool sets the trace on it: no frame of this engine's own is resumed when it answers.
+    if (!onDelta) return this.pool.runTraced((ctx) => this.transport.postJson(ctx, CHAT_PATH, json, this.readReply), job.cancel ?? job.signal);
+    return this.pool.runTraced(async (ctx): Promise<ChatResult> => {
       const answer = await this.transport.postStreamed(ctx, CHAT_PATH, json, CHAT_STREAM_LIMITS);
       if ("events" in answer) return replyFromChunks(answer.events, onDelta, this.redactor);
       // An upstream that does not stream answered the whole reply at once.
-      const reply = this.redactedReply(parseChatAnswer(answer.json));
+      const reply = this.readReply(answer.json);
       passOnWhole(reply, onDelta);
       return reply;
     }, job.cancel ?? job.signal);
-    return { ...value, trace };
   }
 
+  /** A whole chat answer as our reply (a malformed one fails the attempt), with our secrets removed. */
+  private readonly readReply = (answer: unknown): ChatResult => this.redactedReply(parseChatAnswer(answer));
+
   /** The reply's text and its tool calls (names and arguments) with our secrets removed. */
-  private redactedReply(reply: Omit<ChatResult, "trace">): Omit<ChatResult, "trace"> {
-    const content = reply.content === null ? null : this.redactor.answer(reply.content);
-    if (!reply.toolCalls) return { ...reply, content };
-    const toolCalls = reply.toolCalls.map((c) => ({ ...c, function: { name: this.redactor.answer(c.function.name), arguments: this.redactor.answer(c.function.arguments) } }));
-    return { ...reply, content, toolCalls };
+  private redactedReply(reply: ChatResult): ChatResult {
+    // The reply is parseChatAnswer's own object: redacted in place.
+    if (reply.content !== null) reply.content = this.redactor.answer(reply.content);
+    if (reply.toolCalls) reply.toolCalls = reply.toolCalls.map((c) => ({ ...c, function: { name: this.redactor.answer(c.function.name), arguments: this.redactor.answer(c.function.arguments) } }));
+    return reply;
   }
 
   generate(job: ImageJob): Promise<GeneratedImage> {

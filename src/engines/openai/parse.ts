@@ -65,20 +65,18 @@ export function parseImageStreamEvent(sse: ServerSentEvent): ImageStreamEvent {
 }
 
 /** choices[0] of a chat answer; an unknown finish reason reads as "stop", bad counts as 0, no usage object as unknown. */
-export function parseChatAnswer(answer: unknown): Omit<ChatResult, "trace"> {
+export function parseChatAnswer(answer: unknown): ChatResult {
   const choice = isPlainObject(answer) && Array.isArray(answer.choices) ? (answer.choices[0] as unknown) : undefined;
   if (!isPlainObject(choice) || !isPlainObject(choice.message)) throw new AttemptFailure("failed", "upstream chat answer has no choices[0].message");
   const content = choice.message.content;
   if (typeof content !== "string" && content !== null && content !== undefined) throw new AttemptFailure("failed", "upstream chat answer's message content is not text");
   const toolCalls = parseToolCalls(choice.message.tool_calls);
   const usage = isPlainObject(answer) ? parseUsage(answer.usage) : undefined;
-  return {
-    // A reply of tool calls only has no text (null, as OpenAI answers it); any other reply has some.
-    content: typeof content === "string" ? content : toolCalls ? null : "",
-    ...(toolCalls ? { toolCalls } : {}),
-    finishReason: finishReasonOf(choice.finish_reason),
-    ...(usage ? { usage } : {}),
-  };
+  // A reply of tool calls only has no text (null, as OpenAI answers it); any other reply has some.
+  const reply: ChatResult = { content: typeof content === "string" ? content : toolCalls ? null : "", finishReason: finishReasonOf(choice.finish_reason) };
+  if (toolCalls) reply.toolCalls = toolCalls;
+  if (usage) reply.usage = usage;
+  return reply;
 }
 
 export function finishReasonOf(value: unknown): ChatResult["finishReason"] {

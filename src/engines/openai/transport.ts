@@ -43,11 +43,14 @@ export class OpenAITransport {
     private readonly clock: Clock,
   ) {}
 
-  /** POSTs a JSON body; the parsed JSON answer of a 2xx, else an AttemptFailure. */
-  postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown> {
+  /** POSTs a JSON body; the parsed JSON answer of a 2xx (as `read` makes it), else an AttemptFailure. */
+  postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown>;
+  postJson<T>(ctx: AttemptContext, path: string, json: string, read: (json: unknown) => T): Promise<T>;
+  postJson(ctx: AttemptContext, path: string, json: string, read?: (json: unknown) => unknown): Promise<unknown> {
     let headers = this.jsonHeaders.get(ctx.account.id);
     if (!headers) this.jsonHeaders.set(ctx.account.id, (headers = Object.freeze(this.headers(ctx.account.id, { accept: "application/json", "content-type": "application/json" }))));
-    return callJson(this.call(ctx, path, json, headers));
+    const call = this.call(ctx, path, json, headers);
+    return read ? callJson(call, read) : callJson(call);
   }
 
   /** POSTs a multipart form (fetch writes its Content-Type with the boundary). */

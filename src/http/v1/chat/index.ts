@@ -12,7 +12,7 @@ import type { ClientSignal } from "../../../core/clientSignal";
 import { runChatRequest, type ChatFlowDeps, type ChatRequest } from "../../../core/chatRequests";
 import type { CatalogModel } from "../../../core/models";
 import type { Services } from "../../../services";
-import { apiAuth, assertModelAllowed } from "../../auth";
+import { apiAuthAfterBody, assertModelAllowed } from "../../auth";
 import { acceptApiBody } from "../../body";
 import { describeFailure } from "../../errorMapping";
 import { badRequest, modelNotFound, type ApiError } from "../../errors";
@@ -69,25 +69,27 @@ export function chatRoutes(deps: ChatDeps) {
   const streaming: ChatStreamDeps = { flow, logger: deps.logger, heartbeatMs: deps.config.server.stream_heartbeat_ms };
   const allowStreaming = deps.config.chat.allow_streaming;
 
-  /** The whole reply as one chat.completion. */
-  async function completion(chat: ChatRequest, created: number, signal: ClientSignal) {
-    const { result } = await runChatRequest(flow, chat, signal);
-    // An engine that reports no usage answers 0s: the interface's usage object is not optional.
-    const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
-    return {
-      id: chat.requestId,
-      object: "chat.completion" as const,
-      created,
-      model: chat.model.id,
-      choices: [{ index: 0, message: replyMessage(result), logprobs: null, finish_reason: result.finishReason }],
-      usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
-    };
+  /** The whole reply as one chat.completion (made in the flow's own frame: no async frame here). */
+  function completion(chat: ChatRequest, created: number, signal: ClientSignal) {
+    return runChatRequest(flow, chat, signal, ({ result }) => {
+      // An engine that reports no usage answers 0s: the interface's usage object is not optional.
+      const { promptTokens, completionTokens } = result.usage ?? { promptTokens: 0, completionTokens: 0 };
+      return {
+        id: chat.requestId,
+        object: "chat.completion" as const,
+        created,
+        model: chat.model.id,
+        choices: [{ index: 0, message: replyMessage(result), logprobs: null, finish_reason: result.finishReason }],
+        usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+      };
+    });
   }
 
   return new Elysia({ name: "v1.chat", prefix: "/v1" })
     .use(sharedModels)
     .model({ ChatCompletionRequest, ChatCompletion })
-    .use(apiAuth(deps.auth))
+    // The parse hook (acceptApiBody) authenticates first, so the principal is known without a wait.
+    .use(apiAuthAfterBody())
     .post(
       "/chat/completions",
       // Not async: a streamed answer (a Response) and a completion are two promise types, which Elysia accepts apart.
