@@ -39,6 +39,19 @@ describe("BackgroundWork", () => {
     expect(bg.size).toBe(0);
   });
 
+  test("begin/end count work whose owner reports its end: idle waits for the last end", async () => {
+    const bg = new BackgroundWork();
+    bg.begin();
+    bg.begin();
+    const idle = bg.idle();
+    expect(bg.size).toBe(2);
+    bg.end();
+    expect(await settled(idle)).toBe(false);
+    bg.end();
+    expect(await settled(idle)).toBe(true);
+    expect(bg.size).toBe(0);
+  });
+
   test("idle waits for work tracked while it waits, and every waiter is woken", async () => {
     const bg = new BackgroundWork();
     const first = deferred();

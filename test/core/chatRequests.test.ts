@@ -93,6 +93,20 @@ describe("runChatRequest", () => {
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 
+  test("the caller's answer is made in the flow's frame, once the history row is queued; a failure makes none", async () => {
+    const { deps, store, engine, request, background } = setup();
+    const req = request();
+    const answer = await runChatRequest(deps, req, undefined, (outcome) => ({ text: outcome.result.content, queued: store.requests.queuedRecordOf(req.requestId)?.status }));
+    expect(answer).toEqual({ text: REPLY.content, queued: "succeeded" });
+    engine.behave = async () => {
+      throw new UpstreamFailed("upstream answered 502");
+    };
+    let made = 0;
+    expect(await failure(runChatRequest(deps, request(), undefined, () => ++made))).toBeInstanceOf(UpstreamFailed);
+    expect(made).toBe(0);
+    await background.idle();
+  });
+
   test("an engine failure: rethrown as it is, recorded failed with the described code and the trace", async () => {
     const { deps, engine, request, row } = setup();
     engine.behave = async () => {

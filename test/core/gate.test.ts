@@ -45,6 +45,28 @@ async function rejection(p: Promise<Permit>): Promise<GateRejected> {
 }
 
 describe("limits", () => {
+  test("admitNow: a permit without a promise while the request may run at once, else null; the same counts as admit", async () => {
+    const { gate } = setup();
+    const a = gate.admitNow(1);
+    expect(a).not.toBeNull();
+    expect(gate.admitNow(1)).toBeNull(); // user 1's own limit
+    const b = gate.admitNow(2);
+    expect(b).not.toBeNull();
+    expect(gate.admitNow(3)).toBeNull(); // the global limit
+    expect(gate.stats()).toEqual({ running: 2, queued: 0 });
+    // A waiter queued by admit() is served first when a slot comes back: admitNow takes none then.
+    const waiting = track(gate.admit(3));
+    a!.release();
+    a!.release(); // idempotent
+    await settle();
+    expect(waiting.permit).toBeDefined();
+    expect(gate.admitNow(4)).toBeNull();
+    b!.release();
+    waiting.permit!.release();
+    expect(gate.stats()).toEqual({ running: 0, queued: 0 });
+    expect(gate.admitNow(4)).not.toBeNull();
+  });
+
   test("admits at once up to the global limit; the next one waits", async () => {
     const { gate } = setup({ global: 2, perUser: 5 });
     const a = await gate.admit(1);

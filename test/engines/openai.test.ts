@@ -173,6 +173,20 @@ describe("chat: each account's own credentials", () => {
   });
 });
 
+describe("chat answers that are not chat completions", () => {
+  for (const fault of [{ kind: "not-chat" }, { kind: "malformed" }, { kind: "status", status: 502 }] as const) {
+    test(`${fault.kind === "status" ? "502" : fault.kind} on one account: a failed attempt, answered through the other`, async () => {
+      const { registry, talk } = build();
+      fake.queueFaults(KEY_A, fault);
+      const out = await registry.chatEngine(talk)!.chat({ model: talk, messages: [{ role: "user", content: "hello" }], params: {}, signal: new AbortController().signal });
+      expect(out.trace).toMatchObject({ upstreamId: "oa", accountId: "b", attempts: 2 });
+      expect(fake.received.map((r) => r.account)).toEqual([KEY_A, KEY_B]);
+      expect(out.content).toEqual(expect.any(String));
+      expect(out.finishReason).toBe("stop");
+    });
+  }
+});
+
 describe("chat tools", () => {
   const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { query: { type: "string" } } } } }];
   const call = { id: "call_1", type: "function" as const, function: { name: "lookup", arguments: '{"query":"kettle"}' } };

@@ -326,6 +326,33 @@ describe("failures", () => {
   });
 });
 
+describe("runTraced", () => {
+  test("the trace is set on the attempt's own value: the account that answered and the attempts it took", async () => {
+    const { pool } = setup([{ id: "a", weight: 1, maxConcurrency: 1 }, { id: "b", weight: 1, maxConcurrency: 1 }]);
+    let calls = 0;
+    const reply = await pool.runTraced(async (ctx) => {
+      if (++calls === 1) throw new AttemptFailure("failed", "upstream answered 502");
+      return { answeredBy: ctx.account.id } as { answeredBy: string; trace?: unknown };
+    });
+    expect(reply.answeredBy).toBe("b");
+    expect(reply.trace).toEqual({ upstreamId: "up", accountId: "b", attempts: 2, upstreamLatencyMs: 0 });
+  });
+
+  test("a failure keeps its trace on the error, as run() does; a request scope given is not released by the pool", async () => {
+    const { pool } = setup([{ id: "a", weight: 1, maxConcurrency: 1 }], { maxAttempts: 1 });
+    const request = new CancelScope();
+    const child = request.child();
+    const err = await pool.runTraced(async () => {
+      throw new AttemptFailure("failed", "upstream answered 500");
+    }, request).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(err.trace).toMatchObject({ upstreamId: "up", accountId: "a", attempts: 1 });
+    // The caller's scope still links its children: the pool owns only the scopes it made.
+    request.abort(new Error("later"));
+    expect(child.aborted).toBe(true);
+  });
+});
+
 describe("cancellation", () => {
   /** An attempt that waits until its signal aborts, and reports the reason. */
   const hangUntilAborted = (ctx: AttemptContext) => new Promise<string>((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));

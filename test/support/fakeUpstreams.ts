@@ -28,6 +28,8 @@ export type Fault =
   | { kind: "status"; status: number; message?: string }
   | { kind: "hang" }
   | { kind: "malformed" }
+  /** A 200 answer that is JSON but not a chat completion (no choices). */
+  | { kind: "not-chat" }
   | { kind: "reset" }
   | { kind: "not-image" }
   | { kind: "url" }
@@ -188,6 +190,8 @@ function startFake(behaviour: Behaviour): FakeUpstream {
         return new Response("too late", { status: 504 });
       case "malformed":
         return new Response('{"data": [{"b64_json": "iVBOR', { status: 200, headers: { "content-type": "application/json" } });
+      case "not-chat":
+        return Response.json({ id: "chatcmpl-empty", object: "chat.completion", created: 1, choices: [] });
       case "reset": {
         // Headers promise a body that never fully arrives: the connection is torn down mid-answer.
         const body = new ReadableStream<Uint8Array>({
