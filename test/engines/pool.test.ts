@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AccountPool, AttemptFailure, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
-import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable } from "../../src/core/engine";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type UpstreamTrace } from "../../src/core/engine";
 import { createStore } from "../../src/store";
 import { CancelScope } from "../../src/core/cancelScope";
 import { latestVersion, openDatabase } from "../../src/store/database";
@@ -332,7 +332,7 @@ describe("runTraced", () => {
     let calls = 0;
     const reply = await pool.runTraced(async (ctx) => {
       if (++calls === 1) throw new AttemptFailure("failed", "upstream answered 502");
-      return { answeredBy: ctx.account.id } as { answeredBy: string; trace?: unknown };
+      return { answeredBy: ctx.account.id } as { answeredBy: string; trace?: UpstreamTrace };
     });
     expect(reply.answeredBy).toBe("b");
     expect(reply.trace).toEqual({ upstreamId: "up", accountId: "b", attempts: 2, upstreamLatencyMs: 0 });
