@@ -2,6 +2,10 @@
  * CORS: only the API (/v1) is cross-origin, for any origin and without credentials; the
  * workbench stays same-origin. A `*` in Allow-Headers does not cover Authorization, so a
  * preflight's requested headers are echoed; the headers the openai clients act on are exposed.
+ * Only a request that says where it comes from (Origin: every browser's cross-origin request,
+ * and its same-origin POSTs) gets Allow-Origin and Expose-Headers; a server-side client sends
+ * none and reads every header anyway, so its answers carry only `Vary: Origin` (the answer
+ * depends on the header, which a cache must know).
  */
 import { cors } from "@elysiajs/cors";
 import { Elysia } from "elysia";
@@ -10,6 +14,9 @@ import { pathOf } from "./requestMeta";
 export const EXPOSED_HEADERS = "x-request-id, retry-after, retry-after-ms, x-should-retry, x-queue-time-ms, x-image-id";
 
 const isApiPath = (path: string) => path.startsWith("/v1/");
+
+/** A browser's request to the API: one whose answer needs the CORS headers. */
+const isCorsApiRequest = (request: Request, path: string | undefined) => path !== undefined && isApiPath(path) && request.headers.has("origin");
 
 const ALLOWED_METHODS = "GET, POST, OPTIONS";
 /** How long a browser may reuse a preflight's answer, in seconds. */
@@ -41,22 +48,24 @@ function preflight(request: Request): Response {
 export function apiCors() {
   const answerPreflight = ({ request }: { request: Request }) => preflight(request);
   return new Elysia({ name: "cors" })
-    .onRequest(function corsPreflight({ request }) {
+    .onRequest(function corsPreflight({ request, set }) {
       if (request.method === "OPTIONS") return preflight(request);
+      if (isCorsApiRequest(request, pathOf(request))) set.headers["access-control-expose-headers"] = EXPOSED_HEADERS;
     })
     // Routes, so that OPTIONS is a known method of every path (the hook answers before they run).
     .options("/", answerPreflight)
     .options("/*", answerPreflight)
     .use(
       cors({
-        origin: (request: Request) => isApiPath(pathOf(request)),
+        origin: (request: Request) => isCorsApiRequest(request, pathOf(request)),
         // Allow-Methods and Allow-Headers mean something only in a preflight's answer, which our
         // hook makes (echoing the headers asked for); set here, they went out on every answer
         // (`allowedHeaders: true` listed each request's own header names). The plugin's code reads
         // `false` as "send none" for both (its types list only true, a string or a list for headers).
         methods: false,
         allowedHeaders: false as unknown as string,
-        exposeHeaders: EXPOSED_HEADERS,
+        // Set by the hook above, on the answers that need it (not a default header of every answer).
+        exposeHeaders: false as unknown as string,
         credentials: false,
         maxAge: 600,
         preflight: false,
@@ -69,6 +78,6 @@ export function apiCors() {
  * server's answers before the app), so a browser calling /v1 can still read it.
  */
 export function corsHeadersForError(request: Request, path: string | undefined): Record<string, string> {
-  if (path === undefined || !isApiPath(path)) return {};
+  if (!isCorsApiRequest(request, path)) return {};
   return { "access-control-allow-origin": request.headers.get("origin") ?? "*", "access-control-expose-headers": EXPOSED_HEADERS };
 }

@@ -301,6 +301,21 @@ describe("x-request-id and CORS", () => {
     expect(res.headers.get("access-control-allow-origin")).toBe("https://elsewhere.example");
   });
 
+  test("a request without an Origin (a server-side client) gets no CORS headers but Vary: Origin; the workbench never gets them", async () => {
+    for (const headers of [auth(), {}]) {
+      const res = await fetch(`${server.url}/v1/models`, { headers });
+      expect(res.headers.get("access-control-allow-origin")).toBeNull();
+      expect(res.headers.get("access-control-expose-headers")).toBeNull();
+      expect(res.headers.get("vary")).toBe("Origin");
+      expect(res.headers.get("x-request-id")).toMatch(/^req_/);
+      await res.arrayBuffer();
+    }
+    const page = await fetch(`${server.url}/signin`, { headers: { origin: "https://elsewhere.example" } });
+    expect(page.headers.get("access-control-allow-origin")).toBeNull();
+    expect(page.headers.get("access-control-expose-headers")).toBeNull();
+    await page.arrayBuffer();
+  });
+
   test("responses, errors included, let a browser read the body and the retry headers", async () => {
     for (const headers of [auth(), {}]) {
       const res = await fetch(`${server.url}/v1/models`, { headers: { ...headers, origin: "https://elsewhere.example" } });
