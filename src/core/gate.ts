@@ -133,7 +133,8 @@ export class LocalGate implements Gate {
     if (signal?.aborted) return Promise.reject(new GateRejected("aborted", this.blockingLimit(userId), 0, "The client went away before it was admitted."));
     // Every queued waiter is blocked (drain runs on each release), so a newcomer who can run
     // overtakes nobody who could.
-    if (this.canRun(userId)) return Promise.resolve(this.grant(userId, 0));
+    const now = this.admitNow(userId);
+    if (now) return Promise.resolve(now);
     signal = signalOf(clientSignal);
     if (signal?.aborted) return Promise.reject(new GateRejected("aborted", this.blockingLimit(userId), 0, "The client went away before it was admitted."));
     const limit = this.blockingLimit(userId);

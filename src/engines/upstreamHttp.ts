@@ -87,20 +87,21 @@ const MAX_JSON_BODY = 256 * 1024 * 1024;
  * helper): everything a request holds while it waits outlives a young-generation collection.
  * A plain-http upstream is called through engines/http1's keep-alive client, any other through fetch.
  */
-export function callJson(call: UpstreamCall): Promise<unknown>;
-/**
- * `read` turns the parsed answer into the caller's value in the same frame (a throw is the
- * attempt's failure): no async frame of the caller's own waits for the upstream.
- */
-export function callJson<T>(call: UpstreamCall, read: (json: unknown) => T): Promise<T>;
-export function callJson(call: UpstreamCall, read: (json: unknown) => unknown = asIs): Promise<unknown> {
+export function callJson<T = unknown>(call: UpstreamCall, read?: JsonReader<T>): Promise<T> {
   const target = http1Target(call.url, call.body);
-  return target ? callJsonHttp1(target, call, read) : callJsonViaFetch(call, read);
+  const reader = read ?? (asIs as JsonReader<T>);
+  return target ? callJsonHttp1(target, call, reader) : callJsonViaFetch(call, reader);
 }
 
-const asIs = (json: unknown): unknown => json;
+/**
+ * Turns a parsed answer into the caller's value in callJson's own frame (a throw is the
+ * attempt's failure): no async frame of the caller's own waits for the upstream.
+ */
+export type JsonReader<T> = (json: unknown) => T;
 
-async function callJsonViaFetch(call: UpstreamCall, read: (json: unknown) => unknown = asIs): Promise<unknown> {
+const asIs: JsonReader<unknown> = (json) => json;
+
+async function callJsonViaFetch<T>(call: UpstreamCall, read: JsonReader<T>): Promise<T> {
   let res: Response;
   try {
     res = await fetch(call.url, requestInit(call));
@@ -117,7 +118,7 @@ const utf8 = new TextDecoder();
  * callJson over the keep-alive HTTP/1.1 client (engines/http1: plain-http upstreams), with the
  * same outcomes as through fetch; a redirect is sent again through fetch, which follows it.
  */
-async function callJsonHttp1(target: Http1Target, call: UpstreamCall, read: (json: unknown) => unknown): Promise<unknown> {
+async function callJsonHttp1<T>(target: Http1Target, call: UpstreamCall, read: JsonReader<T>): Promise<T> {
   const cancel = call.cancel ?? cancelViewOf(call.signal);
   let answer: Http1Answer;
   try {

@@ -6,7 +6,7 @@ import type { UpstreamConfig } from "../../config";
 import type { AttemptContext } from "../pool";
 import type { AccountAuth } from "../credentials";
 import type { SecretRedactor } from "../redact";
-import { callJson, callUpstream, downloadWithinAttempt, joinUrl, readJson, readServerSentEvents, type ServerSentEvent, type UpstreamCall } from "../upstreamHttp";
+import { callJson, callUpstream, downloadWithinAttempt, joinUrl, readJson, readServerSentEvents, type JsonReader, type ServerSentEvent, type UpstreamCall } from "../upstreamHttp";
 import type { Clock } from "../../core/clock";
 
 export const CHAT_PATH = "/chat/completions";
@@ -44,13 +44,10 @@ export class OpenAITransport {
   ) {}
 
   /** POSTs a JSON body; the parsed JSON answer of a 2xx (as `read` makes it), else an AttemptFailure. */
-  postJson(ctx: AttemptContext, path: string, json: string): Promise<unknown>;
-  postJson<T>(ctx: AttemptContext, path: string, json: string, read: (json: unknown) => T): Promise<T>;
-  postJson(ctx: AttemptContext, path: string, json: string, read?: (json: unknown) => unknown): Promise<unknown> {
+  postJson<T = unknown>(ctx: AttemptContext, path: string, json: string, read?: JsonReader<T>): Promise<T> {
     let headers = this.jsonHeaders.get(ctx.account.id);
     if (!headers) this.jsonHeaders.set(ctx.account.id, (headers = Object.freeze(this.headers(ctx.account.id, { accept: "application/json", "content-type": "application/json" }))));
-    const call = this.call(ctx, path, json, headers);
-    return read ? callJson(call, read) : callJson(call);
+    return callJson(this.call(ctx, path, json, headers), read);
   }
 
   /** POSTs a multipart form (fetch writes its Content-Type with the boundary). */
