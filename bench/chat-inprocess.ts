@@ -1,20 +1,21 @@
 /**
- * What a chat request costs Atelier's own code, this tree beside a baseline tree in one run:
- * the server's request handler driven in a process of its own with no socket in front of it
+ * What a chat request costs Atelier's own code, this tree beside a baseline tree (and the floor
+ * gateway) in one run: the server's request handler driven with no socket in front of it
  * (bench/support/inprocessChat.ts), against the zero-delay mock upstream of proxy-compare.
  *
- *   bun bench/chat-inprocess.ts [--baseline=<git revision>] [--pairs=4] [--requests=16000] [--rounds=5]
+ *   bun bench/chat-inprocess.ts [--baseline=<git revision>] [--floor] [--runs=3] [--requests=8000] [--rounds=12]
  *
  * Without the client's socket, wrk and Bun's HTTP parsing in the figure, what is left is the
  * gateway's own work (body guard, auth, Elysia, validation, the flow, the pool, the keep-alive
  * call to the mock, the history row, the access log line, metrics), with 64 requests in flight.
- * On the 2-core development machine its spread between runs is about a third of proxy-compare's,
- * which makes a change of a few µs visible: the two trees run in turn (baseline, this tree,
- * baseline, …, each in a fresh process and data dir), pinned to core 0 with the mock on core 1,
- * so load from elsewhere hits both alike. A run's figure is its least round (load from elsewhere
- * only adds to a round; on this machine one round in five can take twice the others); the
- * summary is the median of those per tree. The baseline is checked out with `git worktree` beside this tree's
- * node_modules (removed afterwards). Loopback only; bounded by the request counts.
+ * The trees run in one process pinned to core 0 (the mock on core 1), each with its own server,
+ * modules and data dir, their rounds alternating: the development machine's host load can double
+ * a round's time for seconds at a time, and run in separate processes minutes apart two trees
+ * differed by more than the changes measured. Alternating round by round, the load falls on
+ * both alike; the figure of a tree against the first is the median of its rounds' ratios to the
+ * first tree's round just before. `--floor` adds bench/floor.ts's floor gateway (step 8) as one
+ * more tree. The baseline is checked out with `git worktree` beside this tree's node_modules
+ * (removed afterwards). Loopback only; bounded by the request counts.
  */
 import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,9 +24,10 @@ import { ATELIER_CHAT_MODEL, CHAT_SERVERS, median, startPinned } from "./support
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const baseline = arg("baseline", "");
-const pairs = Number(arg("pairs", "4"));
-const requests = Number(arg("requests", "16000"));
-const rounds = Number(arg("rounds", "5"));
+const runs = Number(arg("runs", "3"));
+const requests = Number(arg("requests", "8000"));
+const rounds = Number(arg("rounds", "12"));
+const withFloor = process.argv.includes("--floor");
 const repo = join(import.meta.dir, "..");
 const HARNESS = join(import.meta.dir, "support/inprocessChat.ts");
 
@@ -63,28 +65,36 @@ try {
     symlinkSync(join(repo, "node_modules"), join(root, "node_modules"));
     trees.unshift({ name: `baseline ${baseline}`, root });
   }
+  if (withFloor) trees.push({ name: "floor gateway", root: "floor" });
 
-  const results = new Map<string, number[]>(trees.map((t) => [t.name, []]));
-  let run = 0;
-  for (let pair = 0; pair < pairs; pair++) {
-    for (const tree of trees) {
-      const data = join(dir, `run-${++run}`);
+  // Per tree, every round of every run; per run, each tree's rounds against the first tree's, round by round.
+  const all = new Map<string, number[]>(trees.map((t) => [t.name, []]));
+  const ratios = new Map<string, number[]>(trees.slice(1).map((t) => [t.name, []]));
+  for (let run = 1; run <= runs; run++) {
+    const dataDirs = trees.map((_, i) => {
+      const data = join(dir, `run-${run}-${i}`);
       cpSync(template, data, { recursive: true });
-      const child = Bun.spawnSync(["taskset", "-c", "0", process.execPath, HARNESS, tree.root, data, String(requests), String(rounds)], { stderr: "inherit" });
-      rmSync(data, { recursive: true, force: true });
-      const out = JSON.parse(child.stdout.toString().trim().split("\n").at(-1)!) as { usPerRequest: number[]; failed: number };
-      if (out.failed > 0) throw new Error(`${tree.name}: ${out.failed} requests did not answer 200`);
-      // The least a round took: load from elsewhere on the machine only ever adds to a round.
-      const us = Math.min(...out.usPerRequest);
-      results.get(tree.name)!.push(us);
-      console.log(`${tree.name.padEnd(22)} run ${pair + 1}: ${us.toFixed(1)} µs per request, its least round (rounds: ${out.usPerRequest.map((u) => u.toFixed(1)).join(", ")})`);
-    }
+      return data;
+    });
+    const child = Bun.spawnSync(
+      ["taskset", "-c", "0", process.execPath, HARNESS, String(requests), String(rounds), ...trees.map((t, i) => `${t.root}=${dataDirs[i]}`)],
+      { stderr: "inherit" },
+    );
+    for (const data of dataDirs) rmSync(data, { recursive: true, force: true });
+    const out = JSON.parse(child.stdout.toString().trim().split("\n").at(-1)!) as { usPerRequest: number[]; failed: number }[];
+    out.forEach((result, i) => {
+      const tree = trees[i]!;
+      if (result.failed > 0) throw new Error(`${tree.name}: ${result.failed} requests did not answer 200`);
+      all.get(tree.name)!.push(...result.usPerRequest);
+      if (i > 0) ratios.get(tree.name)!.push(...result.usPerRequest.map((us, r) => us / out[0]!.usPerRequest[r]!));
+      console.log(`run ${run} ${tree.name.padEnd(22)} ${result.usPerRequest.map((u) => u.toFixed(1)).join(", ")} µs per request`);
+    });
   }
-  console.log(`\n${pairs} run(s) per tree of ${rounds} rounds × ${requests} requests, 64 in flight; CPU µs per chat request (median over runs of each run's least round):`);
-  for (const [name, runs] of results) console.log(`  ${name.padEnd(22)} ${median(runs).toFixed(1)} µs   (runs: ${runs.map((u) => u.toFixed(1)).join(", ")})`);
-  if (baseline) {
-    const [before, after] = [...results.values()].map(median) as [number, number];
-    console.log(`  this tree / baseline   ${(after / before).toFixed(2)}×`);
+  console.log(`\n${runs} run(s) of ${rounds} rounds × ${requests} requests per tree, 64 in flight, the trees' rounds alternating in one process:`);
+  for (const [name, rounds] of all) {
+    const ratio = ratios.get(name);
+    const paired = ratio ? `   ${median(ratio).toFixed(3)}× ${trees[0]!.name}, round by round (median of ${ratio.length})` : "";
+    console.log(`  ${name.padEnd(22)} ${median(rounds).toFixed(1)} µs per request (median round)${paired}`);
   }
 } finally {
   for (const step of cleanup.reverse()) step();

@@ -5,7 +5,7 @@
 import { Elysia } from "elysia";
 import { openapi } from "@elysiajs/openapi";
 import { adminUpstreamsRoutes } from "./http/admin/upstreams";
-import { apiCors, corsHeadersForError } from "./http/cors";
+import { apiCors, corsHeadersForError, declareCorsHooksSync } from "./http/cors";
 import { docsRoutes } from "./http/docs";
 import { errorResponse } from "./http/errors";
 import { toApiError } from "./http/errorMapping";
@@ -127,6 +127,8 @@ export function createApp(services: Services) {
     .use(imageTasksRoutes(services))
     .use(imageFilesRoutes(services));
 
+  // Before anything composes the app's handler (app.fetch, on the first request).
+  declareCorsHooksSync(app.event.request);
   generateOpenApiNow(app as unknown as Elysia);
   return app;
 }

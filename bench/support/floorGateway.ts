@@ -74,10 +74,15 @@ const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"
 if (import.meta.main) {
   const [stepArg, upstream, dataDir] = process.argv.slice(2);
   if (!stepArg || !upstream || !dataDir) throw new Error("usage: bun bench/support/floorGateway.ts <step 1..8> <upstream chat URL> <data dir>");
-  serveFloor(Number(stepArg), upstream, dataDir);
+  const stop = serveFloor(Number(stepArg), upstream, dataDir);
+  process.once("SIGTERM", async () => {
+    await stop();
+    process.exit(0);
+  });
 }
 
-function serveFloor(step: number, upstream: string, dataDir: string): void {
+/** Serves the floor gateway at this step; the function it returns stops it gracefully. */
+export function serveFloor(step: number, upstream: string, dataDir: string): () => Promise<void> {
   const withDeadline = step >= 2;
   const withKey = step >= 3;
   const withHistory = step >= 4;
@@ -262,12 +267,11 @@ function serveFloor(step: number, upstream: string, dataDir: string): void {
   });
   console.log(`port ${server.port}`);
 
-  process.once("SIGTERM", async () => {
+  return async () => {
     await server.stop();
     // Writes the queued history rows, then closes the database.
     await store.close();
     logSink.flush();
     closeSync(logFd);
-    process.exit(0);
-  });
+  };
 }

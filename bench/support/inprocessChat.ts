@@ -1,22 +1,31 @@
 /**
- * One side of bench/chat-inprocess.ts: `atelier serve`'s own request handler (server.ts, with
+ * One run of bench/chat-inprocess.ts: `atelier serve`'s own request handler (server.ts, with
  * its body guard, access log, metrics, and the app behind it) driven in this process with no
  * socket in front of it, against the mock upstream, 64 requests in flight.
  *
- *   bun bench/support/inprocessChat.ts <repo root> <data dir> <requests per round> <rounds>
+ *   bun bench/support/inprocessChat.ts <requests per round> <rounds> <repo root>=<data dir> [<repo root>=<data dir> …]
  *
- * The data dir holds atelier.toml (an `openai` upstream on the mock) and `key`. The handler is
+ * A root of `floor` runs the floor gateway of bench/floor.ts (its step 8) on that data dir instead.
+ *
+ * Each data dir holds atelier.toml (an `openai` upstream on the mock) and `key`. With several
+ * trees, each gets a server of its own in this process (its own modules: a tree's src/ is
+ * imported from its own root) and the rounds alternate between them, tree by tree: the host's
+ * load, which on the development machine can double a round's time for seconds at a time,
+ * falls on every tree alike, and a difference of one or two µs becomes visible. The handler is
  * the one startServer gives Bun.serve (captured here), so each request takes every step a
- * request from a socket takes after Bun has parsed it. Prints one JSON line: CPU µs per request
- * of each round (user + system of the whole process), and requests that did not answer 200.
+ * request from a socket takes after Bun has parsed it. Prints one JSON line: per tree, CPU µs
+ * per request of each round (user + system of the whole process), and requests that did not
+ * answer 200.
  */
 import { openSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-const [repo, dataDir, perRoundArg, roundsArg] = process.argv.slice(2);
-if (!repo || !dataDir) throw new Error("usage: bun bench/support/inprocessChat.ts <repo root> <data dir> [requests per round] [rounds]");
-const perRound = Number(perRoundArg ?? 16_000);
-const rounds = Number(roundsArg ?? 5);
+const [perRoundArg, roundsArg, ...treeArgs] = process.argv.slice(2);
+if (!perRoundArg || !roundsArg || treeArgs.length === 0) {
+  throw new Error("usage: bun bench/support/inprocessChat.ts <requests per round> <rounds> <repo root>=<data dir> …");
+}
+const perRound = Number(perRoundArg);
+const rounds = Number(roundsArg);
 const CONCURRENCY = 64;
 
 type Handler = (request: Request, server: unknown) => Promise<Response>;
@@ -29,43 +38,88 @@ const serve = Bun.serve;
   return server;
 };
 
-const { loadConfig } = (await import(join(repo, "src/config.ts"))) as typeof import("../../src/config");
-const { batchedStdout, createLogger } = (await import(join(repo, "src/logger.ts"))) as typeof import("../../src/logger");
-const { startServer } = (await import(join(repo, "src/server.ts"))) as typeof import("../../src/server");
+interface Tree {
+  send: (request: Request) => Promise<Response>;
+  url: string;
+  headers: Record<string, string>;
+  stop: () => Promise<void>;
+  usPerRequest: number[];
+  failed: number;
+}
 
-const config = loadConfig({ file: join(dataDir, "atelier.toml"), env: {} });
-config.server.data_dir = dataDir;
-config.server.port = 0;
-// The access log goes to a file, as in proxy-compare (logging stays on).
-const sink = batchedStdout(20, 64 * 1024, openSync(join(dataDir, "atelier.log"), "a"));
-const running = await startServer(config, createLogger(sink.write));
-const { handler, server } = captured!;
-const key = readFileSync(join(dataDir, "key"), "utf8").trim();
-const body = JSON.stringify({ model: "mock-chat", messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
-const headers = { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(body.length) };
-const url = `${running.url}/v1/chat/completions`;
-let failed = 0;
+async function startTree(repo: string, dataDir: string): Promise<Tree> {
+  const { loadConfig } = (await import(join(repo, "src/config.ts"))) as typeof import("../../src/config");
+  const { batchedStdout, createLogger } = (await import(join(repo, "src/logger.ts"))) as typeof import("../../src/logger");
+  const { startServer } = (await import(join(repo, "src/server.ts"))) as typeof import("../../src/server");
+  const config = loadConfig({ file: join(dataDir, "atelier.toml"), env: {} });
+  config.server.data_dir = dataDir;
+  config.server.port = 0;
+  // The access log goes to a file, as in proxy-compare (logging stays on).
+  const sink = batchedStdout(20, 64 * 1024, openSync(join(dataDir, "atelier.log"), "a"));
+  const running = await startServer(config, createLogger(sink.write));
+  const { handler, server } = captured!;
+  const key = readFileSync(join(dataDir, "key"), "utf8").trim();
+  return {
+    send: (request) => handler(request, server),
+    url: `${running.url}/v1/chat/completions`,
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(BODY.length) },
+    stop: async () => {
+      await running.stop();
+      sink.flush();
+    },
+    usPerRequest: [],
+    failed: 0,
+  };
+}
 
-async function client(requests: number): Promise<void> {
+const BODY = JSON.stringify({ model: "mock-chat", messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
+
+async function client(tree: Tree, requests: number): Promise<void> {
   for (let i = 0; i < requests; i++) {
-    const res = await handler(new Request(url, { method: "POST", headers, body }), server);
+    const res = await tree.send(new Request(tree.url, { method: "POST", headers: tree.headers, body: BODY }));
     await res.arrayBuffer();
-    if (res.status !== 200) failed++;
+    if (res.status !== 200) tree.failed++;
   }
 }
 
-async function round(requests: number): Promise<number> {
+async function round(tree: Tree, requests: number): Promise<number> {
+  const perClient = Math.ceil(requests / CONCURRENCY);
   const before = process.cpuUsage();
-  await Promise.all(Array.from({ length: CONCURRENCY }, () => client(Math.ceil(requests / CONCURRENCY))));
+  await Promise.all(Array.from({ length: CONCURRENCY }, () => client(tree, perClient)));
   const used = process.cpuUsage(before);
-  return (used.user + used.system) / (Math.ceil(requests / CONCURRENCY) * CONCURRENCY);
+  return (used.user + used.system) / (perClient * CONCURRENCY);
 }
 
+/** The floor gateway of bench/floor.ts at its last step, on the same data dir's key and mock. */
+async function startFloor(dataDir: string): Promise<Tree> {
+  const { loadConfig } = await import("../../src/config");
+  const { serveFloor } = await import("./floorGateway");
+  const upstream = loadConfig({ file: join(dataDir, "atelier.toml"), env: {} }).upstreams[0]!;
+  const stop = serveFloor(8, `${upstream.base_url}/chat/completions`, dataDir);
+  const { handler, server } = captured!;
+  const key = readFileSync(join(dataDir, "key"), "utf8").trim();
+  return {
+    send: (request) => handler(request, server),
+    url: "http://127.0.0.1/v1/chat/completions",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(BODY.length) },
+    stop,
+    usPerRequest: [],
+    failed: 0,
+  };
+}
+
+const trees: Tree[] = [];
+for (const arg of treeArgs) {
+  const at = arg.indexOf("=");
+  const [root, dataDir] = [arg.slice(0, at), arg.slice(at + 1)];
+  trees.push(await (root === "floor" ? startFloor(dataDir) : startTree(root, dataDir)));
+}
 // Warm-up: the JIT, the keep-alive connections to the mock, the heap's first growth.
-for (let i = 0; i < 2; i++) await round(Math.min(perRound, 8000));
-const usPerRequest: number[] = [];
-for (let i = 0; i < rounds; i++) usPerRequest.push(await round(perRound));
-await running.stop();
-sink.flush();
-console.log(JSON.stringify({ usPerRequest, failed }));
+for (let i = 0; i < 2; i++) for (const tree of trees) await round(tree, Math.min(perRound, 8000));
+// In turn, and every other round in the reverse order (A B, B A, …): whichever runs second in a
+// pair meets the first one's garbage, and the host's load rising or falling within a pair
+// weighs on both positions alike.
+for (let i = 0; i < rounds; i++) for (const tree of i % 2 === 0 ? trees : trees.toReversed()) tree.usPerRequest.push(await round(tree, perRound));
+for (const tree of trees) await tree.stop();
+console.log(JSON.stringify(trees.map(({ usPerRequest, failed }) => ({ usPerRequest, failed }))));
 process.exit(0);
