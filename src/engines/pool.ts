@@ -43,6 +43,18 @@ export interface PoolAccountConfig {
   maxConcurrency: number;
 }
 
+/** An account picked for an attempt, and its share of the account's capacity. */
+interface TakenAccount {
+  account: AccountRuntime;
+  lease: AccountLease;
+}
+
+/** What the request's last attempt failed with, and on which account. */
+interface LastFailure {
+  account: string;
+  failure: AttemptFailure;
+}
+
 export interface PoolSettings {
   /** One attempt's time limit. */
   attemptTimeoutMs: number;
@@ -204,11 +216,10 @@ export class AccountPool {
   private async runAttempts<T, R>(attempt: (ctx: AttemptContext) => Promise<T>, request: CancelScope, finish: (value: T, trace: UpstreamTrace) => R): Promise<R> {
     const started = this.clock();
     const deadline = started + this.settings.deadlineMs;
-    const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
     // Accounts tried so far (no Set: a request tries at most max_attempts of them).
     let tried: string[] | null = null;
     let attempts = 0;
-    let last: { account: string; failure: AttemptFailure } | null = null;
+    let last: LastFailure | null = null;
     let latencyMs = 0;
     const fail = (e: EngineError, accountId?: string): never => {
       const id = accountId ?? last?.account;
@@ -218,78 +229,13 @@ export class AccountPool {
 
     while (attempts < this.settings.maxAttempts) {
       if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
-      let account: AccountRuntime | null = null;
-      let lease: AccountLease | null = null;
-      // The common case costs no await: nobody waits, the flags are fresh and the state answers at once.
-      const immediate = this.state.immediate;
-      if (immediate && this.queue.length === 0 && !this.flagsReading && !this.flagsStale(this.clock())) {
-        const now = this.clock();
-        const chosen = this.pick(now, tried, this.peekState);
-        lease = chosen && immediate.takeNow(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
-        if (lease) account = chosen;
-      }
-      // Otherwise wait for capacity, first come first served: only the request at the head of the
-      // wait queue picks (re-reading the disabled flags and cooldowns), the others just wait.
-      const ticket = lease ? null : {};
-      if (ticket) {
-        try {
-          for (;;) {
-            let now = this.clock();
-            const until = Math.min(queueDeadline, deadline);
-            if (this.queue.length === 0 || this.queue[0] === ticket) {
-              if (this.flagsReading || this.flagsStale(now)) {
-                if (!this.flagsReading) this.flagsCheckedAt = now;
-                await this.readFlags(this.store.externalRevision !== undefined);
-                now = this.clock();
-              }
-              const usable = this.accounts.filter((a) => !a.disabled);
-              if (usable.length === 0) {
-                fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
-              }
-              let view: Map<string, SharedAccountState>;
-              try {
-                view = await this.state.read(this.accountIds, now);
-              } catch (e) {
-                fail(this.stateUnavailable(e));
-              }
-              now = this.clock();
-              const chosen = this.pick(now, tried, (a) => view!.get(a.cfg.id) ?? this.state.known(a.cfg.id));
-              if (chosen) {
-                try {
-                  lease = await this.state.take(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
-                } catch (e) {
-                  fail(this.stateUnavailable(e));
-                }
-                if (lease) {
-                  account = chosen;
-                  break;
-                }
-                // Taken meanwhile (by a request of this or another instance): look again.
-                if (this.clock() < until) continue;
-              }
-              const coolingUntil = (a: AccountRuntime) => view!.get(a.cfg.id)?.coolingUntil ?? 0;
-              if (usable.every((a) => coolingUntil(a) > now)) {
-                // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
-                if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
-                const earliest = Math.min(...usable.map(coolingUntil));
-                fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
-              }
-            }
-            if (now >= until) {
-              if (last) fail(this.finalError(last.failure));
-              fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
-            }
-            if (!this.queue.includes(ticket)) this.queue.push(ticket);
-            await this.waitForChange(until - now, request);
-            if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
-          }
-        } finally {
-          const at = this.queue.indexOf(ticket);
-          if (at >= 0) this.queue.splice(at, 1);
-          if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
-        }
-      }
-      if (!account || !lease) break;
+      // The common case costs no await: nobody waits, the flags are fresh and the state answers at
+      // once. Otherwise the request waits its turn (waitForAccount, a frame of its own: the one
+      // every request resumes in stays small).
+      const taken: TakenAccount | null = this.takeAtOnce(tried) ?? (await this.waitForAccount(request, tried, last, started, deadline, fail));
+      if (!taken) break;
+      const account: AccountRuntime = taken.account;
+      const lease: AccountLease = taken.lease;
 
       attempts++;
       account.attempts++;
@@ -336,6 +282,88 @@ export class AccountPool {
       }
     }
     return fail(last ? this.finalError(last.failure) : new UpstreamFailed("no attempt was made"));
+  }
+
+  /** An account and its lease without waiting, when nobody waits, the flags are fresh and the state answers at once. */
+  private takeAtOnce(tried: string[] | null): TakenAccount | null {
+    const immediate = this.state.immediate;
+    if (!immediate || this.queue.length > 0 || this.flagsReading || this.flagsStale(this.clock())) return null;
+    const now = this.clock();
+    const account = this.pick(now, tried, this.peekState);
+    const lease = account && immediate.takeNow(account.cfg.id, account.cfg.maxConcurrency, now);
+    return account && lease ? { account, lease } : null;
+  }
+
+  /**
+   * Waits for an account with free capacity, first come first served: only the request at the
+   * head of the wait queue picks (re-reading the disabled flags and cooldowns), the others just
+   * wait. Null when no account can be picked (the attempts end); `fail` throws the request's
+   * typed error (with its trace) when there is no point in waiting.
+   */
+  private async waitForAccount(
+    request: CancelScope,
+    tried: string[] | null,
+    last: LastFailure | null,
+    started: number,
+    deadline: number,
+    fail: (e: EngineError) => never,
+  ): Promise<TakenAccount | null> {
+    const queueDeadline = started + Math.min(this.settings.queueTimeoutMs, this.settings.deadlineMs);
+    const ticket = {};
+    try {
+      for (;;) {
+        let now = this.clock();
+        const until = Math.min(queueDeadline, deadline);
+        if (this.queue.length === 0 || this.queue[0] === ticket) {
+          if (this.flagsReading || this.flagsStale(now)) {
+            if (!this.flagsReading) this.flagsCheckedAt = now;
+            await this.readFlags(this.store.externalRevision !== undefined);
+            now = this.clock();
+          }
+          const usable = this.accounts.filter((a) => !a.disabled);
+          if (usable.length === 0) {
+            fail(new UpstreamUnavailable(`every account of upstream '${this.upstreamId}' is disabled; an admin must re-enable one (atelier upstreams enable)`));
+          }
+          let view: Map<string, SharedAccountState>;
+          try {
+            view = await this.state.read(this.accountIds, now);
+          } catch (e) {
+            fail(this.stateUnavailable(e));
+          }
+          now = this.clock();
+          const chosen = this.pick(now, tried, (a) => view!.get(a.cfg.id) ?? this.state.known(a.cfg.id));
+          if (chosen) {
+            let lease: AccountLease | null = null;
+            try {
+              lease = await this.state.take(chosen.cfg.id, chosen.cfg.maxConcurrency, now);
+            } catch (e) {
+              fail(this.stateUnavailable(e));
+            }
+            if (lease) return { account: chosen, lease };
+            // Taken meanwhile (by a request of this or another instance): look again.
+            if (this.clock() < until) continue;
+          }
+          const coolingUntil = (a: AccountRuntime) => view!.get(a.cfg.id)?.coolingUntil ?? 0;
+          if (usable.every((a) => coolingUntil(a) > now)) {
+            // Everything usable is resting: report what the last attempt saw, or the earliest recovery.
+            if (last && last.failure.kind !== "rate_limited") fail(this.finalError(last.failure));
+            const earliest = Math.min(...usable.map(coolingUntil));
+            fail(new UpstreamRateLimited(`every account of upstream '${this.upstreamId}' is cooling down`, Math.max(1, earliest - now)));
+          }
+        }
+        if (now >= until) {
+          if (last) fail(this.finalError(last.failure));
+          fail(new EngineTimeout(`no account of upstream '${this.upstreamId}' had free capacity within ${until - started} ms`));
+        }
+        if (!this.queue.includes(ticket)) this.queue.push(ticket);
+        await this.waitForChange(until - now, request);
+        if (request.aborted) fail(new EngineTimeout("the request was cancelled or ran out of time"));
+      }
+    } finally {
+      const at = this.queue.indexOf(ticket);
+      if (at >= 0) this.queue.splice(at, 1);
+      if (at === 0) this.wakeWaiters(); // the next in line may find capacity too
+    }
   }
 
   private get accountIds(): string[] {
