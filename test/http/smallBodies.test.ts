@@ -114,3 +114,25 @@ describe("over a raw socket", () => {
     expect(JSON.parse(res.body).object).toBe("chat.completion");
   });
 });
+
+describe("the JSON content types the API reads", () => {
+  const send = (contentType: string) =>
+    fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": contentType }, body: chat });
+
+  test("application/json, with parameters, in any case, and +json types are read as JSON", async () => {
+    for (const type of ["application/json", "application/json; charset=utf-8", "Application/JSON", " application/json ;charset=UTF-8", "application/vnd.api+json"]) {
+      const res = await send(type);
+      expect({ type, status: res.status }).toEqual({ type, status: 200 });
+      expect(((await res.json()) as { object: string }).object).toBe("chat.completion");
+    }
+  });
+
+  test("anything else is 415 naming what the route takes", async () => {
+    for (const type of ["text/plain", "application/jsonx", "application/x-www-form-urlencoded"]) {
+      const res = await send(type);
+      expect({ type, status: res.status }).toEqual({ type, status: 415 });
+      const body = (await res.json()) as { error: { message: string; code: string } };
+      expect(body.error.message).toContain("application/json");
+    }
+  });
+});
