@@ -46,17 +46,28 @@ export interface ChatFlowDeps extends Omit<FlowDeps, "store"> {
   store: Pick<FlowStore, "requests">;
 }
 
-/** The engine's job: its `signal` is made only if the engine reads it (a pool-run engine uses `cancel`). */
+/**
+ * The engine's job: its `signal` is made only if the engine reads it (a pool-run engine uses
+ * `cancel`). A class rather than an object literal with a getter, which JavaScriptCore defines
+ * anew on every evaluation (engines/pool's ScopedAttempt says what that costs).
+ */
+class FlowChatJob implements ChatJob {
+  declare onDelta?: (delta: ChatDelta) => void;
+
+  constructor(
+    readonly model: CatalogModel,
+    readonly messages: ChatMessage[],
+    readonly params: ChatParams,
+    readonly cancel: CancelScope,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.cancel.signal;
+  }
+}
+
 function chatJob(req: ChatRequest, scope: CancelScope, onDelta: ChatRequest["onDelta"]): ChatJob {
-  const job: ChatJob = {
-    model: req.model,
-    messages: req.messages,
-    params: req.params,
-    cancel: scope,
-    get signal() {
-      return scope.signal;
-    },
-  };
+  const job = new FlowChatJob(req.model, req.messages, req.params, scope);
   if (onDelta) job.onDelta = onDelta;
   return job;
 }

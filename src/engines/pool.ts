@@ -110,6 +110,23 @@ export interface AttemptContext {
   deadline: number;
 }
 
+/**
+ * An attempt's context whose `signal` is made only when read. A class rather than an object
+ * literal with a getter: JavaScriptCore defines a literal's getter anew on every evaluation
+ * (about 75 ns against 6–14 for a class's, in a loop alone), and every request makes one.
+ */
+class ScopedAttempt implements AttemptContext {
+  constructor(
+    readonly account: PoolAccountConfig,
+    readonly cancel: CancelScope,
+    readonly deadline: number,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.cancel.signal;
+  }
+}
+
 export interface PoolResult<T> {
   value: T;
   trace: UpstreamTrace;
@@ -253,7 +270,7 @@ export class AccountPool {
         attemptScope.abort(new DOMException("The attempt timed out.", "TimeoutError"));
       });
       try {
-        const value = await attempt({ account: account.cfg, get signal() { return attemptScope.signal; }, cancel: attemptScope, deadline: attemptDeadline });
+        const value = await attempt(new ScopedAttempt(account.cfg, attemptScope, attemptDeadline));
         latencyMs = this.clock() - attemptStart;
         if (this.hasFailureCounts(account)) await this.recordSuccess(account);
         return finish(value, { upstreamId: this.upstreamId, accountId: account.cfg.id, attempts, upstreamLatencyMs: Math.round(latencyMs) });

@@ -96,18 +96,31 @@ export class OpenAITransport {
   }
 
   private call(ctx: AttemptContext, path: string, body: BodyInit, headers: Readonly<Record<string, string>>): UpstreamCall {
-    return {
-      url: this.url(path),
-      headers,
-      body,
-      // Read only by fetch: the keep-alive client listens to the attempt's scope instead.
-      get signal() {
-        return ctx.signal;
-      },
-      cancel: ctx.cancel,
-      redactor: this.redactor,
-      now: this.clock,
-      rejectStatuses: REJECT_STATUSES,
-    };
+    return new AttemptCall(this.url(path), headers, body, ctx, this.redactor, this.clock);
+  }
+}
+
+/**
+ * One call of an attempt. Its `signal` is read only by fetch (the keep-alive client listens to
+ * the attempt's scope instead), so it is a getter, on a class: an object literal's getter is
+ * defined anew on every request (engines/pool's ScopedAttempt says what that costs).
+ */
+class AttemptCall implements UpstreamCall {
+  readonly cancel: AttemptContext["cancel"];
+  readonly rejectStatuses = REJECT_STATUSES;
+
+  constructor(
+    readonly url: string,
+    readonly headers: Readonly<Record<string, string>>,
+    readonly body: BodyInit,
+    private readonly ctx: AttemptContext,
+    readonly redactor: SecretRedactor,
+    readonly now: Clock,
+  ) {
+    this.cancel = ctx.cancel;
+  }
+
+  get signal(): AbortSignal {
+    return this.ctx.signal;
   }
 }
