@@ -100,8 +100,13 @@ export function missingApiKey(): ApiError {
   );
 }
 
+/** `Bearer <key>` with one space and nothing after the key. */
+const CANONICAL_BEARER = /^Bearer \S+$/;
+
 /** The key in an Authorization header; a 401 when the header is not `Bearer <key>`. */
 export function bearerSecret(header: string): string {
+  // The form every client sends, checked without building a match (this runs on every API request).
+  if (CANONICAL_BEARER.test(header)) return header.slice(7);
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!match) {
     throw unauthorized("Malformed Authorization header; use 'Authorization: Bearer sk-atl-…'.", "invalid_authorization_header");

@@ -9,7 +9,7 @@ import { Elysia } from "elysia";
 import { KeyAuthenticator } from "../../src/core/accounts";
 import { hashApiKey } from "../../src/core/apiKeys";
 import type { AccountStore, KeyOwner } from "../../src/core/store";
-import { apiAuthAfterBody, authenticateApiRequest, type Principal } from "../../src/http/auth";
+import { apiAuthAfterBody, authenticateApiRequest, bearerSecret, type Principal } from "../../src/http/auth";
 import { ApiError } from "../../src/http/errors";
 import { metaOf } from "../../src/http/requestMeta";
 import { fakeClock } from "../support/fakeClock";
@@ -120,5 +120,22 @@ describe("apiAuthAfterBody", () => {
     const res = await post({ "x-skip": "1" });
     expect(res.status).toBe(401);
     expect(await res.text()).toBe("missing_api_key");
+  });
+});
+
+describe("the Authorization header's forms", () => {
+  test("Bearer and the key, in any case and spacing the scheme allows; anything else is 401 invalid_authorization_header", () => {
+    for (const header of [`Bearer ${SECRET}`, `bearer ${SECRET}`, `BEARER   ${SECRET}`, `Bearer\t${SECRET}`, `Bearer ${SECRET}  `]) {
+      expect({ header, secret: bearerSecret(header) }).toEqual({ header, secret: SECRET });
+    }
+    for (const header of ["Bearer", "Bearer ", `Basic ${SECRET}`, `Bearer ${SECRET} extra`, `Bearer${SECRET}`, ` Bearer ${SECRET}`]) {
+      let code: string | null = null;
+      try {
+        bearerSecret(header);
+      } catch (e) {
+        code = e instanceof ApiError ? e.errorCode : String(e);
+      }
+      expect({ header, code }).toEqual({ header, code: "invalid_authorization_header" });
+    }
   });
 });
