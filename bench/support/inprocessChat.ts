@@ -47,6 +47,22 @@ interface Tree {
   failed: number;
 }
 
+const BODY = JSON.stringify({ model: "mock-chat", messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
+
+/** The tree whose server was just started (the handler captured above), called with the data dir's key. */
+function capturedTree(dataDir: string, url: string, stop: () => Promise<void>): Tree {
+  const { handler, server } = captured!;
+  const key = readFileSync(join(dataDir, "key"), "utf8").trim();
+  return {
+    send: (request) => handler(request, server),
+    url,
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(BODY.length) },
+    stop,
+    usPerRequest: [],
+    failed: 0,
+  };
+}
+
 async function startTree(repo: string, dataDir: string): Promise<Tree> {
   const { loadConfig } = (await import(join(repo, "src/config.ts"))) as typeof import("../../src/config");
   const { batchedStdout, createLogger } = (await import(join(repo, "src/logger.ts"))) as typeof import("../../src/logger");
@@ -57,22 +73,11 @@ async function startTree(repo: string, dataDir: string): Promise<Tree> {
   // The access log goes to a file, as in proxy-compare (logging stays on).
   const sink = batchedStdout(20, 64 * 1024, openSync(join(dataDir, "atelier.log"), "a"));
   const running = await startServer(config, createLogger(sink.write));
-  const { handler, server } = captured!;
-  const key = readFileSync(join(dataDir, "key"), "utf8").trim();
-  return {
-    send: (request) => handler(request, server),
-    url: `${running.url}/v1/chat/completions`,
-    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(BODY.length) },
-    stop: async () => {
-      await running.stop();
-      sink.flush();
-    },
-    usPerRequest: [],
-    failed: 0,
-  };
+  return capturedTree(dataDir, `${running.url}/v1/chat/completions`, async () => {
+    await running.stop();
+    sink.flush();
+  });
 }
-
-const BODY = JSON.stringify({ model: "mock-chat", messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
 
 async function client(tree: Tree, requests: number): Promise<void> {
   for (let i = 0; i < requests; i++) {
@@ -96,16 +101,7 @@ async function startFloor(dataDir: string): Promise<Tree> {
   const { serveFloor } = await import("./floorGateway");
   const upstream = loadConfig({ file: join(dataDir, "atelier.toml"), env: {} }).upstreams[0]!;
   const stop = serveFloor(8, `${upstream.base_url}/chat/completions`, dataDir);
-  const { handler, server } = captured!;
-  const key = readFileSync(join(dataDir, "key"), "utf8").trim();
-  return {
-    send: (request) => handler(request, server),
-    url: "http://127.0.0.1/v1/chat/completions",
-    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "content-length": String(BODY.length) },
-    stop,
-    usPerRequest: [],
-    failed: 0,
-  };
+  return capturedTree(dataDir, "http://127.0.0.1/v1/chat/completions", stop);
 }
 
 const trees: Tree[] = [];
