@@ -17,10 +17,11 @@
  * more tree. The baseline is checked out with `git worktree` beside this tree's node_modules
  * (removed afterwards). Loopback only; bounded by the request counts.
  */
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ATELIER_CHAT_MODEL, CHAT_SERVERS, median, startPinned } from "./support/chatBench";
+import { CHAT_SERVERS, median, startPinned } from "./support/chatBench";
+import { HARNESS, benchTrees, freshDataDir, makeTemplate, removeAll } from "./support/inprocessTrees";
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const baseline = arg("baseline", "");
@@ -28,8 +29,6 @@ const runs = Number(arg("runs", "3"));
 const requests = Number(arg("requests", "8000"));
 const rounds = Number(arg("rounds", "12"));
 const withFloor = process.argv.includes("--floor");
-const repo = join(import.meta.dir, "..");
-const HARNESS = join(import.meta.dir, "support/inprocessChat.ts");
 
 const dir = mkdtempSync(join(tmpdir(), "atelier-inprocess-"));
 // Undone in reverse order: the baseline worktree, the mock, then the temporary directory.
@@ -38,49 +37,19 @@ try {
   const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
   cleanup.push(() => mock.proc.kill());
 
-  // One data dir made with this tree's CLI (a user, a key), copied fresh for every run.
-  const template = join(dir, "template");
-  mkdirSync(template);
-  writeFileSync(
-    join(template, "atelier.toml"),
-    `[server]\nhost = "127.0.0.1"\nlog_requests = true\n\n[limits]\nchat_concurrency = 256\n\n` +
-      `[[upstreams]]\nid = "mock"\nkind = "openai"\nbase_url = "http://127.0.0.1:${mock.port}/v1"\n` +
-      `accounts = [ { id = "a", api_key = "sk-mock-secret", max_concurrency = 256 } ]\n\n` +
-      `[[models]]\nid = "${ATELIER_CHAT_MODEL}"\nkind = "chat"\nupstream = "mock"\nupstream_model = "mock-model"\n`,
-  );
-  const cli = (...args: string[]) => {
-    const r = Bun.spawnSync([process.execPath, join(repo, "src/main.ts"), ...args, "--config", join(template, "atelier.toml"), "--data", template], { cwd: template });
-    if (r.exitCode !== 0) throw new Error(`atelier ${args.join(" ")}: ${r.stderr.toString()}`);
-    return r.stdout.toString().trimEnd().split("\n").at(-1)!;
-  };
-  cli("user", "add", "bench@example.com");
-  writeFileSync(join(template, "key"), cli("key", "create", "bench@example.com", "--name", "bench"));
-
-  const trees: { name: string; root: string }[] = [{ name: "this tree", root: repo }];
-  if (baseline) {
-    const root = join(dir, "baseline");
-    const add = Bun.spawnSync(["git", "-C", repo, "worktree", "add", "--detach", root, baseline]);
-    if (add.exitCode !== 0) throw new Error(`git worktree add ${baseline}: ${add.stderr.toString()}`);
-    cleanup.push(() => Bun.spawnSync(["git", "-C", repo, "worktree", "remove", "--force", root]));
-    symlinkSync(join(repo, "node_modules"), join(root, "node_modules"));
-    trees.unshift({ name: `baseline ${baseline}`, root });
-  }
-  if (withFloor) trees.push({ name: "floor gateway", root: "floor" });
+  const template = makeTemplate(dir, mock.port);
+  const trees = benchTrees(dir, baseline, withFloor, cleanup);
 
   // Per tree, every round of every run; per run, each tree's rounds against the first tree's, round by round.
   const all = new Map<string, number[]>(trees.map((t) => [t.name, []]));
   const ratios = new Map<string, number[]>(trees.slice(1).map((t) => [t.name, []]));
   for (let run = 1; run <= runs; run++) {
-    const dataDirs = trees.map((_, i) => {
-      const data = join(dir, `run-${run}-${i}`);
-      cpSync(template, data, { recursive: true });
-      return data;
-    });
+    const dataDirs = trees.map((_, i) => freshDataDir(template, join(dir, `run-${run}-${i}`)));
     const child = Bun.spawnSync(
       ["taskset", "-c", "0", process.execPath, HARNESS, String(requests), String(rounds), ...trees.map((t, i) => `${t.root}=${dataDirs[i]}`)],
       { stderr: "inherit" },
     );
-    for (const data of dataDirs) rmSync(data, { recursive: true, force: true });
+    removeAll(dataDirs);
     const out = JSON.parse(child.stdout.toString().trim().split("\n").at(-1)!) as { usPerRequest: number[]; failed: number }[];
     out.forEach((result, i) => {
       const tree = trees[i]!;

@@ -112,10 +112,19 @@ for (const arg of treeArgs) {
 }
 // Warm-up: the JIT, the keep-alive connections to the mock, the heap's first growth.
 for (let i = 0; i < 2; i++) for (const tree of trees) await round(tree, Math.min(perRound, 8000));
+await callgrind("--zero");
 // In turn, and every other round in the reverse order (A B, B A, …): whichever runs second in a
 // pair meets the first one's garbage, and the host's load rising or falling within a pair
 // weighs on both positions alike.
 for (let i = 0; i < rounds; i++) for (const tree of i % 2 === 0 ? trees : trees.toReversed()) tree.usPerRequest.push(await round(tree, perRound));
+await callgrind("--dump");
 for (const tree of trees) await tree.stop();
 console.log(JSON.stringify(trees.map(({ usPerRequest, failed }) => ({ usPerRequest, failed }))));
 process.exit(0);
+
+/** Under valgrind's callgrind (bench/chat-instructions.ts): its counters zeroed after the warm-up and dumped after the rounds. */
+async function callgrind(command: "--zero" | "--dump"): Promise<void> {
+  if (!process.env.ATELIER_CALLGRIND) return;
+  const control = Bun.spawn(["callgrind_control", command, String(process.pid)], { stdout: "ignore" });
+  await control.exited;
+}

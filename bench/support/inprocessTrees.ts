@@ -1,0 +1,70 @@
+/**
+ * What bench/chat-inprocess.ts and bench/chat-instructions.ts share: a data dir template for
+ * the in-process harness (bench/support/inprocessChat.ts) on the zero-delay mock, and the trees
+ * to compare (this one, a baseline revision checked out with `git worktree`, the floor gateway).
+ */
+import { cpSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ATELIER_CHAT_MODEL } from "./chatBench";
+
+export const REPO = join(import.meta.dir, "../..");
+export const HARNESS = join(import.meta.dir, "inprocessChat.ts");
+
+export interface BenchTree {
+  name: string;
+  /** A repo root, or `floor` for the floor gateway (bench/support/floorGateway.ts, step 8). */
+  root: string;
+}
+
+/**
+ * A data dir made with this tree's CLI (atelier.toml with an `openai` upstream on the mock, a
+ * user, and that user's key in the file `key`), to be copied fresh for every run (freshDataDir).
+ */
+export function makeTemplate(dir: string, mockPort: number): string {
+  const template = join(dir, "template");
+  mkdirSync(template);
+  writeFileSync(
+    join(template, "atelier.toml"),
+    `[server]\nhost = "127.0.0.1"\nlog_requests = true\n\n[limits]\nchat_concurrency = 256\n\n` +
+      `[[upstreams]]\nid = "mock"\nkind = "openai"\nbase_url = "http://127.0.0.1:${mockPort}/v1"\n` +
+      `accounts = [ { id = "a", api_key = "sk-mock-secret", max_concurrency = 256 } ]\n\n` +
+      `[[models]]\nid = "${ATELIER_CHAT_MODEL}"\nkind = "chat"\nupstream = "mock"\nupstream_model = "mock-model"\n`,
+  );
+  const cli = (...args: string[]) => {
+    const r = Bun.spawnSync([process.execPath, join(REPO, "src/main.ts"), ...args, "--config", join(template, "atelier.toml"), "--data", template], { cwd: template });
+    if (r.exitCode !== 0) throw new Error(`atelier ${args.join(" ")}: ${r.stderr.toString()}`);
+    return r.stdout.toString().trimEnd().split("\n").at(-1)!;
+  };
+  cli("user", "add", "bench@example.com");
+  writeFileSync(join(template, "key"), cli("key", "create", "bench@example.com", "--name", "bench"));
+  return template;
+}
+
+/** A copy of the template for one run (its database and log are the run's own). */
+export function freshDataDir(template: string, path: string): string {
+  cpSync(template, path, { recursive: true });
+  return path;
+}
+
+/**
+ * This tree, the baseline before it (a `git worktree` beside this tree's node_modules; its
+ * removal is pushed onto `cleanup`) and the floor gateway after it, as asked.
+ */
+export function benchTrees(dir: string, baseline: string, withFloor: boolean, cleanup: (() => void)[]): BenchTree[] {
+  const trees: BenchTree[] = [{ name: "this tree", root: REPO }];
+  if (baseline) {
+    const root = join(dir, "baseline");
+    const add = Bun.spawnSync(["git", "-C", REPO, "worktree", "add", "--detach", root, baseline]);
+    if (add.exitCode !== 0) throw new Error(`git worktree add ${baseline}: ${add.stderr.toString()}`);
+    cleanup.push(() => Bun.spawnSync(["git", "-C", REPO, "worktree", "remove", "--force", root]));
+    symlinkSync(join(REPO, "node_modules"), join(root, "node_modules"));
+    trees.unshift({ name: `baseline ${baseline}`, root });
+  }
+  if (withFloor) trees.push({ name: "floor gateway", root: "floor" });
+  return trees;
+}
+
+/** Removes a run's data dirs. */
+export function removeAll(paths: string[]): void {
+  for (const path of paths) rmSync(path, { recursive: true, force: true });
+}
