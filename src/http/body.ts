@@ -7,7 +7,7 @@
 import { authenticateApiRequest, type ApiAuthDeps, type Principal } from "./auth";
 import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
 import { metaOf, shareMeta } from "./requestMeta";
-import { jsonNestedDeeperThan } from "./jsonDepth";
+import { jsonNestedDeeperThan, jsonTextNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, scanJsonBytes, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
@@ -178,6 +178,7 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
     const meta = metaOf(request);
     meta.bodyUnread = true;
     meta.smallBody = rules;
+    meta.smallBodyBytes = Number(length);
     return request;
   }
   if (request.body === null) return request;
@@ -236,9 +237,14 @@ async function readSmallBody(request: Request, rules: BodyRules): Promise<Uint8A
 
 /** readSmallBody's read itself (not async: the caller's frame is the one that waits for it). */
 function readSmallBytes(request: Request, rules: BodyRules): Promise<ArrayBuffer> {
-  const declared = Number(request.headers.get("content-length"));
+  return bySmallBodyDeadline(request, rules, request.arrayBuffer());
+}
+
+/** A small body's read, failed with 408 unless it completes by the time a body of its declared length sent at the minimum rate after the grace period would. */
+function bySmallBodyDeadline<T>(request: Request, rules: BodyRules, read: Promise<T>): Promise<T> {
+  const declared = metaOf(request).smallBodyBytes ?? Number(request.headers.get("content-length"));
   const deadline = performance.now() + rules.graceMs + (declared / rules.minBytesPerSecond) * 1000;
-  return byDeadline(request.arrayBuffer(), deadline, () => bodyTooSlow(rules));
+  return byDeadline(read, deadline, () => bodyTooSlow(rules));
 }
 
 /** Not async itself: one promise less on every body read. */
@@ -296,12 +302,25 @@ function kindOf(contentType: string | null): BodyKind | null {
  * malformed bodies are 400 invalid_json.
  */
 export function parseJsonBody(bytes: Uint8Array, reviver?: (key: string, value: unknown) => unknown): unknown {
-  if (bytes.byteLength === 0) throw badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
-  if (jsonNestedDeeperThan(bytes, MAX_JSON_DEPTH)) {
-    throw badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
-  }
+  if (bytes.byteLength === 0) throw emptyJson();
+  if (jsonNestedDeeperThan(bytes, MAX_JSON_DEPTH)) throw nestedTooDeep();
+  return parseCheckedJson(utf8.decode(bytes), reviver);
+}
+
+/** parseJsonBody for a body already read as text (a small JSON body: no byte copy, no decode of our own). */
+function parseJsonText(text: string): unknown {
+  if (text.length === 0) throw emptyJson();
+  if (jsonTextNestedDeeperThan(text, MAX_JSON_DEPTH)) throw nestedTooDeep();
+  return parseCheckedJson(text);
+}
+
+const emptyJson = () => badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
+const nestedTooDeep = () => badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
+
+/** JSON.parse of a text whose depth was checked; malformed JSON is a 400 that quotes the parser. */
+function parseCheckedJson(text: string, reviver?: (key: string, value: unknown) => unknown): unknown {
   try {
-    return JSON.parse(utf8.decode(bytes), reviver);
+    return JSON.parse(text, reviver);
   } catch (e) {
     throw badRequest(
       `We could not parse the JSON body of your request (${(e as Error).message}). Send valid JSON with Content-Type: application/json.`,
@@ -352,11 +371,14 @@ function acceptBodyWithUploads(uploads: UploadParam | null, accepted: BodyKind[]
   };
 }
 
-/** A small unwrapped JSON body, read whole under its deadline and parsed. */
+/**
+ * A small unwrapped JSON body, read whole under its deadline and parsed. Read as text: Bun
+ * decodes it natively, where bytes would be copied into a view and decoded again by us.
+ */
 async function readSmallJson(request: Request, rules: BodyRules): Promise<unknown> {
-  const bytes = await readSmallBytes(request, rules);
+  const text = await bySmallBodyDeadline(request, rules, request.text());
   metaOf(request).bodyUnread = false;
-  return parseJsonBody(new Uint8Array(bytes));
+  return parseJsonText(text);
 }
 
 async function parseOtherBody(request: Request, kind: BodyKind, contentType: string, small: BodyRules | undefined, uploads: UploadParam | null): Promise<unknown> {

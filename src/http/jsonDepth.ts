@@ -44,3 +44,41 @@ function endOfString(bytes: Uint8Array, from: number): number {
     at = quote + 1;
   }
 }
+
+/**
+ * jsonNestedDeeperThan for a JSON text already decoded (a small body read with `text()`, which
+ * skips the byte copy and the decode a check of the bytes needs). The same rules, on UTF-16 code
+ * units: every character it looks at is ASCII.
+ */
+export function jsonTextNestedDeeperThan(text: string, limit: number): boolean {
+  let depth = 0;
+  let i = 0;
+  const n = text.length;
+  while (i < n) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      i = endOfText(text, i + 1);
+      continue;
+    }
+    if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
+      if (++depth > limit) return true;
+    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
+      depth--;
+    }
+    i++;
+  }
+  return false;
+}
+
+/** endOfString for a text. */
+function endOfText(text: string, from: number): number {
+  let at = from;
+  for (;;) {
+    const quote = text.indexOf('"', at);
+    if (quote === -1) return text.length;
+    let backslashes = 0;
+    while (quote - 1 - backslashes >= from && text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++;
+    if (backslashes % 2 === 0) return quote + 1;
+    at = quote + 1;
+  }
+}
