@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { parsePromText, type PromText } from "../support/promText";
 import { startTestServer, type TestServer } from "../support/server";
+import { EVENT_LOOP_SAMPLE_MS } from "../../src/http/metrics";
 
 const TOKEN = "metrics-token-0123456789abcdef";
 
@@ -113,6 +114,20 @@ describe("/metrics", () => {
     // ledger_check_interval_s = 1: a scrape after that recomputes it.
     await Bun.sleep(1100);
     expect(value(await scrape(), "atelier_ledger_mismatched_users")).toBe(1);
+  });
+});
+
+describe("the process's own series", () => {
+  test("a stall of the event loop shows in its delay, sampled every EVENT_LOOP_SAMPLE_MS", async () => {
+    await scrape(); // the delay histogram starts afresh after each scrape
+    await Bun.sleep(3 * EVENT_LOOP_SAMPLE_MS);
+    // The test shares the server's event loop: this blocks it as a slow request would.
+    const until = performance.now() + 400;
+    while (performance.now() < until) {}
+    await Bun.sleep(2 * EVENT_LOOP_SAMPLE_MS);
+    const m = await scrape();
+    expect(value(m, "atelier_process_nodejs_eventloop_lag_max_seconds")).toBeGreaterThan(0.2);
+    expect(value(m, "atelier_process_nodejs_eventloop_lag_p50_seconds")).toBeLessThan(0.2);
   });
 });
 
