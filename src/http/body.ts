@@ -7,7 +7,7 @@
 import { authenticateApiRequest, type ApiAuthDeps, type Principal } from "./auth";
 import { ApiError, badRequest, bodyTooSlow, payloadTooLarge, tooManyRequests, unsupportedMediaType } from "./errors";
 import { metaOf, shareMeta } from "./requestMeta";
-import { jsonNestedDeeperThan, jsonTextNestedDeeperThan } from "./jsonDepth";
+import { jsonNestedDeeperThan } from "./jsonDepth";
 import { MAX_JSON_DEPTH } from "../core/limits";
 import { scanJsonBody, scanJsonBytes, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
@@ -178,7 +178,6 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
     const meta = metaOf(request);
     meta.bodyUnread = true;
     meta.smallBody = rules;
-    meta.smallBodyBytes = Number(length);
     return request;
   }
   if (request.body === null) return request;
@@ -242,7 +241,7 @@ function readSmallBytes(request: Request, rules: BodyRules): Promise<ArrayBuffer
 
 /** A small body's read, failed with 408 unless it completes by the time a body of its declared length sent at the minimum rate after the grace period would. */
 function bySmallBodyDeadline<T>(request: Request, rules: BodyRules, read: Promise<T>): Promise<T> {
-  const declared = metaOf(request).smallBodyBytes ?? Number(request.headers.get("content-length"));
+  const declared = Number(request.headers.get("content-length"));
   const deadline = performance.now() + rules.graceMs + (declared / rules.minBytesPerSecond) * 1000;
   return byDeadline(read, deadline, () => bodyTooSlow(rules));
 }
@@ -302,23 +301,15 @@ function kindOf(contentType: string | null): BodyKind | null {
  * malformed bodies are 400 invalid_json.
  */
 export function parseJsonBody(bytes: Uint8Array, reviver?: (key: string, value: unknown) => unknown): unknown {
-  if (bytes.byteLength === 0) throw emptyJson();
-  if (jsonNestedDeeperThan(bytes, MAX_JSON_DEPTH)) throw nestedTooDeep();
-  return parseCheckedJson(utf8.decode(bytes), reviver);
+  return parseJsonText(utf8.decode(bytes), reviver);
 }
 
-/** parseJsonBody for a body already read as text (a small JSON body: no byte copy, no decode of our own). */
-function parseJsonText(text: string): unknown {
-  if (text.length === 0) throw emptyJson();
-  if (jsonTextNestedDeeperThan(text, MAX_JSON_DEPTH)) throw nestedTooDeep();
-  return parseCheckedJson(text);
-}
-
-const emptyJson = () => badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
-const nestedTooDeep = () => badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
-
-/** JSON.parse of a text whose depth was checked; malformed JSON is a 400 that quotes the parser. */
-function parseCheckedJson(text: string, reviver?: (key: string, value: unknown) => unknown): unknown {
+/** parseJsonBody for a body already read as text (a small JSON body: Bun decoded it, no copy of our own). */
+function parseJsonText(text: string, reviver?: (key: string, value: unknown) => unknown): unknown {
+  if (text.length === 0) throw badRequest("The request body is empty; send a JSON object.", null, "invalid_json");
+  if (jsonNestedDeeperThan(text, MAX_JSON_DEPTH)) {
+    throw badRequest(`The JSON body is nested more than ${MAX_JSON_DEPTH} levels deep; this API's requests need far fewer.`, null, "invalid_json");
+  }
   try {
     return JSON.parse(text, reviver);
   } catch (e) {

@@ -11,15 +11,15 @@ const OPEN_OBJECT = 0x7b;
 const CLOSE_ARRAY = 0x5d;
 const CLOSE_OBJECT = 0x7d;
 
-/** True when some array or object in `bytes` is nested more than `limit` levels deep. */
-export function jsonNestedDeeperThan(bytes: Uint8Array, limit: number): boolean {
+/** True when some array or object in `text` is nested more than `limit` levels deep. */
+export function jsonNestedDeeperThan(text: string, limit: number): boolean {
   let depth = 0;
   let i = 0;
-  const n = bytes.length;
+  const n = text.length;
   while (i < n) {
-    const c = bytes[i]!;
+    const c = text.charCodeAt(i);
     if (c === QUOTE) {
-      i = endOfString(bytes, i + 1);
+      i = endOfString(text, i + 1);
       continue;
     }
     if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
@@ -33,45 +33,7 @@ export function jsonNestedDeeperThan(bytes: Uint8Array, limit: number): boolean 
 }
 
 /** The index just past the closing quote of a string starting at `from` (or the end). */
-function endOfString(bytes: Uint8Array, from: number): number {
-  let at = from;
-  for (;;) {
-    const quote = bytes.indexOf(QUOTE, at);
-    if (quote === -1) return bytes.length;
-    let backslashes = 0;
-    while (quote - 1 - backslashes >= from && bytes[quote - 1 - backslashes] === BACKSLASH) backslashes++;
-    if (backslashes % 2 === 0) return quote + 1;
-    at = quote + 1;
-  }
-}
-
-/**
- * jsonNestedDeeperThan for a JSON text already decoded (a small body read with `text()`, which
- * skips the byte copy and the decode a check of the bytes needs). The same rules, on UTF-16 code
- * units: every character it looks at is ASCII.
- */
-export function jsonTextNestedDeeperThan(text: string, limit: number): boolean {
-  let depth = 0;
-  let i = 0;
-  const n = text.length;
-  while (i < n) {
-    const c = text.charCodeAt(i);
-    if (c === QUOTE) {
-      i = endOfText(text, i + 1);
-      continue;
-    }
-    if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
-      if (++depth > limit) return true;
-    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
-      depth--;
-    }
-    i++;
-  }
-  return false;
-}
-
-/** endOfString for a text. */
-function endOfText(text: string, from: number): number {
+function endOfString(text: string, from: number): number {
   let at = from;
   for (;;) {
     const quote = text.indexOf('"', at);

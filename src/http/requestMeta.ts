@@ -30,8 +30,6 @@ export interface RequestMeta {
   bodyUnread?: boolean;
   /** Set when guardBody left a small declared body unwrapped: its reader must apply these rules (http/body readSmallBody). */
   smallBody?: BodyRules;
-  /** That small body's declared length (its Content-Length, read once). */
-  smallBodyBytes?: number;
 }
 
 const metas = new WeakMap<Request, RequestMeta>();
