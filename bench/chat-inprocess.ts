@@ -17,29 +17,15 @@
  * more tree. The baseline is checked out with `git worktree` beside this tree's node_modules
  * (removed afterwards). Loopback only; bounded by the request counts.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CHAT_SERVERS, median, startPinned } from "./support/chatBench";
-import { HARNESS, benchTrees, freshDataDir, makeTemplate, removeAll } from "./support/inprocessTrees";
+import { median } from "./support/chatBench";
+import { HARNESS, benchArg, freshDataDir, removeAll, withBenchTrees } from "./support/inprocessTrees";
 
-const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
-const baseline = arg("baseline", "");
-const runs = Number(arg("runs", "3"));
-const requests = Number(arg("requests", "8000"));
-const rounds = Number(arg("rounds", "12"));
-const withFloor = process.argv.includes("--floor");
+const runs = Number(benchArg("runs", "3"));
+const requests = Number(benchArg("requests", "8000"));
+const rounds = Number(benchArg("rounds", "12"));
 
-const dir = mkdtempSync(join(tmpdir(), "atelier-inprocess-"));
-// Undone in reverse order: the baseline worktree, the mock, then the temporary directory.
-const cleanup: (() => void)[] = [() => rmSync(dir, { recursive: true, force: true })];
-try {
-  const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
-  cleanup.push(() => mock.proc.kill());
-
-  const template = makeTemplate(dir, mock.port);
-  const trees = benchTrees(dir, baseline, withFloor, cleanup);
-
+await withBenchTrees("atelier-inprocess-", async ({ dir, template, trees }) => {
   // Per tree, every round of every run; per run, each tree's rounds against the first tree's, round by round.
   const all = new Map<string, number[]>(trees.map((t) => [t.name, []]));
   const ratios = new Map<string, number[]>(trees.slice(1).map((t) => [t.name, []]));
@@ -65,6 +51,4 @@ try {
     const paired = ratio ? `   ${median(ratio).toFixed(3)}× ${trees[0]!.name}, round by round (median of ${ratio.length})` : "";
     console.log(`  ${name.padEnd(22)} ${median(rounds).toFixed(1)} µs per request (median round)${paired}`);
   }
-} finally {
-  for (const step of cleanup.reverse()) step();
-}
+});

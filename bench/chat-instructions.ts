@@ -18,43 +18,19 @@
  * the kernel (socket writes) is not counted. Needs valgrind (Debian: apt-get install -y valgrind);
  * about ten minutes for two trees (valgrind runs them some hundred times slower).
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { CHAT_SERVERS, startPinned } from "./support/chatBench";
-import { HARNESS, benchTrees, freshDataDir, makeTemplate, removeAll, type BenchTree } from "./support/inprocessTrees";
+import { HARNESS, benchArg, freshDataDir, removeAll, withBenchTrees, type BenchTree } from "./support/inprocessTrees";
 
-const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
-const baseline = arg("baseline", "");
-const requests = Number(arg("requests", "1000"));
-const rounds = Number(arg("rounds", "4"));
-const withFloor = process.argv.includes("--floor");
+const requests = Number(benchArg("requests", "1000"));
+const rounds = Number(benchArg("rounds", "4"));
 /** The harness rounds each client's share up: this many requests run per round. */
 const CONCURRENCY = 64;
 const perRound = Math.ceil(requests / CONCURRENCY) * CONCURRENCY;
 
 if (!Bun.which("valgrind") || !Bun.which("callgrind_control")) throw new Error("valgrind is missing: apt-get install -y valgrind");
 
-const dir = mkdtempSync(join(tmpdir(), "atelier-instructions-"));
-const cleanup: (() => void)[] = [() => rmSync(dir, { recursive: true, force: true })];
-try {
-  const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
-  cleanup.push(() => mock.proc.kill());
-  const template = makeTemplate(dir, mock.port);
-  const trees = benchTrees(dir, baseline, withFloor, cleanup);
-
-  const counts = new Map<BenchTree, number>();
-  // Two at a time: valgrind runs a process on one core.
-  for (let i = 0; i < trees.length; i += 2) {
-    await Promise.all(trees.slice(i, i + 2).map(async (tree, j) => counts.set(tree, await instructionsPerRequest(tree, join(dir, `tree-${i + j}`)))));
-  }
-  const first = counts.get(trees[0]!)!;
-  console.log(`\n${rounds} rounds × ${perRound} requests per tree after a warm-up, 64 in flight, under callgrind:`);
-  for (const tree of trees) {
-    const n = counts.get(tree)!;
-    console.log(`  ${tree.name.padEnd(22)} ${(n / 1000).toFixed(1).padStart(7)} k instructions per request${tree === trees[0] ? "" : `   ${(n / first).toFixed(3)}× ${trees[0]!.name}`}`);
-  }
-
+await withBenchTrees("atelier-instructions-", async ({ dir, template, trees }) => {
   /** One tree's harness under callgrind: the instructions of its measured rounds over their requests. */
   async function instructionsPerRequest(tree: BenchTree, path: string): Promise<number> {
     const data = freshDataDir(template, path);
@@ -73,6 +49,16 @@ try {
     removeAll([data]);
     return Number(summary) / (rounds * perRound);
   }
-} finally {
-  for (const step of cleanup.reverse()) step();
-}
+
+  const counts = new Map<BenchTree, number>();
+  // Two at a time: valgrind runs a process on one core.
+  for (let i = 0; i < trees.length; i += 2) {
+    await Promise.all(trees.slice(i, i + 2).map(async (tree, j) => counts.set(tree, await instructionsPerRequest(tree, join(dir, `tree-${i + j}`)))));
+  }
+  const first = counts.get(trees[0]!)!;
+  console.log(`\n${rounds} rounds × ${perRound} requests per tree after a warm-up, 64 in flight, under callgrind:`);
+  for (const tree of trees) {
+    const n = counts.get(tree)!;
+    console.log(`  ${tree.name.padEnd(22)} ${(n / 1000).toFixed(1).padStart(7)} k instructions per request${tree === trees[0] ? "" : `   ${(n / first).toFixed(3)}× ${trees[0]!.name}`}`);
+  }
+});

@@ -1,15 +1,15 @@
 /**
  * A small JSON body read and parsed, the three ways side by side in one process (rounds
- * alternating, best rounds printed): as bytes (a view, the depth check on the bytes, our own
- * decode, JSON.parse: the small-body reader before the eleventh pass and the large-body path
- * still), as text (Bun decodes natively, the depth check on the text, JSON.parse: the small-body
- * reader now), and `request.json()` (no depth check: the floor gateway's, for reference).
+ * alternating, best rounds printed): as bytes (a view, our own decode, the depth check,
+ * JSON.parse: parseJsonBody, the small-body reader before the eleventh pass and the large-body
+ * path still), as text (Bun decodes natively, the depth check, JSON.parse: the small-body reader
+ * now), and `request.json()` (no depth check: the floor gateway's, for reference).
  * Each includes making the Request, as a socket would have.
  *
  *   bun bench/small-json-read.ts [--requests=50000] [--rounds=8]
  */
 import { parseJsonBody } from "../src/http/body";
-import { jsonTextNestedDeeperThan } from "../src/http/jsonDepth";
+import { jsonNestedDeeperThan } from "../src/http/jsonDepth";
 import { MAX_JSON_DEPTH } from "../src/core/limits";
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -24,7 +24,7 @@ const ways: Record<string, (r: Request) => Promise<unknown>> = {
   "bytes (before)": async (r) => parseJsonBody(new Uint8Array(await r.arrayBuffer())),
   "text (now)": async (r) => {
     const text = await r.text();
-    if (jsonTextNestedDeeperThan(text, MAX_JSON_DEPTH)) throw new Error("too deep");
+    if (jsonNestedDeeperThan(text, MAX_JSON_DEPTH)) throw new Error("too deep");
     return JSON.parse(text);
   },
   "request.json() (floor)": (r) => r.json(),

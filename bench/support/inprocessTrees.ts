@@ -3,12 +3,17 @@
  * the in-process harness (bench/support/inprocessChat.ts) on the zero-delay mock, and the trees
  * to compare (this one, a baseline revision checked out with `git worktree`, the floor gateway).
  */
-import { cpSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ATELIER_CHAT_MODEL } from "./chatBench";
+import { ATELIER_CHAT_MODEL, CHAT_SERVERS, startPinned } from "./chatBench";
 
 export const REPO = join(import.meta.dir, "../..");
 export const HARNESS = join(import.meta.dir, "inprocessChat.ts");
+
+/** `--name=value` from the command line, or `fallback`. */
+export const benchArg = (name: string, fallback: string): string =>
+  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 
 export interface BenchTree {
   name: string;
@@ -20,7 +25,7 @@ export interface BenchTree {
  * A data dir made with this tree's CLI (atelier.toml with an `openai` upstream on the mock, a
  * user, and that user's key in the file `key`), to be copied fresh for every run (freshDataDir).
  */
-export function makeTemplate(dir: string, mockPort: number): string {
+function makeTemplate(dir: string, mockPort: number): string {
   const template = join(dir, "template");
   mkdirSync(template);
   writeFileSync(
@@ -50,7 +55,7 @@ export function freshDataDir(template: string, path: string): string {
  * This tree, the baseline before it (a `git worktree` beside this tree's node_modules; its
  * removal is pushed onto `cleanup`) and the floor gateway after it, as asked.
  */
-export function benchTrees(dir: string, baseline: string, withFloor: boolean, cleanup: (() => void)[]): BenchTree[] {
+function benchTrees(dir: string, baseline: string, withFloor: boolean, cleanup: (() => void)[]): BenchTree[] {
   const trees: BenchTree[] = [{ name: "this tree", root: REPO }];
   if (baseline) {
     const root = join(dir, "baseline");
@@ -67,4 +72,30 @@ export function benchTrees(dir: string, baseline: string, withFloor: boolean, cl
 /** Removes a run's data dirs. */
 export function removeAll(paths: string[]): void {
   for (const path of paths) rmSync(path, { recursive: true, force: true });
+}
+
+/** What a bench runs its trees in: a temporary directory, the data dir template, the trees. */
+export interface BenchSetup {
+  dir: string;
+  template: string;
+  trees: BenchTree[];
+}
+
+/**
+ * Runs `body` beside the zero-delay mock (on core 1), with a template on it and the trees the
+ * command line asks for (`--baseline=<revision>`, `--floor`); afterwards undoes it all, in
+ * reverse order: the baseline worktree, the mock, the temporary directory.
+ */
+export async function withBenchTrees(prefix: string, body: (setup: BenchSetup) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const cleanup: (() => void)[] = [() => rmSync(dir, { recursive: true, force: true })];
+  try {
+    const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
+    cleanup.push(() => mock.proc.kill());
+    const template = makeTemplate(dir, mock.port);
+    const trees = benchTrees(dir, benchArg("baseline", ""), process.argv.includes("--floor"), cleanup);
+    await body({ dir, template, trees });
+  } finally {
+    for (const step of cleanup.reverse()) step();
+  }
 }
