@@ -181,7 +181,10 @@ export class Metrics {
   async scrape(): Promise<string> {
     if (performance.now() - this.refreshedAt >= this.settings.ledgerCheckIntervalMs) await this.checkLedger();
     await this.readLedgerDeltas();
-    return this.registry.metrics();
+    // prom-client writes a NaN sample as `Nan`; the exposition format (and strict OpenMetrics
+    // parsers) spell it `NaN`. The event loop delay's mean is NaN when a scrape follows the last
+    // one within EVENT_LOOP_SAMPLE_MS (no sample since its reset).
+    return (await this.registry.metrics()).replace(/ Nan$/gm, " NaN");
   }
 
   start(): void {
