@@ -44,6 +44,16 @@ const IMAGE_ROUTE = { generate: "/v1/images/generations", edit: "/v1/images/edit
 const ACCOUNT_STATES = ["healthy", "cooling", "probing", "disabled"] as const;
 const LEDGER_KINDS: LedgerRow["kind"][] = ["charge", "refund", "grant", "deduct", "redeem"];
 
+/**
+ * The registry's exposition text. prom-client writes a NaN sample as `Nan`; the exposition format
+ * (and strict OpenMetrics parsers, which then refuse the whole scrape) spell it `NaN`. The event
+ * loop delay's mean is NaN when a scrape follows the last one within EVENT_LOOP_SAMPLE_MS (no
+ * sample since its reset).
+ */
+export async function exposition(registry: Registry): Promise<string> {
+  return (await registry.metrics()).replace(/ Nan$/gm, " NaN");
+}
+
 export class Metrics {
   readonly registry = new Registry();
   private readonly requests: RequestMetrics;
@@ -181,10 +191,7 @@ export class Metrics {
   async scrape(): Promise<string> {
     if (performance.now() - this.refreshedAt >= this.settings.ledgerCheckIntervalMs) await this.checkLedger();
     await this.readLedgerDeltas();
-    // prom-client writes a NaN sample as `Nan`; the exposition format (and strict OpenMetrics
-    // parsers) spell it `NaN`. The event loop delay's mean is NaN when a scrape follows the last
-    // one within EVENT_LOOP_SAMPLE_MS (no sample since its reset).
-    return (await this.registry.metrics()).replace(/ Nan$/gm, " NaN");
+    return exposition(this.registry);
   }
 
   start(): void {

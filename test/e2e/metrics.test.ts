@@ -119,10 +119,10 @@ describe("/metrics", () => {
 
 describe("the process's own series", () => {
   test("a stall of the event loop shows in its delay, sampled every EVENT_LOOP_SAMPLE_MS", async () => {
-    // The delay histogram starts afresh after each scrape: one right after it has no sample yet,
-    // and its mean is NaN, spelled as the exposition format spells it (prom-client writes `Nan`).
+    // The delay histogram starts afresh after each scrape; a scrape right after another may find
+    // no sample and a NaN mean, whose spelling test/http/metricsExposition.test.ts checks (whether
+    // one lands in between depends on timing, so it is not asserted here).
     await scrape();
-    expect(Number.isNaN(value(await scrape(), "atelier_process_nodejs_eventloop_lag_mean_seconds"))).toBe(true);
     await Bun.sleep(3 * EVENT_LOOP_SAMPLE_MS);
     // The test shares the server's event loop: this blocks it as a slow request would.
     const until = performance.now() + 400;
