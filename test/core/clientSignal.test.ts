@@ -25,7 +25,8 @@ describe("watchClient with a getter", () => {
       (scope) => new Promise<string>((_, reject) => scope.signal.addEventListener("abort", () => reject(new Error("aborted by the client")))),
       () => (reads++, client.signal),
     );
-    await Bun.sleep(WATCH_AFTER_MS * 3);
+    // Read on the ticker's second tick (WATCH_AFTER_MS to twice that): waited for with a bound, not a fixed sleep.
+    for (let i = 0; i < 100 && reads === 0; i++) await Bun.sleep(WATCH_AFTER_MS);
     expect(reads).toBe(1);
     client.abort();
     expect(await run.result.catch((e: Error) => e.message)).toBe("aborted by the client");
@@ -36,7 +37,7 @@ describe("watchClient with a getter", () => {
     client.abort(new Error("gone"));
     const reasons: unknown[] = [];
     const stop = watchClient(() => client.signal, (reason) => reasons.push(reason));
-    await Bun.sleep(WATCH_AFTER_MS * 3);
+    for (let i = 0; i < 100 && reasons.length === 0; i++) await Bun.sleep(WATCH_AFTER_MS);
     expect(reasons).toEqual([client.signal.reason]);
     stop();
   });

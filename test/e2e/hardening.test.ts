@@ -203,14 +203,16 @@ describe("slow bodies", () => {
       const started = performance.now();
       const { text, closedByServer } = await rawExchange(
         `POST ${path} HTTP/1.1\r\nHost: x\r\n${auth ? `Authorization: Bearer ${key}\r\n` : ""}Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"mo`,
-        10_000,
+        20_000,
       );
       expect(text).toMatch(/^HTTP\/1\.1 408/);
       expect(text.toLowerCase()).toContain("connection: close");
       expect(text).toContain('"code":"request_timeout"');
       expect(closedByServer).toBe(true);
-      // After the grace period, 5 bytes cover 2.5 ms of the minimum rate: the answer comes soon after.
-      expect(performance.now() - started).toBeLessThan(5000);
+      // The deadline is the grace period plus the declared 5000 bytes at the minimum rate (about
+      // 3 s with the ticker's lag for the small-body path): the answer comes then, not when the
+      // client gives up (bounded loosely: a loaded machine answers late, never never).
+      expect(performance.now() - started).toBeLessThan(10_000);
       expect(server.services.budget.inflightBytes).toBe(0);
       expect(await server.balance(userId)).toBe(5);
     });

@@ -217,7 +217,9 @@ describe("with a queue and a short engine deadline", () => {
         c.limits.per_user_concurrency = 2;
         c.limits.queue_size = 100;
         c.limits.queue_timeout_ms = 30_000;
-        c.limits.generation_timeout_ms = 400;
+        // Short, but long enough that generations held while a test queues a third request (a few
+        // round trips, on the scaled pass through PostgreSQL and Redis) are not cut by it.
+        c.limits.generation_timeout_ms = 2000;
         c.server.log_requests = false;
       },
       customize: (s) => s.engines.registerBuiltinImage(slow),

@@ -94,6 +94,10 @@ function send(url: Http1Target, overrides: Partial<Http1Request> & { signal?: Ab
 
 const text = (b: Uint8Array) => new TextDecoder().decode(b);
 const tick = (ms: number) => Bun.sleep(ms);
+/** Waits (bounded: 5 s) until `done` holds: what a socket's other end sees takes a loaded machine a while. */
+async function settle(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !done(); i++) await tick(10);
+}
 
 let server: RawServer;
 beforeAll(() => {
@@ -247,7 +251,7 @@ describe("connections", () => {
     expect(idle.length).toBe(3);
     for (const conn of idle) expect({ chunks: (conn.chunks as unknown[]).length, head: conn.parsedHead, pending: conn.pending }).toEqual({ chunks: 0, head: null, pending: null });
     server.endAll();
-    await tick(50);
+    await settle(() => target.origin.idle.length === 0);
     expect(target.origin.idle.length).toBe(0);
   });
 
@@ -324,12 +328,14 @@ describe("connections", () => {
     server.reply = () => {}; // never answers
     const controller = new AbortController();
     const closedBefore = server.closedConnections;
+    const requestsBefore = server.requests.length;
     const pending = send(server.url(), { signal: controller.signal });
-    await tick(20);
+    // Aborted once the server has the request (on a connection of its own, not a parked one).
+    await settle(() => server.requests.length > requestsBefore);
     const reason = new DOMException("stop", "TimeoutError");
     controller.abort(reason);
     expect(await pending.catch((e: unknown) => e)).toBe(reason);
-    await tick(20);
+    await settle(() => server.closedConnections - closedBefore >= 1);
     expect(server.closedConnections - closedBefore).toBe(1);
   });
 

@@ -115,7 +115,8 @@ describe("two instances sharing one Redis", () => {
     // One failure seen by each instance reaches the threshold (2) together.
     expect((await a.failed("x", "failed")).count).toBe(1);
     expect((await b.failed("x", "failed")).count).toBe(2);
-    await a.coolDown("x", 50, true, Date.now());
+    // A rest long enough that the next take (two Redis round trips later, on a loaded machine) is still inside it.
+    await a.coolDown("x", 1000, true, Date.now());
     expect(await b.take("x", 5)).toBeNull(); // resting
     // After the rest: capacity 1 for everyone until the probe's outcome decides.
     const probe = await eventually(async () => (await a.take("x", 5)) !== null, "the probe slot").then(() => true);

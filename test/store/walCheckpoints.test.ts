@@ -56,7 +56,16 @@ describe("checkpoints in the background", () => {
     await until(() => autocheckpoint(db) === 0, "the worker to start");
     // A checkpoint of everything so far, so what follows starts in an empty WAL.
     await Bun.sleep(CHECKPOINT_INTERVAL_MS * 2);
-    const before = rowsInFileAlone(dir);
+    // The schema reaches the file with the worker's first checkpoint (late on a loaded machine).
+    let before = -1;
+    await until(() => {
+      try {
+        before = rowsInFileAlone(dir);
+        return true;
+      } catch {
+        return false;
+      }
+    }, "the worker's first checkpoint");
     for (let i = 0; i < 300; i++) {
       store.requests.recordChat({ id: `req_wal_${String(i).padStart(4, "0")}`, userId, keyId: null, model: "chat", status: "succeeded", generationMs: 1 }, 5_000 + i);
     }
