@@ -378,4 +378,20 @@ export const migrations: Migration[] = [
       CREATE INDEX requests_pending_owner ON requests(owner) WHERE status = 'pending';
     `,
   },
+  {
+    version: 14,
+    name: "history and ledger indexes in ascending time: a new row is appended to its user's range instead of put at its front",
+    sql: `
+      -- Descending, the newest row (every row, when it is written) went to the front of its user's
+      -- range: an insert inside the B-tree for each history and ledger row. Ascending, it goes at
+      -- the range's end, which for the most recent writer is the index's end, where a B-tree
+      -- appends cheaply: 34.0 k against 30.0 k instructions per history row in a 64-row INSERT
+      -- (callgrind; README, Performance). Reading newest first scans the index backwards, with
+      -- the same query plans.
+      DROP INDEX requests_user_time;
+      CREATE INDEX requests_user_time ON requests(user_id, created_at);
+      DROP INDEX ledger_user_time;
+      CREATE INDEX ledger_user_time ON ledger(user_id, created_at);
+    `,
+  },
 ];

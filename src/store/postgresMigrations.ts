@@ -353,4 +353,16 @@ export const postgresMigrations: Migration[] = [
       CREATE INDEX requests_pending_owner ON requests(owner) WHERE status = 'pending';
     `,
   },
+  {
+    version: 14,
+    name: "history and ledger indexes in ascending time: a new row is appended to its user's range instead of put at its front",
+    sql: `
+      -- As SQLite's migration 14: PostgreSQL's B-tree also appends cheapest at the right end
+      -- (its fast path for the rightmost leaf), and scans backwards for newest first.
+      DROP INDEX requests_user_time;
+      CREATE INDEX requests_user_time ON requests(user_id, created_at);
+      DROP INDEX ledger_user_time;
+      CREATE INDEX ledger_user_time ON ledger(user_id, created_at);
+    `,
+  },
 ];
