@@ -29,6 +29,30 @@ describe("openDatabase", () => {
     again.close();
   });
 
+  test("migration 14 rebuilds the history's and the ledger's time indexes ascending: rows kept, newest first still read from the index", async () => {
+    const dir = dataDir();
+    const old = openDatabase(dir, migrations.filter((m) => m.version <= 13));
+    old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('idx@example.com', 'x', 5, 0)");
+    old.run("INSERT INTO ledger (user_id, kind, amount, created_at) VALUES (1, 'grant', 5, 1)");
+    for (const [id, at] of [["req_a", 10], ["req_b", 30], ["req_c", 20]] as const) {
+      old.run("INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, 1, 'chat', '/v1/chat/completions', 'm', 'succeeded', ?)", [id, at]);
+    }
+    old.close();
+    const db = openDatabase(dir);
+    expect(schemaVersion(db)).toBe(latestVersion());
+    for (const index of ["requests_user_time", "ledger_user_time"]) {
+      // index_xinfo's desc: 0 for an ascending key column (a new row appends to its user's range).
+      const keys = db.query<{ name: string; desc: number }, []>(`PRAGMA index_xinfo(${index})`).all().filter((c) => c.name === "created_at");
+      expect(keys).toEqual([{ ...keys[0]!, name: "created_at", desc: 0 }]);
+    }
+    const plan = db.query<{ detail: string }, []>("EXPLAIN QUERY PLAN SELECT * FROM requests WHERE user_id = 1 ORDER BY created_at DESC, id DESC LIMIT 50").all();
+    expect(plan.map((p) => p.detail).join(" ")).toContain("USING INDEX requests_user_time");
+    const store = createStore(db, latestVersion());
+    expect((await store.requests.list({ userId: 1 })).map((r) => r.id)).toEqual(["req_b", "req_c", "req_a"]);
+    expect(await store.credits.ledgerSum(1)).toBe(5);
+    db.close();
+  });
+
   test("uses WAL, a busy timeout, foreign keys and STRICT tables", () => {
     const db = openDatabase(dataDir());
     expect(db.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode).toBe("wal");
