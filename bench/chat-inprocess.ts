@@ -18,8 +18,8 @@
  * (removed afterwards). Loopback only; bounded by the request counts.
  */
 import { join } from "node:path";
-import { median } from "./support/chatBench";
-import { HARNESS, benchArg, freshDataDir, removeAll, withBenchTrees } from "./support/inprocessTrees";
+import { benchArg, median } from "./support/chatBench";
+import { HARNESS, freshDataDir, removeAll, withBenchTrees } from "./support/inprocessTrees";
 
 const runs = Number(benchArg("runs", "3"));
 const requests = Number(benchArg("requests", "8000"));

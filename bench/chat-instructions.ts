@@ -20,7 +20,8 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { HARNESS, benchArg, freshDataDir, removeAll, withBenchTrees, type BenchTree } from "./support/inprocessTrees";
+import { benchArg } from "./support/chatBench";
+import { HARNESS, freshDataDir, removeAll, withBenchTrees, type BenchTree } from "./support/inprocessTrees";
 
 const requests = Number(benchArg("requests", "1000"));
 const rounds = Number(benchArg("rounds", "4"));

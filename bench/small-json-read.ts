@@ -11,10 +11,10 @@
 import { parseJsonBody } from "../src/http/body";
 import { jsonNestedDeeperThan } from "../src/http/jsonDepth";
 import { MAX_JSON_DEPTH } from "../src/core/limits";
+import { benchArg } from "./support/chatBench";
 
-const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
-const requests = Number(arg("requests", "50000"));
-const rounds = Number(arg("rounds", "8"));
+const requests = Number(benchArg("requests", "50000"));
+const rounds = Number(benchArg("rounds", "8"));
 
 const BODY = JSON.stringify({ model: "mock-chat", messages: [{ role: "user", content: "Rewrite: Red kettle 1.7L stainless" }] });
 const headers = { "content-type": "application/json", "content-length": String(BODY.length) };

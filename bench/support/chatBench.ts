@@ -10,6 +10,10 @@ import { Database } from "bun:sqlite";
 /** The mock upstream and the bare proxy (run as `bun <CHAT_SERVERS> mock|proxy <url>`). */
 export const CHAT_SERVERS = join(import.meta.dir, "chatServers.ts");
 
+/** `--name=value` from the command line, or `fallback`. */
+export const benchArg = (name: string, fallback: string): string =>
+  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
+
 export type Spawned = ReturnType<typeof Bun.spawn>;
 
 export interface WrkResult {

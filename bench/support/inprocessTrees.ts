@@ -6,14 +6,10 @@
 import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ATELIER_CHAT_MODEL, CHAT_SERVERS, startPinned } from "./chatBench";
+import { ATELIER_CHAT_MODEL, CHAT_SERVERS, benchArg, startPinned } from "./chatBench";
 
 export const REPO = join(import.meta.dir, "../..");
 export const HARNESS = join(import.meta.dir, "inprocessChat.ts");
-
-/** `--name=value` from the command line, or `fallback`. */
-export const benchArg = (name: string, fallback: string): string =>
-  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 
 export interface BenchTree {
   name: string;

@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { WATCH_AFTER_MS, watchClient } from "../../src/core/clientSignal";
 import { withDeadline } from "../../src/core/deadline";
+import { until } from "../support/images";
 
 describe("watchClient with a getter", () => {
   test("work that ends before WATCH_AFTER_MS never reads the signal", async () => {
@@ -26,7 +27,7 @@ describe("watchClient with a getter", () => {
       () => (reads++, client.signal),
     );
     // Read on the ticker's second tick (WATCH_AFTER_MS to twice that): waited for with a bound, not a fixed sleep.
-    for (let i = 0; i < 100 && reads === 0; i++) await Bun.sleep(WATCH_AFTER_MS);
+    await until(() => reads > 0, "the signal to be read");
     expect(reads).toBe(1);
     client.abort();
     expect(await run.result.catch((e: Error) => e.message)).toBe("aborted by the client");
@@ -37,7 +38,7 @@ describe("watchClient with a getter", () => {
     client.abort(new Error("gone"));
     const reasons: unknown[] = [];
     const stop = watchClient(() => client.signal, (reason) => reasons.push(reason));
-    for (let i = 0; i < 100 && reasons.length === 0; i++) await Bun.sleep(WATCH_AFTER_MS);
+    await until(() => reasons.length > 0, "the abort to be seen");
     expect(reasons).toEqual([client.signal.reason]);
     stop();
   });

@@ -11,6 +11,7 @@ import { cancelViewOf, closeIdleHttp1Connections, Http1Error, http1Request, http
 import { callJson } from "../../src/engines/upstreamHttp";
 import { AttemptFailure } from "../../src/engines/pool";
 import { SecretRedactor } from "../../src/engines/redact";
+import { until } from "../support/images";
 
 /** What the raw server does with each request it reads whole: write bytes, optionally close. */
 type Reply = (request: ReceivedRequest, socket: Socket<ConnState>, connection: ConnState) => void;
@@ -94,10 +95,6 @@ function send(url: Http1Target, overrides: Partial<Http1Request> & { signal?: Ab
 
 const text = (b: Uint8Array) => new TextDecoder().decode(b);
 const tick = (ms: number) => Bun.sleep(ms);
-/** Waits (bounded: 5 s) until `done` holds: what a socket's other end sees takes a loaded machine a while. */
-async function settle(done: () => boolean): Promise<void> {
-  for (let i = 0; i < 500 && !done(); i++) await tick(10);
-}
 
 let server: RawServer;
 beforeAll(() => {
@@ -251,7 +248,7 @@ describe("connections", () => {
     expect(idle.length).toBe(3);
     for (const conn of idle) expect({ chunks: (conn.chunks as unknown[]).length, head: conn.parsedHead, pending: conn.pending }).toEqual({ chunks: 0, head: null, pending: null });
     server.endAll();
-    await settle(() => target.origin.idle.length === 0);
+    await until(() => target.origin.idle.length === 0, "the closed connections to leave the idle list");
     expect(target.origin.idle.length).toBe(0);
   });
 
@@ -331,11 +328,11 @@ describe("connections", () => {
     const requestsBefore = server.requests.length;
     const pending = send(server.url(), { signal: controller.signal });
     // Aborted once the server has the request (on a connection of its own, not a parked one).
-    await settle(() => server.requests.length > requestsBefore);
+    await until(() => server.requests.length > requestsBefore, "the server to receive the request");
     const reason = new DOMException("stop", "TimeoutError");
     controller.abort(reason);
     expect(await pending.catch((e: unknown) => e)).toBe(reason);
-    await settle(() => server.closedConnections - closedBefore >= 1);
+    await until(() => server.closedConnections - closedBefore >= 1, "the connection to close");
     expect(server.closedConnections - closedBefore).toBe(1);
   });
 
