@@ -10,11 +10,14 @@ export type { ApiKeyRow, KeyOwner } from "../core/store";
 export type ApiKeyWithSpend = ApiKeyRow & { credits_spent: number };
 
 /**
- * A key's spend: charged minus refunded over its requests (pending ones count: their credit is
- * out). Answered from the requests_key_spend index alone. Shared with store/credits, which sums it
- * inside the charge's transaction. (CAST: PostgreSQL's SUM of integers is numeric otherwise.)
+ * A key's spend: charged minus refunded over its image requests (pending ones count: their
+ * credit is out; chat rows charge nothing). Answered from the requests_key_spend index alone,
+ * which holds image rows only: `kind = 'image'` is what lets the planner use it (migration 15),
+ * so the sum never reads the key's chat history. Shared with store/credits, which sums it inside
+ * the charge's transaction. (CAST: PostgreSQL's SUM of integers is numeric otherwise.)
  */
-export const KEY_SPEND_SQL = "SELECT COALESCE(CAST(SUM(credits_charged - credits_refunded) AS BIGINT), 0) AS spent FROM requests WHERE key_id = ?";
+export const KEY_SPEND_SQL =
+  "SELECT COALESCE(CAST(SUM(credits_charged - credits_refunded) AS BIGINT), 0) AS spent FROM requests WHERE key_id = ? AND kind = 'image'";
 
 export class ApiKeyStore {
   constructor(
@@ -57,12 +60,12 @@ export class ApiKeyStore {
     return this.sql.all<ApiKeyRow>("SELECT * FROM api_keys WHERE user_id = ? ORDER BY id DESC", [userId]);
   }
 
-  /** The user's keys, newest first, each with its spend (one grouped pass over the requests index). */
+  /** The user's keys, newest first, each with its spend (one grouped pass over the key-spend index: image rows only). */
   listWithSpend(userId: number): Promise<ApiKeyWithSpend[]> {
     return this.sql.all<ApiKeyWithSpend>(
       `SELECT k.*, COALESCE(s.spent, 0) AS credits_spent FROM api_keys k
          LEFT JOIN (SELECT key_id, CAST(SUM(credits_charged - credits_refunded) AS BIGINT) AS spent FROM requests
-                     WHERE key_id IN (SELECT id FROM api_keys WHERE user_id = ?) GROUP BY key_id) s ON s.key_id = k.id
+                     WHERE kind = 'image' AND key_id IN (SELECT id FROM api_keys WHERE user_id = ?) GROUP BY key_id) s ON s.key_id = k.id
         WHERE k.user_id = ? ORDER BY k.id DESC`,
       [userId, userId],
     );

@@ -365,4 +365,15 @@ export const postgresMigrations: Migration[] = [
       CREATE INDEX ledger_user_time ON ledger(user_id, created_at);
     `,
   },
+  {
+    version: 15,
+    name: "spend indexes of image rows only: a key's or a user's spend no longer reads their chat history",
+    sql: `
+      -- As SQLite's migration 15 (the reasons are there): PostgreSQL also uses a partial index
+      -- only for a query whose WHERE implies the index's, so the spend queries say kind = 'image'.
+      DROP INDEX requests_key_spend;
+      CREATE INDEX requests_key_spend ON requests(key_id, credits_charged, credits_refunded) WHERE key_id IS NOT NULL AND kind = 'image';
+      CREATE INDEX requests_user_spend ON requests(user_id, credits_charged, credits_refunded) WHERE kind = 'image';
+    `,
+  },
 ];

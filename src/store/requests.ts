@@ -189,7 +189,10 @@ export class RequestStore implements RequestLog {
     return this.sql.all<RequestRow>(`SELECT * FROM requests ${sql} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`, [...args, f.limit ?? 50, f.offset ?? 0]);
   }
 
-  /** Credits each of these users spent on images: charged minus refunded (pending requests count: their credit is out). */
+  /**
+   * Credits each of these users spent on images: charged minus refunded (pending requests count:
+   * their credit is out). Read from the requests_user_spend index (image rows only, migration 15).
+   */
   async spentByUsers(userIds: number[]): Promise<Map<number, number>> {
     if (userIds.length === 0) return new Map();
     const rows = await this.sql.all<{ user_id: number; spent: number }>(

@@ -10,7 +10,7 @@ import { KEY_CHANGE_CHECK_MS, KeyAuthenticator, createKey } from "../../src/core
 import { hashSessionId } from "../../src/core/sessions";
 import { RedemptionCodes } from "../../src/core/redemptionCodes";
 import { EmailTakenError, type AccountStore, type UserRow } from "../../src/core/store";
-import { ApiKeyStore } from "../../src/store/apiKeys";
+import { ApiKeyStore, KEY_SPEND_SQL } from "../../src/store/apiKeys";
 import { RedemptionCodeStore } from "../../src/store/redemptionCodes";
 import { Revisions } from "../../src/store/revisions";
 import { SessionStore } from "../../src/store/sessions";
@@ -118,6 +118,37 @@ for (const engine of bothEngines()) {
       expect(await a.keys.revoke(row.id, 4_300)).toBe(false);
       expect(await a.keys.updateSettings(row.id, user.id, { name: "late", expiresAt: null, creditCap: null, allowedModels: null })).toBe(false);
       expect(await b.keys.ownerByHash(row.secret_hash)).toMatchObject({ key_name: "desk", key_revoked_at: 4_200, key_credit_cap: null });
+    });
+
+    test("a key's and a user's spend are sums of image rows read from their partial indexes: chat rows are neither summed nor indexed", async () => {
+      const user = await a.users.create({ email: "spend-index@example.com", passwordHash: null, role: "user", credits: 10 }, 4_500);
+      const { row } = await createKey({ users: a.users, keys: a.keys }, () => 4_501, user.id, "capped", { expiresAt: null, creditCap: 5, allowedModels: null });
+      const insert = (id: string, kind: "image" | "chat", charged: number) =>
+        a.sql.run("INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, created_at) VALUES (?, ?, ?, ?, 'e', 'm', 'succeeded', ?, ?)", [
+          id, user.id, row.id, kind, charged, 4_502,
+        ]);
+      await insert("spend-i1", "image", 2);
+      for (let i = 0; i < 5; i++) await insert(`spend-c${i}`, "chat", 0);
+      expect(await a.keys.spent(row.id)).toBe(2);
+      const plans = await a.sql.transaction(async (tx) => {
+        // A few rows: PostgreSQL's planner would rather scan the table; told not to, it shows which index answers.
+        if (engine.name === "PostgreSQL") await tx.run("SET LOCAL enable_seqscan = off");
+        const explain = async (sql: string, args: number[]) => {
+          const rows = await tx.all<Record<string, string>>(`EXPLAIN ${engine.name === "SQLite" ? "QUERY PLAN " : ""}${sql}`, args);
+          return rows.map((r) => r.detail ?? r["QUERY PLAN"]).join(" ");
+        };
+        return [
+          await explain(KEY_SPEND_SQL, [row.id]),
+          await explain("SELECT user_id, SUM(credits_charged - credits_refunded) FROM requests WHERE kind = 'image' AND user_id IN (?) GROUP BY user_id", [user.id]),
+        ];
+      });
+      // Answered from an index of image rows only (SQLite picks the key's; PostgreSQL, on a table
+      // this small, either of the two: both hold image rows only), never from the user's whole history.
+      for (const plan of plans) {
+        expect(plan).toMatch(/requests_(key|user)_spend/);
+        expect(plan).not.toContain("requests_user_time");
+      }
+      if (engine.name === "SQLite") expect(plans).toEqual([expect.stringContaining("requests_key_spend"), expect.stringContaining("requests_user_spend")]);
     });
 
     test("a key revoked through another instance is refused by this one within the change-check interval, and answered from memory until then", async () => {

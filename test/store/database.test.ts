@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { createStore } from "../../src/store";
 import { DatabaseTooNewError, databasePath, latestVersion, openDatabase, schemaVersion } from "../../src/store/database";
 import { migrations } from "../../src/store/migrations";
+import { KEY_SPEND_SQL } from "../../src/store/apiKeys";
 
 const dirs: string[] = [];
 function dataDir(): string {
@@ -51,6 +52,37 @@ describe("openDatabase", () => {
     expect((await store.requests.list({ userId: 1 })).map((r) => r.id)).toEqual(["req_b", "req_c", "req_a"]);
     expect(await store.credits.ledgerSum(1)).toBe(5);
     db.close();
+  });
+
+  test("migration 15 keeps the spends and reads them from image rows only: a key's and a user's chat history is not summed", async () => {
+    const dir = dataDir();
+    const old = openDatabase(dir, migrations.filter((m) => m.version <= 14));
+    old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('spend@example.com', 'x', 5, 0)");
+    old.run("INSERT INTO api_keys (user_id, name, prefix, secret_hash, created_at, credit_cap) VALUES (1, 'k', 'sk-atl-abcd', 'h', 0, 10)");
+    const row = "INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, credits_refunded, created_at) VALUES (?, 1, 1, ?, 'e', 'm', ?, ?, ?, ?)";
+    old.run(row, ["req_i1", "image", "succeeded", 2, 0, 1]);
+    old.run(row, ["req_i2", "image", "failed", 3, 3, 2]);
+    old.run(row, ["req_i3", "image", "pending", 1, 0, 3]);
+    for (let i = 0; i < 20; i++) old.run(row, [`req_c${i}`, "chat", "succeeded", 0, 0, 10 + i]);
+    old.close();
+    const db = openDatabase(dir);
+    expect(schemaVersion(db)).toBe(latestVersion());
+    const store = createStore(db, latestVersion());
+    expect(await store.keys.spent(1)).toBe(3);
+    expect((await store.keys.listWithSpend(1)).map((k) => k.credits_spent)).toEqual([3]);
+    expect((await store.requests.spentByUsers([1])).get(1)).toBe(3);
+    // Each spend is answered from its partial index alone, which holds image rows only.
+    const planOf = (sql: string) => db.query<{ detail: string }, [number]>(`EXPLAIN QUERY PLAN ${sql}`).all(1).map((p) => p.detail).join(" ");
+    expect(planOf(KEY_SPEND_SQL)).toContain("COVERING INDEX requests_key_spend");
+    expect(planOf("SELECT user_id, SUM(credits_charged - credits_refunded) FROM requests WHERE kind = 'image' AND user_id IN (?) GROUP BY user_id")).toContain(
+      "COVERING INDEX requests_user_spend",
+    );
+    const definitions = db.query<{ name: string; sql: string }, []>("SELECT name, sql FROM sqlite_master WHERE name IN ('requests_key_spend', 'requests_user_spend') ORDER BY name").all();
+    expect(definitions.map((d) => [d.name, d.sql.slice(d.sql.indexOf(" WHERE "))])).toEqual([
+      ["requests_key_spend", " WHERE key_id IS NOT NULL AND kind = 'image'"],
+      ["requests_user_spend", " WHERE kind = 'image'"],
+    ]);
+    await store.close();
   });
 
   test("uses WAL, a busy timeout, foreign keys and STRICT tables", () => {
