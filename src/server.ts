@@ -10,6 +10,7 @@ import { corsHeadersForError } from "./http/cors";
 import { apiErrorOf } from "./http/errorMapping";
 import { createServices, type Services } from "./services";
 import type { Config } from "./config";
+import type { Clock } from "./core/clock";
 import type { Logger } from "./logger";
 import { openStore, storeDialect } from "./store/open";
 import { authenticateApiRequest } from "./http/auth";
@@ -35,11 +36,13 @@ const LONG_RUNNING = /^\/v1\/(images|chat)\//;
 export interface StartOptions {
   /** Lets tests swap parts (e.g. a slow or failing engine) before the app is built. */
   customize?: (services: Services) => void;
+  /** The wall clock of every record and range (tests: e.g. one that stays clear of a UTC midnight). Date.now by default. */
+  clock?: Clock;
 }
 
 export async function startServer(config: Config, logger: Logger, options: StartOptions = {}): Promise<RunningServer> {
   const store = await openStore(config);
-  const services = createServices({ config, store, logger });
+  const services = createServices({ config, store, logger, ...(options.clock ? { clock: options.clock } : {}) });
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
   options.customize?.(services);

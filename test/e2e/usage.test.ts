@@ -12,6 +12,11 @@ import { ControlledEngine } from "../support/images";
 
 let server: TestServer;
 const engine = new ControlledEngine();
+// The server's clock runs at real speed from noon UTC of today: a run that crosses a real UTC
+// midnight would otherwise record the requests on one day and ask for "today" on the next.
+const started = Date.now();
+const noonToday = Date.UTC(new Date(started).getUTCFullYear(), new Date(started).getUTCMonth(), new Date(started).getUTCDate(), 12);
+const clock = () => noonToday + (Date.now() - started);
 let userId: number;
 let keyA: string;
 let keyB: string;
@@ -21,16 +26,17 @@ beforeAll(async () => {
   server = await startTestServer({
     config: (c) => void (c.server.log_requests = false),
     customize: (s) => s.engines.registerBuiltinImage(engine),
+    clock,
   });
   engine.behave = async (job) => {
     if (job.prompt === "fail") throw new UpstreamFailed("scripted failure");
     return engine.png(job);
   };
   const store = server.services.store;
-  const user = await addUser(store, Date.now, { email: "usage@example.com", credits: 20 });
+  const user = await addUser(store, clock, { email: "usage@example.com", credits: 20 });
   userId = user.id;
-  const a = await createKey(store, Date.now, userId, "alpha");
-  const b = await createKey(store, Date.now, userId, "beta");
+  const a = await createKey(store, clock, userId, "alpha");
+  const b = await createKey(store, clock, userId, "beta");
   keyA = a.key.secret;
   keyB = b.key.secret;
   prefixA = a.row.prefix;
@@ -67,7 +73,7 @@ describe("GET /v1/usage", () => {
   test("by day: the last 30 days with zeros, today's counts and credits equal to the history and the ledger", async () => {
     const { status, body } = await usage("");
     expect(status).toBe(200);
-    const today = utcDay(Date.now());
+    const today = utcDay(clock());
     expect(body.group_by).toBe("day");
     expect(body.to).toBe(today);
     expect(body.data.length).toBe(30);
@@ -102,7 +108,7 @@ describe("GET /v1/usage", () => {
     const { body } = await usage("?from=2020-01-01&to=2020-01-31");
     expect(body.data.length).toBe(31);
     expect(body.totals.requests).toBe(0);
-    const today = utcDay(Date.now());
+    const today = utcDay(clock());
     const one = (await usage(`?from=${today}&to=${today}`)).body;
     expect(one.data.map((d) => d.requests)).toEqual([5]);
   });

@@ -108,7 +108,7 @@ export async function startTestServer(
   const logs: string[] = [];
   let running: RunningServer;
   try {
-    running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize });
+    running = await startServer(base, createLogger((line) => logs.push(line)), { customize: opts.customize, clock: opts.clock });
   } catch (e) {
     if (shared) await releaseScaledBackend(base.server.data_dir, base.server.data_dir === dataDir);
     throw e;
