@@ -9,14 +9,12 @@ import { UpstreamFailed } from "../../src/core/engine";
 import { utcDay } from "../../src/core/utcDays";
 import { startTestServer, type TestServer } from "../support/server";
 import { ControlledEngine } from "../support/images";
+import { middayClock } from "../support/fakeClock";
 
 let server: TestServer;
 const engine = new ControlledEngine();
-// The server's clock runs at real speed from noon UTC of today: a run that crosses a real UTC
-// midnight would otherwise record the requests on one day and ask for "today" on the next.
-const started = Date.now();
-const noonToday = Date.UTC(new Date(started).getUTCFullYear(), new Date(started).getUTCMonth(), new Date(started).getUTCDate(), 12);
-const clock = () => noonToday + (Date.now() - started);
+// The server's clock, and the test's "today" (a run may cross a real UTC midnight).
+const clock = middayClock();
 let userId: number;
 let keyA: string;
 let keyB: string;

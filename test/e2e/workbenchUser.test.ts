@@ -16,6 +16,7 @@ import { type Browser, type BrowserContext, type Page } from "playwright-core";
 import { launchChromium, signInThroughForm } from "../support/browser";
 import { utcDay } from "../../src/core/utcDays";
 import { startTestServer, type TestServer } from "../support/server";
+import { middayClock } from "../support/fakeClock";
 
 const TEST_TIMEOUT_MS = 120_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench-user");
@@ -23,6 +24,8 @@ const PASSWORD = "usage horse battery";
 const XSS = `<script>window.__pwned = 1</script>`;
 const FORMULA = `=HYPERLINK("http://evil.example","click"), "quoted"`;
 
+// The server's clock, and the test's "today": the usage figures are per UTC day, and a run may cross a real midnight.
+const clock = middayClock();
 let server: TestServer;
 let browser: Browser;
 let context: BrowserContext;
@@ -73,6 +76,7 @@ async function shootEverySize(path: string, name: string): Promise<void> {
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   server = await startTestServer({
+    clock,
     // An upstream that refuses every connection: its model's requests fail and are refunded.
     toml: `
 [server]
@@ -193,8 +197,8 @@ describe("usage, request detail and CSV", () => {
     expect(await page.getByTestId("failure-rate").textContent()).toBe("20%");
     // Today's bar is drawn, with its figure in the bar's title.
     const titles = await page.getByTestId("chart-images").locator("rect title").allTextContents();
-    expect(titles).toContain(`${utcDay(Date.now())}: 3 images`);
-    expect(titles).toContain(`${utcDay(Date.now())}: 1 failed requests`);
+    expect(titles).toContain(`${utcDay(clock())}: 3 images`);
+    expect(titles).toContain(`${utcDay(clock())}: 1 failed requests`);
     const modelRows = await page.getByTestId("usage-models").locator("tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent)));
     for (const m of byModel.data) expect(modelRows).toContainEqual(expect.arrayContaining([m.group, String(m.images), String(m.failed)]));
     const keyRows = await page.getByTestId("usage-keys").locator("tbody td.name").allTextContents();
@@ -202,7 +206,7 @@ describe("usage, request detail and CSV", () => {
 
     // Per day by model and by key: every request was made today, so today's rows equal GET /v1/usage's
     // groups, and the key made with a cap spent exactly its 3 images.
-    const today = utcDay(Date.now());
+    const today = utcDay(clock());
     const tableRows = (testId: string) => page.getByTestId(testId).locator("tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent)));
     const modelDays = await tableRows("usage-models-daily");
     const fullByModel = (await client(owner.key).get("/usage", { query: { group_by: "model" } })) as { data: { group: string; images: number; failed: number; credits_spent: number; requests: number }[] };

@@ -16,3 +16,15 @@ export function fakeClock(start = 1_000_000): FakeClock {
     },
   };
 }
+
+/**
+ * A clock at real speed that starts at noon UTC of today, for a server whose test compares what
+ * it recorded with "today": on the real clock, a run that crosses a UTC midnight records its
+ * requests on one day and asks for the next.
+ */
+export function middayClock(): () => number {
+  const started = Date.now();
+  const day = new Date(started);
+  const noon = Date.UTC(day.getUTCFullYear(), day.getUTCMonth(), day.getUTCDate(), 12);
+  return () => noon + (Date.now() - started);
+}
