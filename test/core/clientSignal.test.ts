@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { WATCH_AFTER_MS, watchClient } from "../../src/core/clientSignal";
 import { withDeadline } from "../../src/core/deadline";
-import { until } from "../support/images";
+import { until } from "../support/until";
 
 describe("watchClient with a getter", () => {
   test("work that ends before WATCH_AFTER_MS never reads the signal", async () => {

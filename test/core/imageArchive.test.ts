@@ -13,7 +13,7 @@ import { createStore, type Store } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { FileImageBlobs } from "../../src/store/imageFiles";
 import { makePng } from "../support/images";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const DAY = 86_400_000;
 let dir: string;

@@ -24,7 +24,8 @@ import { InsufficientCreditsError } from "../../src/core/store";
 import { ImageInputError } from "../../src/core/imageInput";
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { fakeClock } from "../support/fakeClock";
-import { ControlledEngine, makePng, until } from "../support/images";
+import { ControlledEngine, makePng } from "../support/images";
+import { until } from "../support/until";
 import { addUser, interceptBusy, memoryStore, rawDb, trackRawDb } from "../support/memoryStore";
 
 /** Tests that would wait forever if a record never landed fail after this instead. */

@@ -14,6 +14,7 @@ import { apiErrorOf } from "../../src/http/errorMapping";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { startRedis, type TestRedis } from "../support/redisServer";
+import { until } from "../support/until";
 
 let redis: TestRedis;
 let prefixes = 0;
@@ -28,14 +29,6 @@ afterAll(async () => {
 function instances(commandTimeoutMs = 2_000) {
   const keyPrefix = `test:${++prefixes}:attempts:`;
   return { one: redisAttemptCounters(redis.client(), { keyPrefix, commandTimeoutMs }), two: redisAttemptCounters(redis.client(), { keyPrefix, commandTimeoutMs }), keyPrefix };
-}
-
-async function eventually(check: () => boolean | Promise<boolean>, what: string, ms = 8_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`timed out waiting for: ${what}`);
-    await Bun.sleep(10);
-  }
 }
 
 describe("RedisAttemptLimiter", () => {
@@ -61,7 +54,7 @@ describe("RedisAttemptLimiter", () => {
     await short.record("user:1");
     expect(await short.retryAfterMs("user:1")).toBeGreaterThan(0);
     expect(await one("redeem:address", 1, 300).retryAfterMs("user:1")).toBe(0);
-    await eventually(async () => (await short.retryAfterMs("user:1")) === 0, "the window to end");
+    await until(async () => (await short.retryAfterMs("user:1")) === 0, "the window to end");
   });
 
   test("keys are hashed: no email or address is stored in Redis", async () => {
@@ -108,6 +101,6 @@ describe("RedisAttemptLimiter", () => {
     } finally {
       redis.resume();
     }
-    await eventually(async () => (await counter.retryAfterMs("ann@example.com").catch(() => -1)) === 0, "answered again");
+    await until(async () => (await counter.retryAfterMs("ann@example.com").catch(() => -1)) === 0, "answered again");
   });
 });

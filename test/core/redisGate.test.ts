@@ -8,6 +8,7 @@ import { GateRejected, type GateLimits, type Permit } from "../../src/core/gate"
 import { GateUnavailable, RedisGate, type RedisGateOptions } from "../../src/core/redisGate";
 import { apiErrorOf } from "../../src/http/errorMapping";
 import { startRedis, type TestRedis } from "../support/redisServer";
+import { until } from "../support/until";
 
 let redis: TestRedis;
 let prefixes = 0;
@@ -26,14 +27,6 @@ function pair(limits: Partial<GateLimits> = {}, options: Partial<RedisGateOption
   const keyPrefix = `test:${++prefixes}:`;
   const make = () => new RedisGate(redis.client(), { ...LIMITS, ...limits }, { keyPrefix, pollMs: 20, renewMs: 100, leaseMs: 1_500, ...options });
   return { a: make(), b: make(), keyPrefix };
-}
-
-async function eventually(check: () => boolean | Promise<boolean>, what: string, ms = 8_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`timed out waiting for: ${what}`);
-    await Bun.sleep(10);
-  }
 }
 
 function track(p: Promise<Permit>) {
@@ -89,15 +82,15 @@ describe("RedisGate: two instances share one gate", () => {
     const { a, b, keyPrefix } = pair({ global: 3, perUser: 1 });
     const first = await a.admit(1);
     const second = track(b.admit(1));
-    await eventually(async () => (await queued(keyPrefix)) === 1, "user 1's second request queued");
+    await until(async () => (await queued(keyPrefix)) === 1, "user 1's second request queued");
     const other = await b.admit(2); // user 2 runs at once, past user 1's waiter
     expect(second.permit).toBeUndefined();
     first.release();
-    await eventually(() => second.permit !== undefined, "user 1's second request admitted");
+    await until(() => second.permit !== undefined, "user 1's second request admitted");
     expect(await running(keyPrefix)).toBe(2);
     second.permit!.release();
     other.release();
-    await eventually(async () => (await running(keyPrefix)) === 0, "all slots back");
+    await until(async () => (await running(keyPrefix)) === 0, "all slots back");
     a.close();
     b.close();
   });
@@ -109,7 +102,7 @@ describe("RedisGate: two instances share one gate", () => {
     const waits: Promise<void>[] = [];
     for (const [i, gate] of [b, a, b, a].entries()) {
       waits.push(gate.admit(10 + i).then((p) => void (order.push(i), p.release())));
-      await eventually(async () => (await queued(keyPrefix)) === i + 1, `waiter ${i} queued`);
+      await until(async () => (await queued(keyPrefix)) === i + 1, `waiter ${i} queued`);
     }
     holder.release();
     await Promise.all(waits);
@@ -122,13 +115,13 @@ describe("RedisGate: two instances share one gate", () => {
     const { a, b, keyPrefix } = pair({ global: 1, perUser: 1, queueSize: 1 });
     const holder = await a.admit(1);
     const waiter = track(b.admit(2));
-    await eventually(async () => (await queued(keyPrefix)) === 1, "one waiter queued");
+    await until(async () => (await queued(keyPrefix)) === 1, "one waiter queued");
     const e = await rejection(a.admit(3));
     expect(e.reason).toBe("queue_full");
     expect(e.limit).toBe("global");
     expect(e.retryAfterMs).toBe(1000);
     holder.release();
-    await eventually(() => waiter.permit !== undefined, "the waiter admitted");
+    await until(() => waiter.permit !== undefined, "the waiter admitted");
     waiter.permit!.release();
     a.close();
     b.close();
@@ -141,7 +134,7 @@ describe("RedisGate: two instances share one gate", () => {
     expect(e.reason).toBe("queue_timeout");
     expect(await queued(keyPrefix)).toBe(0);
     holder.release();
-    await eventually(async () => (await running(keyPrefix)) === 0, "the slot back");
+    await until(async () => (await running(keyPrefix)) === 0, "the slot back");
     a.close();
     b.close();
   });
@@ -151,12 +144,12 @@ describe("RedisGate: two instances share one gate", () => {
     const holder = await a.admit(1);
     const client = new AbortController();
     const waiting = b.admit(2, client.signal);
-    await eventually(async () => (await queued(keyPrefix)) === 1, "the waiter queued");
+    await until(async () => (await queued(keyPrefix)) === 1, "the waiter queued");
     client.abort();
     expect((await rejection(waiting)).reason).toBe("aborted");
-    await eventually(async () => (await queued(keyPrefix)) === 0, "the queue empty");
+    await until(async () => (await queued(keyPrefix)) === 0, "the queue empty");
     holder.release();
-    await eventually(async () => (await running(keyPrefix)) === 0, "the slot back");
+    await until(async () => (await running(keyPrefix)) === 0, "the slot back");
     const next = await b.admit(3);
     expect(await running(keyPrefix)).toBe(1);
     next.release();
@@ -187,7 +180,7 @@ describe("RedisGate: two instances share one gate", () => {
     const p2 = await a.admit(1);
     p1.release();
     p1.release();
-    await eventually(async () => (await running(keyPrefix)) === 1, "one slot back");
+    await until(async () => (await running(keyPrefix)) === 1, "one slot back");
     const p3 = await b.admit(2);
     const e = await rejection(b.admit(3));
     expect(e.reason).toBe("queue_full");

@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { runAfter } from "../../src/core/timerQueue";
-import { until } from "../support/images";
+import { until } from "../support/until";
 
 describe("runAfter", () => {
   test("runs once after its delay; a cancelled one never runs", async () => {

@@ -12,7 +12,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 import { dataUrl, makePng } from "../support/images";
 import { interlacedZerosBomb, progressiveScanJpeg } from "../support/imageBombs";
 

@@ -9,7 +9,7 @@ import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { databasePath } from "../../src/store/database";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const scratch: string[] = [];
 const servers: ServerProcess[] = [];

@@ -8,7 +8,7 @@ import OpenAI from "openai";
 import { copyFileSync, existsSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ATELIER_FROM_SOURCE, lastLine, REPO, runAtelier, startServerProcess, type ServerProcess } from "../support/process";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 import pkg from "../../package.json" with { type: "json" };
 import encodeWebp from "@jsquash/webp/encode.js";
 import { dataUrl, makePng } from "../support/images";

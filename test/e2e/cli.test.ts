@@ -13,7 +13,8 @@ import pkg from "../../package.json" with { type: "json" };
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess } from "../support/process";
 import { rawRequest } from "../support/rawHttp";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 let server: TestServer;
 const scratch: string[] = [];

@@ -11,6 +11,7 @@ import { startTestServer, type TestServer } from "../support/server";
 /** Another process holding atelier.db's write lock is a SQLite matter. */
 const sqliteOnly = embeddedOnly("SQLite file locking");
 import { ControlledEngine } from "../support/images";
+import { until } from "../support/until";
 
 // Long enough that a server frozen for the whole wait (SQLite waiting inside busy_timeout) is told
 // apart from one merely slow on a loaded machine.
@@ -64,14 +65,6 @@ function generate(key: string) {
   });
 }
 
-async function eventually(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
-  const until = performance.now() + ms;
-  while (!(await check())) {
-    if (performance.now() > until) throw new Error("condition not met in time");
-    await Bun.sleep(20);
-  }
-}
-
 /** The longest /healthz round trip while `during` runs. */
 async function healthzWorstDuring(during: Promise<unknown>): Promise<number> {
   let done = false;
@@ -90,7 +83,7 @@ sqliteOnly.test("an image that finishes while the lock is held is delivered, rec
   const { key, userId } = await server.userWithKey({ credits: 3 });
   engine.hold("succeed");
   const answer = generate(key);
-  await eventually(() => engine.waiting === 1);
+  await until(() => engine.waiting === 1, "the request at the engine");
   const lock = await holdWriteLock(10_000);
   engine.releaseAll();
   const res = await answer;
@@ -99,7 +92,7 @@ sqliteOnly.test("an image that finishes while the lock is held is delivered, rec
   const [row] = await server.services.store.requests.list({ userId, limit: 10 });
   expect(row!.status).toBe("pending");
   await lock.release();
-  await eventually(async () => (await server.services.store.requests.list({ userId, limit: 10 }))[0]!.status === "succeeded");
+  await until(async () => (await server.services.store.requests.list({ userId, limit: 10 }))[0]!.status === "succeeded", "the request recorded as succeeded");
   expect(await server.balance(userId)).toBe(2);
   expect(await server.services.store.credits.ledgerSum(userId)).toBe(2);
 });
@@ -124,14 +117,14 @@ sqliteOnly.test("a failure while the lock is held is answered at once and refund
   const { key, userId } = await server.userWithKey({ credits: 3 });
   engine.hold("fail");
   const answer = generate(key);
-  await eventually(() => engine.waiting === 1);
+  await until(() => engine.waiting === 1, "the request at the engine");
   const lock = await holdWriteLock(10_000);
   engine.releaseAll();
   const res = await answer;
   expect(res.status).toBe(502);
   expect(await server.balance(userId)).toBe(2);
   await lock.release();
-  await eventually(async () => (await server.balance(userId)) === 3);
+  await until(async () => (await server.balance(userId)) === 3, "the balance at 3");
   const [row] = await server.services.store.requests.list({ userId, limit: 10 });
   expect(row).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1 });
   expect(await server.services.store.credits.ledgerSum(userId)).toBe(3);
@@ -148,5 +141,5 @@ sqliteOnly.test("chat and key lookups go on while the lock is held; the history 
   expect(res.status).toBe(200);
   expect(await server.services.store.requests.list({ userId, limit: 10 })).toHaveLength(0);
   await lock.release();
-  await eventually(async () => (await server.services.store.requests.list({ userId, limit: 10 })).length === 1);
+  await until(async () => (await server.services.store.requests.list({ userId, limit: 10 })).length === 1, "the request in the history");
 });

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startTestServer } from "../support/server";
 import { startPostgres, type TestPostgres } from "../support/postgresServer";
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy";
-import { ControlledEngine, until } from "../support/images";
+import { ControlledEngine } from "../support/images";
+import { until } from "../support/until";
 
 let pg: TestPostgres;
 let proxy: TcpProxy;

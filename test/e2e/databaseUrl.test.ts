@@ -11,7 +11,8 @@ import { loadConfig } from "../../src/config";
 import { createLogger } from "../../src/logger";
 import { runCli } from "../../src/main";
 import { startServer } from "../../src/server";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 import { startPostgres, type TestPostgres } from "../support/postgresServer";
 
 const dirs: string[] = [];

@@ -11,7 +11,7 @@ import { databasePath } from "../../src/store/database";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/fakeUpstreams";
 import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
 import { startPostgres } from "../support/postgresServer";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 let openai: FakeOpenAI;
 let dataDir: string;

@@ -8,7 +8,7 @@ import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startFakeS3, type FakeS3 } from "../support/fakeS3";
 import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 let s3: FakeS3;
 let dataDir: string;

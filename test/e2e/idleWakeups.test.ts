@@ -8,7 +8,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { ATELIER_FROM_SOURCE, startServerProcess, type ServerProcess } from "../support/process";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const servers: ServerProcess[] = [];
 afterAll(async () => {

@@ -11,7 +11,8 @@ import OpenAI, { toFile } from "openai";
 import { loadConfig } from "../../src/config";
 import { UpstreamFailed, type ImageEngine, type ImageJob } from "../../src/core/engine";
 import { FAKE_PARTIAL_COLOR, startFakeOpenAI, startFakeWebUI } from "../support/fakeUpstreams";
-import { makePng, readPng, until } from "../support/images";
+import { makePng, readPng } from "../support/images";
+import { until } from "../support/until";
 import { startTestServer, type TestServer } from "../support/server";
 
 const UPSTREAM_KEY = "sk-upstream-stream-test-0123456789";

@@ -8,8 +8,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier, startServerProcess } from "../support/process";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
-import { ControlledEngine, until } from "../support/images";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
+import { ControlledEngine } from "../support/images";
+import { until } from "../support/until";
 import { startFakeOpenAI } from "../support/fakeUpstreams";
 import { UpstreamFailed } from "../../src/core/engine";
 

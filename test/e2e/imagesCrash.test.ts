@@ -10,8 +10,8 @@ import type { Subprocess } from "bun";
 import { addUser, createKey } from "../../src/core/accounts";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
-import { tempDir } from "../support/server";
-import { until } from "../support/images";
+import { tempDir } from "../support/tempDirs";
+import { until } from "../support/until";
 
 const dataDir = tempDir("atelier-crash-");
 const procs: Subprocess[] = [];

@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { UpstreamFailed, UpstreamRateLimited } from "../../src/core/engine";
 import { startTestServer, type TestServer } from "../support/server";
-import { ControlledEngine, makePng, until } from "../support/images";
+import { ControlledEngine, makePng } from "../support/images";
+import { until } from "../support/until";
 
 const LIMIT = 2;
 

@@ -13,7 +13,8 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { blobKey } from "../../src/core/imageArchive";
 import { startFakeS3, type FakeS3 } from "../support/fakeS3";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 let s3: FakeS3;
 let sharedDir: string;

@@ -12,7 +12,8 @@ import { addUser, createKey } from "../../src/core/accounts";
 import { UpstreamFailed } from "../../src/core/engine";
 import { NO_KEY_LIMITS, type KeyLimits } from "../../src/core/keyLimits";
 import { startTestServer, type TestServer } from "../support/server";
-import { ControlledEngine, makePng, until } from "../support/images";
+import { ControlledEngine, makePng } from "../support/images";
+import { until } from "../support/until";
 
 let server: TestServer;
 const engine = new ControlledEngine();

@@ -18,10 +18,11 @@ import { copyDatabaseFileToPostgres } from "../../src/store/copyToPostgres";
 import { openPostgres } from "../../src/store/postgresDatabase";
 import type { SqlQueries } from "../../src/store/sql";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/fakeUpstreams";
-import { until } from "../support/images";
+import { until } from "../support/until";
 import { startPostgres, type TestPostgres } from "../support/postgresServer";
 import { ATELIER_FROM_SOURCE, lastLine, runAtelier } from "../support/process";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const TIMEOUT_MS = 60_000;
 /** The tables makeDeployment puts rows in. */

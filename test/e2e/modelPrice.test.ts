@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { startFakeOpenAI } from "../support/fakeUpstreams";
-import { until } from "../support/images";
+import { until } from "../support/until";
 import { startTestServer, type TestServer } from "../support/server";
 
 const UPSTREAM_KEY = "sk-upstream-price-test-0123456789";

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startTestServer, type TestServer } from "../support/server";
 import { verifyStandardWebhook } from "../support/standardWebhooks";
-import { until } from "../support/images";
+import { until } from "../support/until";
 
 let server: TestServer;
 const received: { path: string; headers: Record<string, string | null>; body: string }[] = [];

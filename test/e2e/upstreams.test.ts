@@ -9,7 +9,8 @@ import OpenAI, { APIError, toFile } from "openai";
 import { enableUpstreamAccount, showUpstreams } from "../../src/cli/upstreams";
 import { startFakeOpenAI, startFakeWebUI, type FakeUpstream } from "../support/fakeUpstreams";
 import { dataUrl, makePng, readPng } from "../support/images";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 

@@ -23,7 +23,9 @@ import { launchChromium } from "../support/browser";
 import type { ImageTaskObject, TaskEvent } from "../../src/core/tasks";
 import { taskEventId } from "../../src/core/webhooks";
 import { verifyStandardWebhook } from "../support/standardWebhooks";
-import { startTestServer, tempDir, type TestServer } from "../support/server";
+import { startTestServer, type TestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
+import { until } from "../support/until";
 
 const TEST_TIMEOUT_MS = 90_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/webhooks");
@@ -51,14 +53,6 @@ function startReceiver() {
     },
   });
   return { hits, script, url: `http://127.0.0.1:${server.port}`, stop: () => server.stop(true) };
-}
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(20);
-  }
 }
 
 function succeededTask(id: string): ImageTaskObject {
@@ -129,9 +123,9 @@ describe("delivery: signed, retried, and carried across a restart", () => {
     await server.services.taskEvents.taskFinished(event);
 
     // Attempt 1 at once, attempt 2 about 0.3 s later.
-    await until("two attempts", () => receiver.hits.length >= 2);
+    await until(() => receiver.hits.length >= 2, "two attempts", 15_000);
     const records = server.services.taskEvents.endpoints;
-    await until("the second attempt recorded", async () => (await records.deliveries(userId, 5))[0]?.delivery.attempts === 2);
+    await until(async () => (await records.deliveries(userId, 5))[0]?.delivery.attempts === 2, "the second attempt recorded", 15_000);
     const pending = (await records.deliveries(userId, 5))[0]!.delivery;
     expect(pending.state).toBe("pending");
     const nextAt = pending.next_attempt_at!;
@@ -144,9 +138,9 @@ describe("delivery: signed, retried, and carried across a restart", () => {
     expect(receiver.hits.length).toBe(2);
 
     server = await start();
-    await until("the delivery after the restart", () => receiver.hits.length >= 3);
+    await until(() => receiver.hits.length >= 3, "the delivery after the restart", 15_000);
     const again = server.services.taskEvents.endpoints;
-    await until("the delivery recorded", async () => (await again.deliveries(userId, 5))[0]?.delivery.state === "delivered");
+    await until(async () => (await again.deliveries(userId, 5))[0]?.delivery.state === "delivered", "the delivery recorded", 15_000);
 
     const hits = receiver.hits;
     expect(hits.length).toBe(3);
@@ -223,7 +217,7 @@ describe("without allow_private_addresses, loopback is refused", () => {
 
     // Recorded anyway (the route would have refused it): every attempt checks again and sends nothing.
     await hooks.taskFinished({ type: "image.task.failed", userId, task: { ...succeededTask("req_e2e_strict"), status: "failed", result: undefined }, webhookUrl: `${receiver.url}/mine` });
-    await until("the refused attempt recorded", async () => ((await hooks.endpoints.deliveries(userId, 5))[0]?.attempts.length ?? 0) >= 1);
+    await until(async () => ((await hooks.endpoints.deliveries(userId, 5))[0]?.attempts.length ?? 0) >= 1, "the refused attempt recorded", 15_000);
     const [view] = await hooks.endpoints.deliveries(userId, 5);
     expect(view!.attempts[0]!.status).toBeNull();
     expect(view!.attempts[0]!.error).toBe("not sent: Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
@@ -313,13 +307,13 @@ describe("the Webhooks page in a real browser", () => {
     receiver.script.push(503);
     await page.getByRole("button", { name: "Send test event" }).click();
     await page.getByText("A test event is on its way").waitFor();
-    await until("the retry", () => receiver.hits.length >= 2);
+    await until(() => receiver.hits.length >= 2, "the retry", 15_000);
     for (const hit of receiver.hits) {
       expect(verifyStandardWebhook(secret, hit.headers, hit.body, Math.floor(hit.at / 1000))).toBe(true);
       expect(JSON.parse(hit.body).type).toBe("webhook.test");
     }
     const userId = (await server.services.store.users.byEmail(email))!.id;
-    await until("the delivery recorded", async () => (await server.services.taskEvents.endpoints.deliveries(userId, 5))[0]?.delivery.state === "delivered");
+    await until(async () => (await server.services.taskEvents.endpoints.deliveries(userId, 5))[0]?.delivery.state === "delivered", "the delivery recorded", 15_000);
     await page.reload();
     const row = page.locator("table.deliveries tr").first();
     expect(await row.locator("summary").textContent()).toContain("webhook.test · 2 attempts · delivered");
@@ -338,7 +332,7 @@ describe("the Webhooks page in a real browser", () => {
     const rotated = (await page.getByTestId("new-secret").inputValue()).trim();
     expect(rotated).not.toBe(secret);
     await page.getByRole("button", { name: "Send test event" }).click();
-    await until("the event after rotation", () => receiver.hits.length >= 3);
+    await until(() => receiver.hits.length >= 3, "the event after rotation", 15_000);
     const last = receiver.hits[2]!;
     expect(verifyStandardWebhook(rotated, last.headers, last.body, Math.floor(last.at / 1000))).toBe(true);
     expect(verifyStandardWebhook(secret, last.headers, last.body, Math.floor(last.at / 1000))).toBe(false);

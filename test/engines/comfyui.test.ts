@@ -17,7 +17,8 @@ import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { startFakeComfyUI } from "../support/fakeComfyUI";
 import { makePng, readPng } from "../support/images";
-import { startTestServer, tempDir } from "../support/server";
+import { startTestServer } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 import OpenAI, { APIError, toFile } from "openai";
 
 const fake = startFakeComfyUI();

@@ -11,7 +11,7 @@ import { cancelViewOf, closeIdleHttp1Connections, Http1Error, http1Request, http
 import { callJson } from "../../src/engines/upstreamHttp";
 import { AttemptFailure } from "../../src/engines/pool";
 import { SecretRedactor } from "../../src/engines/redact";
-import { until } from "../support/images";
+import { until } from "../support/until";
 
 /** What the raw server does with each request it reads whole: write bytes, optionally close. */
 type Reply = (request: ReceivedRequest, socket: Socket<ConnState>, connection: ConnState) => void;

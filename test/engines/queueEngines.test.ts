@@ -17,6 +17,7 @@ import { latestVersion, openDatabase } from "../../src/store/database";
 import { startFakeBfl, startFakeFal, startFakeReplicate, type FakeQueue, type QueueFakeKind } from "../support/fakeUpstreams";
 import { makePng, readPng } from "../support/images";
 import { configFromToml } from "../support/server";
+import { until } from "../support/until";
 
 const KEY_A = "queue-key-a-0123456789abcdef";
 const KEY_B = "queue-key-b-fedcba9876543210";
@@ -65,11 +66,6 @@ ${opts.params ? `params = ${opts.params}` : ""}
 
 function input(width: number, height: number, alpha = false): ImageInput {
   return { bytes: makePng(width, height, (x) => [x * 10, 50, 60, alpha ? (x < width / 2 ? 0 : 255) : 255]), mime: "image/png", width, height };
-}
-
-async function until(check: () => boolean, ms = 2000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check() && Date.now() < end) await Bun.sleep(5);
 }
 
 const KINDS: QueueFakeKind[] = ["fal", "replicate", "bfl"];
@@ -225,14 +221,14 @@ describe.each(KINDS)("%s: outcomes", (kind) => {
     fake.queueEnds("never");
     const ac = new AbortController();
     const pending = engine.generate(job({ signal: ac.signal })).catch((e) => e);
-    await until(() => fake.received.some((r) => r.method === "GET"));
+    await until(() => fake.received.some((r) => r.method === "GET"), "the first status poll");
     ac.abort();
     expect(await pending).toBeInstanceOf(EngineTimeout);
     if (kind === "bfl") {
       await Bun.sleep(50);
       expect(fake.received.some((r) => r.path.includes("cancel"))).toBe(false);
     } else {
-      await until(() => fake.cancels.length > 0);
+      await until(() => fake.cancels.length > 0, "the provider's cancel");
       expect(fake.cancels).toEqual(["job1"]);
       const cancel = fake.received.find((r) => r.path.endsWith("/cancel"))!;
       expect(cancel.method).toBe(kind === "fal" ? "PUT" : "POST");
@@ -247,7 +243,7 @@ describe.each(KINDS)("%s: outcomes", (kind) => {
     const err = await engine.generate(job()).catch((e) => e);
     expect(Date.now() - started).toBeLessThan(2000);
     expect(err.name).toMatch(/Timeout|UpstreamFailed/);
-    if (kind !== "bfl") await until(() => fake.cancels.length > 0);
+    if (kind !== "bfl") await until(() => fake.cancels.length > 0, "the provider's cancel");
     expect(fake.cancels.length).toBe(kind === "bfl" ? 0 : 1);
   });
 });

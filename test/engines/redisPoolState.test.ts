@@ -10,6 +10,7 @@ import { UpstreamUnavailable } from "../../src/core/engine";
 import { apiErrorOf } from "../../src/http/errorMapping";
 import type { PoolStateStore } from "../../src/core/store";
 import { startRedis, type TestRedis } from "../support/redisServer";
+import { until } from "../support/until";
 
 let redis: TestRedis;
 let prefixes = 0;
@@ -56,14 +57,6 @@ function pools(options: Partial<RedisPoolStateOptions> = {}, settings: Partial<P
   return { one: make(s.a), two: make(s.b), ...s };
 }
 
-async function eventually(check: () => boolean | Promise<boolean>, what: string, ms = 8_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error(`timed out waiting for: ${what}`);
-    await Bun.sleep(10);
-  }
-}
-
 async function leases(keyPrefix: string, account: string): Promise<number> {
   return Number(await redis.client().send("ZCARD", [`${keyPrefix}${account}:leases`]));
 }
@@ -86,7 +79,7 @@ describe("two instances sharing one Redis", () => {
     expect(peak.b).toBeLessThanOrEqual(1);
     expect(peak.a! + peak.b!).toBe(3); // the capacity was used, across both instances
     // Every slot was given back.
-    await eventually(async () => (await leases(keyPrefix, "a")) === 0 && (await leases(keyPrefix, "b")) === 0, "all leases released");
+    await until(async () => (await leases(keyPrefix, "a")) === 0 && (await leases(keyPrefix, "b")) === 0, "all leases released");
     await one.close();
     await two.close();
   });
@@ -119,7 +112,7 @@ describe("two instances sharing one Redis", () => {
     await a.coolDown("x", 1000, true, Date.now());
     expect(await b.take("x", 5)).toBeNull(); // resting
     // After the rest: capacity 1 for everyone until the probe's outcome decides.
-    const probe = await eventually(async () => (await a.take("x", 5)) !== null, "the probe slot").then(() => true);
+    const probe = await until(async () => (await a.take("x", 5)) !== null, "the probe slot").then(() => true);
     expect(probe).toBe(true);
     expect(await b.take("x", 5)).toBeNull();
     expect(await a.take("x", 5)).toBeNull();
@@ -138,7 +131,7 @@ describe("two instances sharing one Redis", () => {
     await Bun.sleep(1_200);
     expect(await b.take("x", 1)).toBeNull();
     a.abandon(); // what a SIGKILLed instance looks like: no release, no renewal
-    await eventually(async () => (await b.take("x", 1)) !== null, "the slot back after the lease");
+    await until(async () => (await b.take("x", 1)) !== null, "the slot back after the lease");
     expect(await leases(keyPrefix, "x")).toBe(1); // b's, and only b's
     b.close();
   });
@@ -160,7 +153,7 @@ describe("Redis unavailable", () => {
     } finally {
       redis.resume();
     }
-    await eventually(async () => (await one.run(async () => "ok").then((r) => r.value, () => "failed")) === "ok", "served again");
+    await until(async () => (await one.run(async () => "ok").then((r) => r.value, () => "failed")) === "ok", "served again");
     await one.close();
     await two.close();
   });
@@ -169,7 +162,7 @@ describe("Redis unavailable", () => {
     const { one, two } = pools({ commandTimeoutMs: 500 });
     expect((await one.run(async () => "ok")).value).toBe("ok");
     await redis.restart();
-    await eventually(async () => (await one.run(async () => "ok").then((r) => r.value, () => "failed")) === "ok", "served after the restart");
+    await until(async () => (await one.run(async () => "ok").then((r) => r.value, () => "failed")) === "ok", "served after the restart");
     expect((await two.run(async () => "ok")).value).toBe("ok");
     await one.close();
     await two.close();

@@ -6,7 +6,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdirSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { FileImageBlobs } from "../../src/store/imageFiles";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { RedemptionCodes } from "../../src/core/redemptionCodes";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
-import { tempDir } from "../support/server";
+import { tempDir } from "../support/tempDirs";
 
 const dir = tempDir("atelier-redeem-race-");
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

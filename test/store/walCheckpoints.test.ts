@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { createStore } from "../../src/store";
 import { databasePath, latestVersion, openDatabase } from "../../src/store/database";
 import { CHECKPOINT_INTERVAL_MS, checkpointInBackground } from "../../src/store/walCheckpoints";
+import { until } from "../support/until";
 
 const dirs: string[] = [];
 function dataDir(): string {
@@ -23,14 +24,6 @@ function dataDir(): string {
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 const autocheckpoint = (db: Database) => db.query<{ wal_autocheckpoint: number }, []>("PRAGMA wal_autocheckpoint").get()!.wal_autocheckpoint;
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    if (check()) return;
-    await Bun.sleep(25);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 /** The rows the database file holds by itself: a copy of it without its -wal file. */
 function rowsInFileAlone(dir: string): number {
@@ -65,13 +58,14 @@ describe("checkpoints in the background", () => {
       } catch {
         return false;
       }
-    }, "the worker's first checkpoint");
+    }, "the worker's first checkpoint", 10_000, 25);
     for (let i = 0; i < 300; i++) {
       store.requests.recordChat({ id: `req_wal_${String(i).padStart(4, "0")}`, userId, keyId: null, model: "chat", status: "succeeded", generationMs: 1 }, 5_000 + i);
     }
     expect(await store.requests.flushChats()).toBe(true);
     // Committed but (autocheckpoint off) not yet in the file by itself, until the worker's next round.
-    await until(() => rowsInFileAlone(dir) === before + 300, "the worker's checkpoint");
+    // Each look copies the database file: every 25 ms, not the default 5.
+    await until(() => rowsInFileAlone(dir) === before + 300, "the worker's checkpoint", 10_000, 25);
     expect(problems).toEqual([]);
     await store.close();
   });

@@ -80,12 +80,3 @@ export class ControlledEngine implements ImageEngine {
     return this.behave(job);
   }
 }
-
-/** Polls until cond() holds (bounded). */
-export async function until(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(5);
-  }
-}

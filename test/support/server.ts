@@ -2,14 +2,14 @@
  * A real listening server on a loopback port with its own temporary data directory, plus
  * helpers to make users and keys the way the CLI does. Logs are captured for assertions.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { loadConfig, type Config } from "../../src/config";
 import { addUser, createKey } from "../../src/core/accounts";
 import { createLogger } from "../../src/logger";
 import { startServer, type RunningServer, type StartOptions } from "../../src/server";
 import { freshScaledBackend, scaled, type ScaledBackend } from "./backend";
+import { tempDir } from "./tempDirs";
 
 export interface TestServer extends RunningServer {
   dataDir: string;
@@ -56,10 +56,6 @@ async function releaseScaledBackend(dataDir: string, ownTempDir: boolean): Promi
   if (!entry || --entry.servers > 0 || !ownTempDir) return;
   backends.delete(dataDir);
   await (await entry.backend).stop();
-}
-
-export function tempDir(prefix = "atelier-test-"): string {
-  return mkdtempSync(join(tmpdir(), prefix));
 }
 
 /** Writes a TOML config into a temp dir and loads it like the binary would. */

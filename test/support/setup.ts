@@ -5,6 +5,10 @@
  * the FIRST file of a run (every later file is back at 5 s), so a run of several files needs
  * `bun test --timeout 60000`, as `test:all` does.
  */
-import { setDefaultTimeout } from "bun:test";
+import { afterAll, setDefaultTimeout } from "bun:test";
+import { removeTempDirs } from "./tempDirs";
 
 setDefaultTimeout(60_000);
+
+// Once, after every file of the run (a preload's afterAll, unlike its timeout, covers the whole run).
+afterAll(removeTempDirs);
