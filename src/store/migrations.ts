@@ -400,11 +400,11 @@ export const migrations: Migration[] = [
     sql: `
       -- Chat is free: its rows charge nothing, yet every one of them was an entry in the key's
       -- spend index, and the user's spend was summed by reading the user's whole history. A capped
-      -- key's image charge summed its spend inside the charge's write transaction: 60-85 ms with
-      -- a million chat rows on the key, every other write of the server waiting behind it; the
-      -- admin's user list, 130-190 ms per user with as many. Both now read image rows only (3 µs),
-      -- and a chat row is one index entry fewer to write. The queries say kind = 'image' (it is
-      -- what lets the planner use these partial indexes).
+      -- key's image charge summed its spend inside the charge's write transaction: 187 ms (p50)
+      -- with a million chat rows on the key, every other write of the server waiting behind it;
+      -- the admin's user list, 192 ms per user with as many. Now 0.09 ms and 0.03 ms
+      -- (bench/key-spend.ts), and a chat row is one index entry fewer to write. The queries say
+      -- kind = 'image' (it is what lets the planner use these partial indexes).
       DROP INDEX requests_key_spend;
       CREATE INDEX requests_key_spend ON requests(key_id, credits_charged, credits_refunded) WHERE key_id IS NOT NULL AND kind = 'image';
       CREATE INDEX requests_user_spend ON requests(user_id, credits_charged, credits_refunded) WHERE kind = 'image';
