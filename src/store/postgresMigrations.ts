@@ -376,4 +376,26 @@ export const postgresMigrations: Migration[] = [
       CREATE INDEX requests_user_spend ON requests(user_id, credits_charged, credits_refunded) WHERE kind = 'image';
     `,
   },
+  {
+    version: 16,
+    name: "chat usage by day: the usage report sums a user's chat per day, model and key instead of reading every chat row",
+    sql: `
+      -- As SQLite's migration 16 (the reasons are there).
+      CREATE TABLE chat_usage (
+        user_id   BIGINT NOT NULL REFERENCES users(id),
+        day       BIGINT NOT NULL,
+        model     TEXT COLLATE "C" NOT NULL,
+        key_id    BIGINT NOT NULL,
+        requests  BIGINT NOT NULL,
+        succeeded BIGINT NOT NULL,
+        failed    BIGINT NOT NULL,
+        PRIMARY KEY (user_id, day, model, key_id)
+      );
+      INSERT INTO chat_usage (user_id, day, model, key_id, requests, succeeded, failed)
+        SELECT user_id, created_at / 86400000, model, COALESCE(key_id, 0), COUNT(*),
+               SUM(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END), SUM(CASE WHEN status IN ('failed', 'interrupted') THEN 1 ELSE 0 END)
+          FROM requests WHERE kind = 'chat' GROUP BY user_id, created_at / 86400000, model, COALESCE(key_id, 0);
+      CREATE INDEX requests_user_image_time ON requests(user_id, created_at) WHERE kind = 'image';
+    `,
+  },
 ];

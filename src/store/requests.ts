@@ -2,6 +2,7 @@ import type { SqlClient, SqlValue } from "./sql";
 import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
+import { DAY_MS } from "../core/utcDays";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -174,6 +175,10 @@ export class RequestStore implements RequestLog {
       for (const size of CHAT_INSERT_SIZES) {
         for (; rows.length - at >= size; at += size) await tx.run(CHAT_INSERTS.get(size)!, chatInsertParams(rows, at, size));
       }
+      // The usage report's counts of these rows, in the same transaction: a batch is usually one
+      // or two (user, day, model, key) groups, so this is a statement or two per batch. In the
+      // groups' order, so two instances' batches never wait for each other's rows in a cycle.
+      for (const g of chatUsageGroups(rows)) await tx.run(CHAT_USAGE_UPSERT, [g.userId, g.day, g.model, g.keyId, g.requests, g.succeeded, g.failed]);
     });
     // Rebuilt from the rows still queued rather than deleted from: JavaScriptCore keeps what an
     // entry deleted from a long-lived Map referenced alive through the next young-generation
@@ -243,6 +248,39 @@ const CHAT_INSERTS = new Map<number, string>(
      VALUES ${Array.from({ length: size }, () => CHAT_ROW_VALUES).join(", ")}`,
   ]),
 );
+
+/** Adds a batch's counts to its groups' rows of chat_usage (migration 16). */
+const CHAT_USAGE_UPSERT = `INSERT INTO chat_usage (user_id, day, model, key_id, requests, succeeded, failed) VALUES (?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT (user_id, day, model, key_id) DO UPDATE SET requests = chat_usage.requests + excluded.requests,
+    succeeded = chat_usage.succeeded + excluded.succeeded, failed = chat_usage.failed + excluded.failed`;
+
+interface ChatUsageGroup {
+  userId: number;
+  day: number;
+  model: string;
+  /** 0: no key (the signed-in workbench). */
+  keyId: number;
+  requests: number;
+  succeeded: number;
+  failed: number;
+}
+
+/** A batch's chat rows counted per (user, UTC day, model, key), in a fixed order of the groups. */
+export function chatUsageGroups(rows: readonly RequestRow[]): ChatUsageGroup[] {
+  const groups = new Map<string, ChatUsageGroup>();
+  for (const r of rows) {
+    const day = Math.floor(r.created_at / DAY_MS);
+    const keyId = r.key_id ?? 0;
+    const id = `${r.user_id} ${day} ${keyId} ${r.model}`;
+    let g = groups.get(id);
+    if (!g) groups.set(id, (g = { userId: r.user_id, day, model: r.model, keyId, requests: 0, succeeded: 0, failed: 0 }));
+    g.requests++;
+    if (r.status === "succeeded") g.succeeded++;
+    else if (r.status === "failed" || r.status === "interrupted") g.failed++;
+  }
+  const byKey = (a: ChatUsageGroup, b: ChatUsageGroup) => a.userId - b.userId || a.day - b.day || a.keyId - b.keyId || (a.model < b.model ? -1 : a.model > b.model ? 1 : 0);
+  return [...groups.values()].sort(byKey);
+}
 
 /** The parameters of rows[at, at + size) in CHAT_ROW_VALUES order. */
 function chatInsertParams(rows: readonly RequestRow[], at: number, size: number): SqlValue[] {

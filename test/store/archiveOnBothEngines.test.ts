@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { latestVersion, openDatabase } from "../../src/store/database";
 import { ImageRecords, ServerSecretStore } from "../../src/store/images";
+import { RequestStore } from "../../src/store/requests";
 import { SqliteClient, type PostgresClient, type SqlClient } from "../../src/store/sql";
 import { UsageStore } from "../../src/store/usage";
 import { WebhookStore } from "../../src/store/webhooks";
@@ -52,12 +53,19 @@ async function seed(sql: SqlClient): Promise<void> {
     ["r7", 1, 1, "image", "m/a", "succeeded", 1, 0, MIDNIGHT - 1], // the last millisecond of the 19th
     ["r8", 1, 1, "image", "m/a", "succeeded", 1, 0, MIDNIGHT], // the first of the 20th
   ];
+  // Chat rows are written the one way the server writes them, in the store's batch (which also counts them in chat_usage).
+  const chats = new RequestStore(sql);
   for (const r of history) {
-    await sql.run(
-      "INSERT INTO requests (id, user_id, key_id, kind, model, status, credits_charged, credits_refunded, created_at, endpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'generations')",
-      r,
-    );
+    const [id, userId, keyId, kind, model, status, , , createdAt] = r;
+    if (kind === "chat") chats.recordChat({ id, userId, keyId, model, status: status as "succeeded", generationMs: 0 }, createdAt);
+    else {
+      await sql.run(
+        "INSERT INTO requests (id, user_id, key_id, kind, model, status, credits_charged, credits_refunded, created_at, endpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'generations')",
+        r,
+      );
+    }
   }
+  await chats.stopChats();
 }
 
 const image = (id: string, userId: number, bytes: number, createdAt: number, content: string, requestId: string): ArchivedImage => ({
