@@ -268,12 +268,16 @@ interface ChatUsageGroup {
 /** A batch's chat rows counted per (user, UTC day, model, key), in a fixed order of the groups. */
 export function chatUsageGroups(rows: readonly RequestRow[]): ChatUsageGroup[] {
   const groups = new Map<string, ChatUsageGroup>();
+  let g: ChatUsageGroup | undefined;
   for (const r of rows) {
     const day = Math.floor(r.created_at / DAY_MS);
     const keyId = r.key_id ?? 0;
-    const id = `${r.user_id} ${day} ${keyId} ${r.model}`;
-    let g = groups.get(id);
-    if (!g) groups.set(id, (g = { userId: r.user_id, day, model: r.model, keyId, requests: 0, succeeded: 0, failed: 0 }));
+    // Rows of one client come in runs: the group of the row before, found without a key string.
+    if (g === undefined || g.userId !== r.user_id || g.day !== day || g.keyId !== keyId || g.model !== r.model) {
+      const id = `${r.user_id} ${day} ${keyId} ${r.model}`;
+      g = groups.get(id);
+      if (!g) groups.set(id, (g = { userId: r.user_id, day, model: r.model, keyId, requests: 0, succeeded: 0, failed: 0 }));
+    }
     g.requests++;
     if (r.status === "succeeded") g.succeeded++;
     else if (r.status === "failed" || r.status === "interrupted") g.failed++;
