@@ -42,7 +42,7 @@ export interface StartOptions {
 
 export async function startServer(config: Config, logger: Logger, options: StartOptions = {}): Promise<RunningServer> {
   const store = await openStore(config);
-  const services = createServices({ config, store, logger, ...(options.clock ? { clock: options.clock } : {}) });
+  const services = createServices({ config, store, logger, clock: options.clock });
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
   options.customize?.(services);

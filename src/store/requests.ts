@@ -266,7 +266,7 @@ interface ChatUsageGroup {
 }
 
 /** A batch's chat rows counted per (user, UTC day, model, key), in a fixed order of the groups. */
-export function chatUsageGroups(rows: readonly RequestRow[]): ChatUsageGroup[] {
+function chatUsageGroups(rows: readonly RequestRow[]): ChatUsageGroup[] {
   const groups = new Map<string, ChatUsageGroup>();
   let g: ChatUsageGroup | undefined;
   for (const r of rows) {

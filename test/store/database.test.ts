@@ -16,6 +16,19 @@ function dataDir(): string {
 }
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
+/**
+ * A database written by `seed` at schema `version` (the migrations up to it), then opened by this
+ * binary, which migrates it to the latest: what an upgrade does to a data dir. `seed` may return
+ * what it read before the upgrade.
+ */
+function upgradedFrom<T>(version: number, seed: (db: Database) => T): { db: Database; before: T } {
+  const dir = dataDir();
+  const old = openDatabase(dir, migrations.filter((m) => m.version <= version));
+  const before = seed(old);
+  old.close();
+  return { db: openDatabase(dir), before };
+}
+
 describe("openDatabase", () => {
   test("creates the data directory, applies every migration once and records it", () => {
     const dir = join(dataDir(), "nested", "data");
@@ -31,15 +44,13 @@ describe("openDatabase", () => {
   });
 
   test("migration 14 rebuilds the history's and the ledger's time indexes ascending: rows kept, newest first still read from the index", async () => {
-    const dir = dataDir();
-    const old = openDatabase(dir, migrations.filter((m) => m.version <= 13));
-    old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('idx@example.com', 'x', 5, 0)");
-    old.run("INSERT INTO ledger (user_id, kind, amount, created_at) VALUES (1, 'grant', 5, 1)");
-    for (const [id, at] of [["req_a", 10], ["req_b", 30], ["req_c", 20]] as const) {
-      old.run("INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, 1, 'chat', '/v1/chat/completions', 'm', 'succeeded', ?)", [id, at]);
-    }
-    old.close();
-    const db = openDatabase(dir);
+    const { db } = upgradedFrom(13, (old) => {
+      old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('idx@example.com', 'x', 5, 0)");
+      old.run("INSERT INTO ledger (user_id, kind, amount, created_at) VALUES (1, 'grant', 5, 1)");
+      for (const [id, at] of [["req_a", 10], ["req_b", 30], ["req_c", 20]] as const) {
+        old.run("INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, 1, 'chat', '/v1/chat/completions', 'm', 'succeeded', ?)", [id, at]);
+      }
+    });
     expect(schemaVersion(db)).toBe(latestVersion());
     for (const index of ["requests_user_time", "ledger_user_time"]) {
       // index_xinfo's desc: 0 for an ascending key column (a new row appends to its user's range).
@@ -55,17 +66,15 @@ describe("openDatabase", () => {
   });
 
   test("migration 15 keeps the spends and reads them from image rows only: a key's and a user's chat history is not summed", async () => {
-    const dir = dataDir();
-    const old = openDatabase(dir, migrations.filter((m) => m.version <= 14));
-    old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('spend@example.com', 'x', 5, 0)");
-    old.run("INSERT INTO api_keys (user_id, name, prefix, secret_hash, created_at, credit_cap) VALUES (1, 'k', 'sk-atl-abcd', 'h', 0, 10)");
-    const row = "INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, credits_refunded, created_at) VALUES (?, 1, 1, ?, 'e', 'm', ?, ?, ?, ?)";
-    old.run(row, ["req_i1", "image", "succeeded", 2, 0, 1]);
-    old.run(row, ["req_i2", "image", "failed", 3, 3, 2]);
-    old.run(row, ["req_i3", "image", "pending", 1, 0, 3]);
-    for (let i = 0; i < 20; i++) old.run(row, [`req_c${i}`, "chat", "succeeded", 0, 0, 10 + i]);
-    old.close();
-    const db = openDatabase(dir);
+    const { db } = upgradedFrom(14, (old) => {
+      old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('spend@example.com', 'x', 5, 0)");
+      old.run("INSERT INTO api_keys (user_id, name, prefix, secret_hash, created_at, credit_cap) VALUES (1, 'k', 'sk-atl-abcd', 'h', 0, 10)");
+      const row = "INSERT INTO requests (id, user_id, key_id, kind, endpoint, model, status, credits_charged, credits_refunded, created_at) VALUES (?, 1, 1, ?, 'e', 'm', ?, ?, ?, ?)";
+      old.run(row, ["req_i1", "image", "succeeded", 2, 0, 1]);
+      old.run(row, ["req_i2", "image", "failed", 3, 3, 2]);
+      old.run(row, ["req_i3", "image", "pending", 1, 0, 3]);
+      for (let i = 0; i < 20; i++) old.run(row, [`req_c${i}`, "chat", "succeeded", 0, 0, 10 + i]);
+    });
     expect(schemaVersion(db)).toBe(latestVersion());
     const store = createStore(db, latestVersion());
     expect(await store.keys.spent(1)).toBe(3);
@@ -134,15 +143,13 @@ describe("openDatabase", () => {
   });
 
   test("migration 10 rebuilds the ledger with every row and its once-per-request rule intact", () => {
-    const dir = dataDir();
-    const before = openDatabase(dir, migrations.filter((m) => m.version < 10));
-    before.exec("INSERT INTO users (id, email, credits, created_at) VALUES (1, 'a@b.c', 4, 0)");
-    before.exec("INSERT INTO requests (id, user_id, kind, endpoint, model, status, credits_charged, created_at) VALUES ('r1', 1, 'image', '/v1/images/generations', 'm', 'succeeded', 1, 0)");
-    before.exec("INSERT INTO ledger (id, user_id, kind, amount, note, actor, created_at) VALUES (7, 1, 'grant', 5, 'welcome', 'cli', 10)");
-    before.exec("INSERT INTO ledger (id, user_id, kind, amount, request_id, created_at) VALUES (9, 1, 'charge', -1, 'r1', 11)");
-    const rows = before.query("SELECT * FROM ledger ORDER BY id").all();
-    before.close();
-    const after = openDatabase(dir);
+    const { db: after, before: rows } = upgradedFrom(9, (before) => {
+      before.exec("INSERT INTO users (id, email, credits, created_at) VALUES (1, 'a@b.c', 4, 0)");
+      before.exec("INSERT INTO requests (id, user_id, kind, endpoint, model, status, credits_charged, created_at) VALUES ('r1', 1, 'image', '/v1/images/generations', 'm', 'succeeded', 1, 0)");
+      before.exec("INSERT INTO ledger (id, user_id, kind, amount, note, actor, created_at) VALUES (7, 1, 'grant', 5, 'welcome', 'cli', 10)");
+      before.exec("INSERT INTO ledger (id, user_id, kind, amount, request_id, created_at) VALUES (9, 1, 'charge', -1, 'r1', 11)");
+      return before.query("SELECT * FROM ledger ORDER BY id").all();
+    });
     expect(after.query("SELECT id, user_id, kind, amount, request_id, note, actor, created_at FROM ledger ORDER BY id").all()).toEqual(rows);
     expect(() => after.exec("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (1, 'charge', -1, 'r1', 12)")).toThrow(/UNIQUE/);
     expect(() => after.exec("INSERT INTO ledger (user_id, kind, amount, created_at) VALUES (1, 'grant', -1, 12)")).toThrow(/CHECK/);
