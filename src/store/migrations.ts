@@ -438,4 +438,19 @@ export const migrations: Migration[] = [
       CREATE INDEX requests_user_image_time ON requests(user_id, created_at) WHERE kind = 'image';
     `,
   },
+  {
+    version: 17,
+    name: "history pages in time order from an index: the admin's latest requests and every page read a bounded number of rows",
+    sql: `
+      -- The history pages (a user's Credits page, the admin's All requests) read with OFFSET and
+      -- counted every matching row: with a million rows, the admin's landing page sorted the whole
+      -- table (0.5 s per view), a user's deep page or a filter that matched nothing read their
+      -- whole history (0.3-0.5 s), on the serving thread. Pages now follow a cursor, read from an
+      -- index in time order and search at most a bounded window of rows (store/historyPages);
+      -- these are the indexes for the pages that name no user (a user's are requests_user_time
+      -- and requests_user_image_time). The image one holds image rows only: chat writes skip it.
+      CREATE INDEX requests_time ON requests(created_at);
+      CREATE INDEX requests_image_time ON requests(created_at) WHERE kind = 'image';
+    `,
+  },
 ];

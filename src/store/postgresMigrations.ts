@@ -398,4 +398,13 @@ export const postgresMigrations: Migration[] = [
       CREATE INDEX requests_user_image_time ON requests(user_id, created_at) WHERE kind = 'image';
     `,
   },
+  {
+    version: 17,
+    name: "history pages in time order from an index: the admin's latest requests and every page read a bounded number of rows",
+    sql: `
+      -- As SQLite's migration 17 (the reasons are there).
+      CREATE INDEX requests_time ON requests(created_at);
+      CREATE INDEX requests_image_time ON requests(created_at) WHERE kind = 'image';
+    `,
+  },
 ];

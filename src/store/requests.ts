@@ -3,6 +3,7 @@ import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
 import { DAY_MS } from "../core/utcDays";
+import { historyPage, historyTotal, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -188,6 +189,10 @@ export class RequestStore implements RequestLog {
     this.queuedChats = queued;
   }
 
+  /**
+   * Rows by a filter, newest first, read directly (OFFSET, no bound): what tests check the history
+   * with. The workbench's pages read historyPage, whose cost does not grow with the history.
+   */
   async list(f: RequestFilter = {}): Promise<RequestRow[]> {
     await this.flushChats();
     const { sql, args } = whereClause(f);
@@ -224,6 +229,19 @@ export class RequestStore implements RequestLog {
     );
   }
 
+  /** One page of the history (store/historyPages), with the chat rows still queued written first. */
+  async historyPage(f: HistoryFilter, at: HistoryPosition, size: number): Promise<HistoryPage> {
+    await this.flushChats();
+    return historyPage(this.sql, f, at, size);
+  }
+
+  /** How many requests the history filter selects (store/historyPages), with the chat rows still queued written first. */
+  async historyTotal(f: HistoryFilter): Promise<number> {
+    await this.flushChats();
+    return historyTotal(this.sql, f);
+  }
+
+  /** Rows by a filter, counted one by one (tests; historyTotal counts without reading chat rows). */
   async count(f: RequestFilter = {}): Promise<number> {
     await this.flushChats();
     const { sql, args } = whereClause(f);

@@ -427,7 +427,7 @@ describe("admin users page with many users", () => {
 });
 
 describe("history", () => {
-  test("paginated 25 per page and filterable; only the user's own requests", async () => {
+  test("25 per page, Older and Newer by cursor, filterable, with the total; only the user's own requests", async () => {
     const { handle, form, store } = makeApp();
     const cookie = cookieOf(await form("/signup", { email: "h@example.com", password: "long enough pw" }));
     const me = (await store.users.byEmail("h@example.com"))!;
@@ -440,20 +440,34 @@ describe("history", () => {
       const text = await (await handle(path, { headers: { cookie } })).text();
       return { count: (text.match(/<td class="prompt"/g) ?? []).length, text };
     };
+    const linkOf = (text: string, rel: "prev" | "next") => new RegExp(`href="([^"]+)" rel="${rel}"`).exec(text)?.[1]?.replaceAll("&amp;", "&");
     const first = await rows("/credits");
     expect(first.count).toBe(25);
-    expect(first.text).toContain("Page 1 of 2 · 30 requests");
+    expect(first.text).toContain("30 requests");
     expect(first.text).not.toContain("secret of other");
-    expect((await rows("/credits?page=2")).count).toBe(5);
+    // The newest page links to older rows only, by a cursor: the oldest row it shows (chat_5).
+    expect(linkOf(first.text, "prev")).toBeUndefined();
+    const older = linkOf(first.text, "next")!;
+    expect(older).toBe(`/credits?older=${1_800_000_000_005}.chat_5`);
+    const second = await rows(older);
+    expect(second.count).toBe(5);
+    expect(second.text).toContain("p0");
+    expect(linkOf(second.text, "next")).toBeUndefined();
+    // Newer leads back to the newest page.
+    const back = await rows(linkOf(second.text, "prev")!);
+    expect(back.count).toBe(25);
+    expect(linkOf(back.text, "prev")).toBeUndefined();
     const failed = await rows("/credits?status=failed");
     expect(failed.count).toBe(10);
+    expect(failed.text).toContain("10 requests");
     expect(failed.text).toContain("boom &lt;b&gt;");
     expect((await rows("/credits?kind=image")).count).toBe(0);
     expect((await rows("/credits?kind=bogus&page=-3")).count).toBe(25);
-    // A page past the end (an old link, a hand-edited URL) leads back to the last page, not to page 998.
-    const past = await rows("/credits?page=999");
+    // A cursor that does not parse (a hand-edited URL) shows the newest page; one past the end, nothing older.
+    expect((await rows("/credits?older=tomorrow")).count).toBe(25);
+    const past = await rows("/credits?older=1.chat_0");
     expect(past.count).toBe(0);
-    expect(past.text).toContain('href="/credits?page=2" rel="prev"');
-    expect(past.text).not.toContain("page=998");
+    expect(linkOf(past.text, "next")).toBeUndefined();
+    expect(linkOf(past.text, "prev")).toBe("/credits?newer=1.chat_0");
   }, 30_000);
 });

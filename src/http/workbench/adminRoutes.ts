@@ -8,6 +8,7 @@ import { MAX_EMAIL_CHARS, MAX_CREDIT_GRANT } from "../../core/limits";
 import { enableUpstreamAccount } from "../../core/upstreamAccounts";
 import { adminModelsPage, adminUpstreamsPage, adminUsersPage } from "../../workbench/pages/admin";
 import { adminFilter, adminRequestsPage, parseAdminRequestsQuery } from "../../workbench/pages/adminRequests";
+import { PAGE_SIZE } from "../../workbench/pages/requests";
 import type { Viewer } from "../../workbench/layout";
 import type { MessageKey } from "../../workbench/i18n";
 import { accountProblemText } from "./accountProblems";
@@ -208,7 +209,8 @@ export function adminRoutes(services: Services) {
       const userId = q.user === undefined ? undefined : ((await store.users.byEmail(q.user))?.id ?? null);
       const keyId = q.key === undefined ? undefined : ((await store.keys.byPrefix(q.key.replace(/…$/, "")))?.id ?? null);
       const filter = adminFilter(q, { userId, keyId });
-      const rows = filter ? await store.requests.list(filter) : [];
+      const history = filter ? await store.requests.historyPage(filter, q.at, PAGE_SIZE) : { rows: [], newer: null, older: null, partial: false };
+      const rows = history.rows;
       const emails = new Map<number, string>();
       for (const id of new Set(rows.map((r) => r.user_id))) emails.set(id, (await store.users.byId(id))?.email ?? `#${id}`);
       const keyIds = [...new Set(rows.flatMap((r) => (r.key_id === null ? [] : [r.key_id])))];
@@ -217,8 +219,8 @@ export function adminRoutes(services: Services) {
       return htmlResponse(
         adminRequestsPage(viewer, {
           query: q,
-          requests: rows,
-          total: filter ? await store.requests.count({ ...filter, limit: undefined, offset: undefined }) : 0,
+          history,
+          total: filter ? await store.requests.historyTotal(filter) : 0,
           models: catalog.list().map((m) => m.id),
           emails,
           keys: await store.keys.prefixesOf(keyIds),

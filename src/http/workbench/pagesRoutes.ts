@@ -3,7 +3,7 @@ import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { creditsPage } from "../../workbench/pages/credits";
 import { playgroundPage } from "../../workbench/pages/playground";
-import { parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
+import { PAGE_SIZE, parseHistoryQuery, toFilter } from "../../workbench/pages/requests";
 import { viewerOf, workbenchGuards } from "./guards";
 import { htmlResponse } from "./respond";
 import type { Viewer } from "../../workbench/layout";
@@ -16,14 +16,15 @@ export async function creditsPageResponse(services: Services, viewer: Viewer, qu
   const { store, catalog } = services;
   const userId = viewer.user.id;
   const q = parseHistoryQuery(query);
-  const requests = await store.requests.list(toFilter(q, userId));
-  const imageRequests = requests.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
+  const filter = toFilter(q, userId);
+  const history = await store.requests.historyPage(filter, q.at, PAGE_SIZE);
+  const imageRequests = history.rows.filter((r) => r.kind === "image" && r.status === "succeeded").map((r) => r.id);
   return htmlResponse(
     creditsPage(viewer, {
       query: q,
-      requests,
+      history,
       images: await store.images.imageIdsForRequests(userId, imageRequests, services.clock()),
-      total: await store.requests.count({ ...toFilter(q, userId), limit: undefined, offset: undefined }),
+      total: await store.requests.historyTotal(filter),
       models: catalog.list().map((m) => m.id),
       ledger: await store.credits.ledger(userId, 100),
       redeem,

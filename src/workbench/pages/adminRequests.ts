@@ -3,7 +3,7 @@
  * prefix), model, kind, status, a date range (UTC days) and request id.
  */
 import { MAX_EMAIL_CHARS } from "../../core/limits";
-import type { RequestFilter, RequestRow } from "../../store/requests";
+import type { HistoryFilter, HistoryPage } from "../../store/historyPages";
 import { html, type Html } from "../html";
 import type { Translator } from "../i18n";
 import { message, type Viewer } from "../layout";
@@ -46,7 +46,7 @@ export function parseAdminRequestsQuery(q: Record<string, string | undefined>): 
 }
 
 /** The store filter, with the user and key already looked up (null: named, but no such one). */
-export function adminFilter(q: AdminRequestsQuery, ids: { userId?: number | null; keyId?: number | null }): RequestFilter | null {
+export function adminFilter(q: AdminRequestsQuery, ids: { userId?: number | null; keyId?: number | null }): HistoryFilter | null {
   if (ids.userId === null || ids.keyId === null) return null;
   const to = dayStart(q.to);
   return { ...toFilter(q), userId: ids.userId, keyId: ids.keyId, id: q.id, from: dayStart(q.from), before: to === undefined ? undefined : to + DAY_MS };
@@ -72,7 +72,8 @@ function extraFields(t: Translator, q: AdminRequestsQuery): Html {
 
 export interface AdminRequestsState {
   query: AdminRequestsQuery;
-  requests: RequestRow[];
+  /** The page of the history shown, with its links' cursors. */
+  history: HistoryPage;
   total: number;
   models: string[];
   emails: Map<number, string>;
@@ -90,8 +91,8 @@ export function adminRequestsPage(v: Viewer, s: AdminRequestsState): Html {
   ${historyFilter(t, "/admin/requests", s.query, s.models, extraFields(t, s.query))}
   <p class="muted">${t("operators.requests.hint")}</p>
   ${message("error", s.problem)}
-  ${requestsTable(t, s.requests, { emails: s.emails, keys: s.keys, errorDetails: true })}
-  ${pagination(t, "/admin/requests", s.query, s.total, extraParams(s.query))}
+  ${requestsTable(t, s.history.rows, { emails: s.emails, keys: s.keys, errorDetails: true })}
+  ${pagination(t, "/admin/requests", s.query, s.history, s.total, extraParams(s.query))}
 </section>`,
   );
 }

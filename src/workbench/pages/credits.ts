@@ -1,6 +1,6 @@
 /** Credits and history: the balance, the filterable request history and the ledger. */
 import type { LedgerRow } from "../../store/credits";
-import type { RequestRow } from "../../store/requests";
+import type { HistoryPage } from "../../store/historyPages";
 import { formatTime, html, type Html } from "../html";
 import type { Translator } from "../i18n";
 import { page, type Viewer } from "../layout";
@@ -9,7 +9,8 @@ import { redeemCard, type RedeemState } from "./redeem";
 
 export interface CreditsPageState {
   query: HistoryQuery;
-  requests: RequestRow[];
+  /** The page of the history shown, with its links' cursors. */
+  history: HistoryPage;
   total: number;
   models: string[];
   ledger: LedgerRow[];
@@ -63,8 +64,8 @@ ${redeemCard(v, s.redeem)}
 <section class="card">
   <h2>${t("history.requests.heading")}</h2>
   ${historyFilter(t, "/credits", s.query, s.models)}
-  ${requestsTable(t, s.requests, { images: s.images, detailLinks: true })}
-  ${pagination(t, "/credits", s.query, s.total)}
+  ${requestsTable(t, s.history.rows, { images: s.images, detailLinks: true })}
+  ${pagination(t, "/credits", s.query, s.history, s.total)}
   <p class="muted">${t("usage.history.hint")} <a href="/credits/history.csv" download data-testid="csv-export">${t("usage.history.csv")}</a></p>
 </section>
 <section class="card">

@@ -1,5 +1,6 @@
 /** The request history table with its filter form and pagination (used by Credits and Admin). */
-import type { RequestFilter, RequestRow } from "../../store/requests";
+import type { RequestRow } from "../../store/requests";
+import { HISTORY_SCAN_ROWS, type HistoryCursor, type HistoryFilter, type HistoryPage, type HistoryPosition } from "../../store/historyPages";
 import { formatTime, html, type Html } from "../html";
 import type { Translator } from "../i18n";
 
@@ -11,31 +12,43 @@ export interface HistoryQuery {
   kind?: RequestRow["kind"];
   status?: RequestRow["status"];
   model?: string;
-  page: number;
+  /** Where the page starts (the `older` or `newer` cursor of the page linked from); the newest page without one. */
+  at: HistoryPosition;
 }
 
-/** Reads the filter from a query string; unknown values are ignored rather than trusted. */
+/** A cursor in a link: the row's time in ms, a dot, its id. */
+const CURSOR = /^(\d{1,15})\.(.{1,200})$/s;
+
+function parseCursor(text: string | undefined): HistoryCursor | undefined {
+  const m = text === undefined ? null : CURSOR.exec(text);
+  return m ? { createdAt: Number(m[1]), id: m[2]! } : undefined;
+}
+
+const cursorText = (c: HistoryCursor) => `${c.createdAt}.${c.id}`;
+
+/** Reads the filter; unknown values are ignored rather than trusted (a cursor that does not parse: the newest page). */
 export function parseHistoryQuery(q: Record<string, string | undefined>): HistoryQuery {
   const kind = KINDS.find((k) => k === q.kind);
   const status = STATUSES.find((s) => s === q.status);
   const model = q.model && q.model.length <= 200 ? q.model : undefined;
-  const n = Number(q.page);
-  const page = Number.isInteger(n) && n >= 1 && n <= 100_000 ? n : 1;
-  return { kind, status, model, page };
+  const older = parseCursor(q.older);
+  const newer = older ? undefined : parseCursor(q.newer);
+  return { kind, status, model, at: older ? { older } : newer ? { newer } : null };
 }
 
-export function toFilter(q: HistoryQuery, userId?: number): RequestFilter {
-  return { userId, kind: q.kind, status: q.status, model: q.model, limit: PAGE_SIZE, offset: (q.page - 1) * PAGE_SIZE };
+export function toFilter(q: HistoryQuery, userId?: number): HistoryFilter {
+  return { userId, kind: q.kind, status: q.status, model: q.model };
 }
 
 /** `extra`: more filter fields a page adds (the admin's user, key, dates, request id), kept across pages. */
-function queryString(q: HistoryQuery, page: number, extra: Record<string, string | undefined> = {}): string {
+function queryString(q: HistoryQuery, at: { older: HistoryCursor } | { newer: HistoryCursor }, extra: Record<string, string | undefined> = {}): string {
   const p = new URLSearchParams();
   for (const [name, value] of Object.entries(extra)) if (value) p.set(name, value);
   if (q.kind) p.set("kind", q.kind);
   if (q.status) p.set("status", q.status);
   if (q.model) p.set("model", q.model);
-  p.set("page", String(page));
+  if ("older" in at) p.set("older", cursorText(at.older));
+  else p.set("newer", cursorText(at.newer));
   return `?${p}`;
 }
 
@@ -117,11 +130,14 @@ function truncate(text: string | null): string {
   return text.length > 80 ? `${text.slice(0, 79)}…` : text;
 }
 
-export function pagination(t: Translator, action: string, q: HistoryQuery, total: number, extra: Record<string, string | undefined> = {}): Html {
-  const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
+/**
+ * Newer and Older links (cursors, see store/historyPages), the total, and a word when the page
+ * stopped at the search bound before it was full (its links carry the search on).
+ */
+export function pagination(t: Translator, action: string, q: HistoryQuery, page: Pick<HistoryPage, "newer" | "older" | "partial">, total: number, extra: Record<string, string | undefined> = {}): Html {
   return html`<nav class="pager" aria-label="${t("common.pager.label")}">
-  ${q.page > 1 ? html`<a href="${action}${queryString(q, Math.min(q.page - 1, pages), extra)}" rel="prev">${t("common.pager.newer")}</a>` : html`<span class="muted">${t("common.pager.newer")}</span>`}
-  <span>${t.plural("history.pager.summary", total, { page: q.page, pages })}</span>
-  ${q.page < pages ? html`<a href="${action}${queryString(q, q.page + 1, extra)}" rel="next">${t("common.pager.older")}</a>` : html`<span class="muted">${t("common.pager.older")}</span>`}
-</nav>`;
+  ${page.newer ? html`<a href="${action}${queryString(q, { newer: page.newer }, extra)}" rel="prev">${t("common.pager.newer")}</a>` : html`<span class="muted">${t("common.pager.newer")}</span>`}
+  <span>${t.plural("history.pager.total", total)}</span>
+  ${page.older ? html`<a href="${action}${queryString(q, { older: page.older }, extra)}" rel="next">${t("common.pager.older")}</a>` : html`<span class="muted">${t("common.pager.older")}</span>`}
+</nav>${page.partial ? html`<p class="muted" data-testid="history-partial">${t("history.pager.partial", { rows: HISTORY_SCAN_ROWS.toLocaleString("en-US") })}</p>` : ""}`;
 }

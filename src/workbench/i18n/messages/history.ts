@@ -49,8 +49,9 @@ export const history = defineMessages(
     "history.col.error": "Error",
     "history.errorDetail": "Detail (admins only)",
     "history.viewImage": "View",
-    "history.pager.summary.one": "Page {page} of {pages} · {count} request",
-    "history.pager.summary.other": "Page {page} of {pages} · {count} requests",
+    "history.pager.total.one": "{count} request",
+    "history.pager.total.other": "{count} requests",
+    "history.pager.partial": "This page searched {rows} requests and found fewer matches than a page holds; Older and Newer search further.",
   },
   {
     "history.credits.title": "积分与记录",
@@ -99,7 +100,8 @@ export const history = defineMessages(
     "history.col.error": "错误",
     "history.errorDetail": "详情（仅管理员可见）",
     "history.viewImage": "查看",
-    "history.pager.summary.one": "第 {page} / {pages} 页 · 共 {count} 个请求",
-    "history.pager.summary.other": "第 {page} / {pages} 页 · 共 {count} 个请求",
+    "history.pager.total.one": "共 {count} 个请求",
+    "history.pager.total.other": "共 {count} 个请求",
+    "history.pager.partial": "本页查找了 {rows} 个请求，符合条件的不足一页；点击“较早”或“较新”继续查找。",
   },
 );
