@@ -16,7 +16,7 @@ import type { RequestRow } from "./requests";
 import { DAY_MS } from "../core/utcDays";
 
 /** The most rows one page reads past its cursor when its filter is not served by an index. */
-export const HISTORY_SCAN_ROWS = 5000;
+export const HISTORY_SCAN_ROWS = 2000;
 
 /** A place in the history's order (newest first, ties by id): the row a page stopped at. */
 export interface HistoryCursor {
@@ -112,7 +112,7 @@ export async function historyPage(sql: SqlQueries, f: HistoryFilter, at: History
   const rows = found.slice(0, size);
   // A page that is not full either ran out of rows or stopped at the search bound with rows
   // left beyond it: then the last row searched is where the search carries on.
-  const searchedTo = full || c.residual.length === 0 ? null : await lastSearchedBeforeMore(sql, `SELECT created_at, id FROM requests ${where(indexed)} ${order}`, indexedArgs, scanRows);
+  const searchedTo = full || c.residual.length === 0 ? null : await lastSearchedBeforeMore(sql, scan, order, indexedArgs, scanRows);
   if (towardsNewer) {
     // Nothing newer left to search: this is the newest page, which is the one without a cursor (and full).
     if (!full && !searchedTo) return historyPage(sql, f, null, size, scanRows);
@@ -125,9 +125,14 @@ export async function historyPage(sql: SqlQueries, f: HistoryFilter, at: History
   return { rows, newer, older, partial: !full && searchedTo !== null };
 }
 
-/** The scanRows-th row of the search, if more rows follow it; null when the search reached the end. */
-async function lastSearchedBeforeMore(sql: SqlQueries, search: string, args: SqlValue[], scanRows: number): Promise<{ created_at: number; id: string } | null> {
-  const rows = await sql.all<{ created_at: number; id: string }>(`${search} LIMIT 2 OFFSET ?`, [...args, scanRows - 1]);
+/**
+ * The scanRows-th row of the search, if more rows follow it; null when the search reached the
+ * end. Read through the same LIMITed subquery as the page: asked directly for two columns at
+ * an OFFSET, SQLite's planner sorted the whole table instead of reading the time index (0.8 s
+ * with a million rows).
+ */
+async function lastSearchedBeforeMore(sql: SqlQueries, scan: string, order: string, args: SqlValue[], scanRows: number): Promise<{ created_at: number; id: string } | null> {
+  const rows = await sql.all<{ created_at: number; id: string }>(`SELECT created_at, id FROM (${scan} LIMIT ?) AS searched ${order} LIMIT 2 OFFSET ?`, [...args, scanRows + 1, scanRows - 1]);
   return rows.length === 2 ? rows[0]! : null;
 }
 

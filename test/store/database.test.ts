@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
+import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,6 +7,8 @@ import { createStore } from "../../src/store";
 import { DatabaseTooNewError, databasePath, latestVersion, openDatabase, schemaVersion } from "../../src/store/database";
 import { migrations } from "../../src/store/migrations";
 import { KEY_SPEND_SQL } from "../../src/store/apiKeys";
+import { historyPage, historyTotal, type HistoryFilter } from "../../src/store/historyPages";
+import { SqliteClient, type SqlQueries, type SqlValue } from "../../src/store/sql";
 
 const dirs: string[] = [];
 function dataDir(): string {
@@ -92,6 +94,45 @@ describe("openDatabase", () => {
       ["requests_user_spend", " WHERE kind = 'image'"],
     ]);
     await store.close();
+  });
+
+  test("migration 17: every history page and total is read from an index in time order or a bounded search, never a sort or scan of the whole table", async () => {
+    const { db } = upgradedFrom(16, (old) => {
+      old.run("INSERT INTO users (email, password_hash, credits, created_at) VALUES ('a@example.com', 'x', 5, 0), ('b@example.com', 'x', 5, 0)");
+      const row = "INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, ?, ?, 'e', 'm', 'succeeded', ?)";
+      old.run(row, ["req_a1", 1, "chat", 10]);
+      old.run(row, ["req_b1", 2, "image", 20]);
+      old.run(row, ["req_a2", 1, "image", 30]);
+      // Enough older rows that a full scan is not the cheap way (SQLite reads a tiny table whole).
+      old.run(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+               INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) SELECT printf('req_old_%04d', i), 1 + i % 2, 'chat', 'e', 'm', 'succeeded', -i FROM n`);
+    });
+    expect(schemaVersion(db)).toBe(latestVersion());
+    const client = new SqliteClient(db);
+    // The statements the pages run (25 rows a page, as the workbench's: for a LIMIT of 2, SQLite's
+    // planner sorts the whole table even with 100 000 rows), each explained with its own parameters.
+    const statements: [string, readonly SqlValue[]][] = [];
+    const recording: SqlQueries = {
+      dialect: "sqlite",
+      all: (sql, params = []) => (statements.push([sql, params]), client.all(sql, params)),
+      get: (sql, params = []) => (statements.push([sql, params]), client.get(sql, params)),
+      run: (sql, params = []) => client.run(sql, params),
+    };
+    expect((await historyPage(recording, {}, null, 4)).rows.map((r) => r.id)).toEqual(["req_a2", "req_b1", "req_a1", "req_old_0001"]);
+    const filters: HistoryFilter[] = [
+      {}, { userId: 1 }, { kind: "image" }, { userId: 1, kind: "image" }, { kind: "chat" }, { status: "failed" }, { userId: 1, status: "failed", model: "m" },
+      { keyId: 1 }, { from: 0, before: 86_400_000 }, { userId: 2, from: 0, before: 86_400_000, kind: "image" },
+    ];
+    for (const f of filters) {
+      for (const at of [null, { older: { createdAt: 30, id: "req_a2" } }, { newer: { createdAt: 10, id: "req_a1" } }]) await historyPage(recording, f, at, 25);
+      await historyTotal(recording, f);
+    }
+    for (const [sql, params] of statements) {
+      const plan = db.query<{ detail: string }, SQLQueryBindings[]>(`EXPLAIN QUERY PLAN ${sql}`).all(...(params as SQLQueryBindings[])).map((p) => p.detail).join(" | ");
+      expect({ sql, plan }).not.toEqual({ sql, plan: expect.stringMatching(/SCAN requests(?! USING)|TEMP B-TREE FOR ORDER BY/) });
+    }
+    expect(statements.length).toBeGreaterThan(filters.length * 3);
+    db.close();
   });
 
   test("uses WAL, a busy timeout, foreign keys and STRICT tables", () => {
