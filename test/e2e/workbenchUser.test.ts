@@ -329,3 +329,47 @@ function parseCsv(text: string): string[][] {
   }
   return rows;
 }
+
+describe("history pages", () => {
+  test("Older and Newer follow the history by cursor; a filtered page that stopped at its search bound says so and searches on", async () => {
+    // A user of its own, with more chat rows than one search reads (2,000), the oldest one failed.
+    const reader = await server.userWithKey({ password: PASSWORD });
+    const start = clock() - 3_000_000;
+    for (let i = 0; i < 2030; i++) {
+      server.services.store.requests.recordChat({ id: `req_pages_${String(i).padStart(4, "0")}`, userId: reader.userId, keyId: null, model: "builtin-chat", status: i === 0 ? "failed" : "succeeded", prompt: `prompt ${i}`, errorMessage: i === 0 ? "the oldest failure" : null }, start + i * 1000);
+    }
+    const { context: ctx, page: p } = await newPage({ width: 1280, height: 800 }, "light");
+    try {
+      await signInThroughForm(p, server.url, reader.email, PASSWORD);
+      await p.goto(`${server.url}/credits`);
+      const prompts = () => p.locator("table.requests td.prompt").allTextContents();
+      expect((await prompts()).slice(0, 2)).toEqual(["prompt 2029", "prompt 2028"]);
+      expect(await p.locator(".pager").textContent()).toContain("2030 requests");
+      await p.locator('.pager a[rel="next"]').click();
+      await p.waitForURL(/older=/);
+      expect((await prompts()).slice(0, 1)).toEqual(["prompt 2004"]);
+      await p.locator('.pager a[rel="prev"]').click();
+      await p.waitForURL(/newer=/);
+      expect((await prompts()).slice(0, 1)).toEqual(["prompt 2029"]);
+
+      // Failed only: the newest 2,000 hold none; the page says so, and Older finds the one further back.
+      await p.goto(`${server.url}/credits?status=failed`);
+      expect(await p.getByTestId("history-partial").textContent()).toContain("searched 2,000 requests");
+      expect(await prompts()).toEqual([]);
+      for (const viewport of [{ width: 1280, height: 800 }, { width: 375, height: 812 }]) {
+        await p.setViewportSize(viewport);
+        await p.screenshot({ path: join(ARTIFACTS, `history-partial-${viewport.width}.png`), fullPage: true });
+        expect(await p.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(viewport.width);
+      }
+      await p.locator('.pager a[rel="next"]').click();
+      await p.waitForURL(/older=/);
+      expect(await prompts()).toEqual(["prompt 0"]);
+      expect(await p.locator("table.requests").textContent()).toContain("the oldest failure");
+      expect(await p.getByTestId("history-partial").count()).toBe(0);
+      expect(await p.locator('.pager a[rel="next"]').count()).toBe(0);
+      expect(await p.locator(".pager").textContent()).toContain("1 request");
+    } finally {
+      await ctx.close();
+    }
+  }, TEST_TIMEOUT_MS);
+});
