@@ -106,7 +106,8 @@ export async function historyPage(sql: SqlQueries, f: HistoryFilter, at: History
     c.residual.length === 0
       ? await sql.all<RequestRow>(`${scan} LIMIT ?`, [...indexedArgs, size + 1])
       : await sql.all<RequestRow>(`SELECT * FROM (${scan} LIMIT ?) AS searched ${where(c.residual)} LIMIT ?`, [...indexedArgs, scanRows, ...c.residualArgs, size + 1]);
-  // Sorted here as well: the order of a subquery's rows is the engines' practice, not a promise of SQL.
+  // Sorted here as well, for the order shown. Which rows a search keeps does rely on the engines
+  // reading the subquery in its order (SQL does not promise it; both do, and the tests check it on both).
   found.sort(towardsNewer ? (a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1) : (a, b) => b.created_at - a.created_at || (a.id < b.id ? 1 : -1));
   const full = found.length > size;
   const rows = found.slice(0, size);
