@@ -74,6 +74,14 @@ function conditionsOf(f: HistoryFilter): Conditions {
   return c;
 }
 
+/** The whole filter as one WHERE clause (for reads that are not pages: `list`, `count`). */
+export function filterClause(f: HistoryFilter): { sql: string; args: SqlValue[] } {
+  const c = conditionsOf(f);
+  const terms = f.id === undefined ? [...c.indexed, ...c.residual] : ["id = ?", ...c.indexed, ...c.residual];
+  const args = f.id === undefined ? [...c.indexedArgs, ...c.residualArgs] : [f.id, ...c.indexedArgs, ...c.residualArgs];
+  return { sql: where(terms), args };
+}
+
 const where = (terms: string[]) => (terms.length ? `WHERE ${terms.join(" AND ")}` : "");
 const cursorOf = (r: { created_at: number; id: string }): HistoryCursor => ({ createdAt: r.created_at, id: r.id });
 
@@ -83,9 +91,8 @@ const cursorOf = (r: { created_at: number; id: string }): HistoryCursor => ({ cr
  */
 export async function historyPage(sql: SqlQueries, f: HistoryFilter, at: HistoryPosition, size: number, scanRows = HISTORY_SCAN_ROWS): Promise<HistoryPage> {
   if (f.id !== undefined) {
-    const c = conditionsOf(f);
-    const rows = await sql.all<RequestRow>(`SELECT * FROM requests ${where(["id = ?", ...c.indexed, ...c.residual])}`, [f.id, ...c.indexedArgs, ...c.residualArgs]);
-    return { rows, newer: null, older: null, partial: false };
+    const one = filterClause(f);
+    return { rows: await sql.all<RequestRow>(`SELECT * FROM requests ${one.sql}`, one.args), newer: null, older: null, partial: false };
   }
   const towardsNewer = at !== null && "newer" in at;
   const cursor = at === null ? null : "newer" in at ? at.newer : at.older;
@@ -143,10 +150,11 @@ async function lastSearchedBeforeMore(sql: SqlQueries, scan: string, order: stri
  * given, must be UTC midnights (the workbench's date filters are whole days).
  */
 export async function historyTotal(sql: SqlQueries, f: HistoryFilter): Promise<number> {
-  const c = conditionsOf(f);
   if (f.id !== undefined) {
-    return (await sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${where(["id = ?", ...c.indexed, ...c.residual])}`, [f.id, ...c.indexedArgs, ...c.residualArgs]))?.n ?? 0;
+    const one = filterClause(f);
+    return (await sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${one.sql}`, one.args))?.n ?? 0;
   }
+  const c = conditionsOf(f);
   for (const bound of [f.from, f.before]) {
     if (bound !== undefined && bound % DAY_MS !== 0) throw new Error(`historyTotal: ${bound} is not a UTC midnight`);
   }

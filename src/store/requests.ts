@@ -3,7 +3,7 @@ import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
 import { DAY_MS } from "../core/utcDays";
-import { historyPage, historyTotal, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
+import { filterClause, historyPage, historyTotal, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -38,18 +38,8 @@ export interface RequestRow {
   finished_at: number | null;
 }
 
-export interface RequestFilter {
-  userId?: number;
-  keyId?: number;
-  /** One request by its id. */
-  id?: string;
-  /** created_at at or after this (ms). */
-  from?: number;
-  /** created_at before this (ms). */
-  before?: number;
-  kind?: RequestRow["kind"];
-  status?: RequestRow["status"];
-  model?: string;
+/** A history filter (store/historyPages) with a plain LIMIT/OFFSET slice, for `list`. */
+export interface RequestFilter extends HistoryFilter {
   limit?: number;
   offset?: number;
 }
@@ -195,7 +185,7 @@ export class RequestStore implements RequestLog {
    */
   async list(f: RequestFilter = {}): Promise<RequestRow[]> {
     await this.flushChats();
-    const { sql, args } = whereClause(f);
+    const { sql, args } = filterClause(f);
     return this.sql.all<RequestRow>(`SELECT * FROM requests ${sql} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`, [...args, f.limit ?? 50, f.offset ?? 0]);
   }
 
@@ -244,7 +234,7 @@ export class RequestStore implements RequestLog {
   /** Rows by a filter, counted one by one (tests; historyTotal counts without reading chat rows). */
   async count(f: RequestFilter = {}): Promise<number> {
     await this.flushChats();
-    const { sql, args } = whereClause(f);
+    const { sql, args } = filterClause(f);
     return (await this.sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${sql}`, args))?.n ?? 0;
   }
 }
@@ -318,16 +308,3 @@ function chatInsertParams(rows: readonly RequestRow[], at: number, size: number)
   return params;
 }
 
-function whereClause(f: RequestFilter): { sql: string; args: SqlValue[] } {
-  const where: string[] = [];
-  const args: SqlValue[] = [];
-  if (f.userId !== undefined) { where.push("user_id = ?"); args.push(f.userId); }
-  if (f.keyId !== undefined) { where.push("key_id = ?"); args.push(f.keyId); }
-  if (f.id !== undefined) { where.push("id = ?"); args.push(f.id); }
-  if (f.from !== undefined) { where.push("created_at >= ?"); args.push(f.from); }
-  if (f.before !== undefined) { where.push("created_at < ?"); args.push(f.before); }
-  if (f.kind) { where.push("kind = ?"); args.push(f.kind); }
-  if (f.status) { where.push("status = ?"); args.push(f.status); }
-  if (f.model) { where.push("model = ?"); args.push(f.model); }
-  return { sql: where.length ? `WHERE ${where.join(" AND ")}` : "", args };
-}
