@@ -4,7 +4,7 @@
  * is kept here) beside today's (store/historyPages: cursor pages from an index in time order, a
  * bounded search, totals from chat_usage), on the same rows in two SQLite files (migration 16, this tree's schema); and what migration 17's
  * time index costs a chat row written (the store's own batches at schema 16 and at this tree's,
- * alternating).
+ * alternating); and the CSV export's page at the same depth, its old cursor beside today's.
  *
  *   bun bench/history-pages.ts [chat rows=1000000] [written rows=128000]
  *
@@ -107,6 +107,31 @@ try {
     );
   }
   console.log("(* the page stopped at the search bound and says so; its Older link carries the search on)");
+
+  // The CSV export's pages of 500: its cursor before this tree (an OR the index could not range over) and today's.
+  const EXPORT_ROWS = 500;
+  const oldExportPage = (after: { createdAt: number; id: string }) =>
+    sql.all<RequestRow>(
+      "SELECT * FROM requests WHERE user_id = ? AND (created_at < ? OR (created_at = ? AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
+      [1, after.createdAt, after.createdAt, after.id, EXPORT_ROWS],
+    );
+  const halfway = { createdAt: deepRow.created_at, id: deepRow.id };
+  const oldHalfway = await timed(() => oldExportPage(halfway));
+  const newHalfway = await timed(() => store.requests.exportPage(1, halfway, EXPORT_ROWS));
+  if (JSON.stringify(oldHalfway.value.map((r) => r.id)) !== JSON.stringify(newHalfway.value.map((r) => r.id))) throw new Error("the export pages differ");
+  let after: { createdAt: number; id: string } | null = null;
+  let exported = 0;
+  const started = performance.now();
+  for (;;) {
+    const rows = await store.requests.exportPage(1, after, EXPORT_ROWS);
+    exported += rows.length;
+    if (rows.length < EXPORT_ROWS) break;
+    after = { createdAt: rows.at(-1)!.created_at, id: rows.at(-1)!.id };
+  }
+  const wholeMs = performance.now() - started;
+  if (exported !== chatRows) throw new Error(`exported ${exported} rows of ${chatRows}`);
+  console.log(`\nCSV export, pages of ${EXPORT_ROWS}: the page halfway (after row ${(deep - 1) * PAGE}) ${oldHalfway.ms.toFixed(2)} ms before, ${newHalfway.ms.toFixed(2)} ms now (same rows);`);
+  console.log(`the whole export now: ${chatRows} rows in ${(wholeMs / 1000).toFixed(1)} s of store reads (before: each page read the user's rows from the newest down to it)`);
   await store.close();
   await before.close();
 

@@ -3,7 +3,7 @@ import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
 import { DAY_MS } from "../core/utcDays";
-import { filterClause, historyPage, historyTotal, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
+import { filterClause, historyPage, historyTotal, type HistoryCursor, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -205,18 +205,14 @@ export class RequestStore implements RequestLog {
 
   /**
    * One page of a user's history for the CSV export, newest first, after the cursor (the last
-   * row of the previous page): keyset paging, so each page costs the same however deep it is.
+   * row of the previous page): a history page without a filter, read from the user's time index
+   * from the cursor on, so each page costs the same however deep it is. (Written as
+   * `created_at < ? OR (created_at = ? AND id < ?)`, the cursor was no range on the index: each
+   * page read the user's rows from the newest down to it, and a million rows took 71 s to export,
+   * its slowest page 175 ms on the serving thread.)
    */
-  async exportPage(userId: number, after: { createdAt: number; id: string } | null, limit: number): Promise<RequestRow[]> {
-    if (after === null) {
-      await this.flushChats();
-      return this.sql.all<RequestRow>("SELECT * FROM requests WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [userId, limit]);
-    }
-    return this.sql.all<RequestRow>(
-      `SELECT * FROM requests WHERE user_id = ? AND (created_at < ? OR (created_at = ? AND id < ?))
-        ORDER BY created_at DESC, id DESC LIMIT ?`,
-      [userId, after.createdAt, after.createdAt, after.id, limit],
-    );
+  async exportPage(userId: number, after: HistoryCursor | null, limit: number): Promise<RequestRow[]> {
+    return (await this.historyPage({ userId }, after === null ? null : { older: after }, limit)).rows;
   }
 
   /** One page of the history (store/historyPages), with the chat rows still queued written first. */

@@ -41,7 +41,8 @@ export class TaskRecords implements TaskStore {
     if (opts.after) {
       const cursor = await this.get(opts.after);
       if (!cursor || cursor.user_id !== userId) return [];
-      where.push("(created_at < ? OR (created_at = ? AND id < ?))");
+      // Written so that the index's created_at serves it as a range (with the OR alone, every page read the user's tasks from the newest down).
+      where.push("created_at <= ? AND (created_at < ? OR id < ?)");
       args.push(cursor.created_at, cursor.created_at, cursor.id);
     }
     args.push(opts.limit);
