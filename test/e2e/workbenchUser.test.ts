@@ -10,6 +10,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
+import { connect } from "node:net";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { type Browser, type BrowserContext, type Page } from "playwright-core";
@@ -17,6 +18,7 @@ import { launchChromium, signInThroughForm } from "../support/browser";
 import { utcDay } from "../../src/core/utcDays";
 import { startTestServer, type TestServer } from "../support/server";
 import { middayClock } from "../support/fakeClock";
+import { until } from "../support/until";
 
 const TEST_TIMEOUT_MS = 120_000;
 const ARTIFACTS = join(import.meta.dir, "../../test-artifacts/workbench-user");
@@ -371,5 +373,53 @@ describe("history pages", () => {
     } finally {
       await ctx.close();
     }
+  }, TEST_TIMEOUT_MS);
+});
+
+describe("CSV export, one at a time", () => {
+  test("a second export of the same history while one streams is 429; the slot is freed when the first is finished or abandoned", async () => {
+    const exporter = await server.userWithKey({ password: PASSWORD });
+    // About 10 MB of CSV: more than the socket buffers hold, so an export whose client stops reading stays open.
+    const ROWS = 5000;
+    for (let i = 0; i < ROWS; i++) {
+      server.services.store.requests.recordChat({ id: `req_export_${String(i).padStart(4, "0")}`, userId: exporter.userId, keyId: null, model: "builtin-chat", status: "succeeded", prompt: `export ${i} ${"x".repeat(2000)}` }, clock() - 2_000_000 + i);
+    }
+    const cookieOf = async (email: string) =>
+      (await fetch(`${server.url}/signin`, {
+        method: "POST", redirect: "manual",
+        headers: { origin: server.url, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ email, password: PASSWORD }),
+      })).headers.get("set-cookie")!.split(";")[0]!;
+    const cookie = await cookieOf(exporter.email);
+    const csv = (c = cookie) => fetch(`${server.url}/credits/history.csv`, { headers: { cookie: c } });
+
+    // The first export, from a client that reads its first bytes and then stops reading.
+    const { hostname, port } = new URL(server.url);
+    const stalled = connect({ host: hostname, port: Number(port) });
+    const firstBytes = new Promise<string>((resolve) => stalled.once("data", (d: Buffer) => (stalled.pause(), resolve(d.toString("latin1")))));
+    stalled.write(`GET /credits/history.csv HTTP/1.1\r\nHost: ${hostname}:${port}\r\nCookie: ${cookie}\r\n\r\n`);
+    expect(await firstBytes).toStartWith("HTTP/1.1 200");
+    const second = await csv();
+    expect(second.status).toBe(429);
+    expect(second.headers.get("retry-after")).toBe("5");
+    expect(await second.text()).toContain("An export is already running");
+    // Another user's export is not held up by this one.
+    const others = await csv(await cookieOf(owner.email));
+    expect(others.status).toBe(200);
+    await others.text();
+
+    // Abandoned: the client goes away mid-stream, and the next export is let through.
+    stalled.destroy();
+    let next: Response | undefined;
+    await until(async () => {
+      next = await csv();
+      if (next.status === 429) await next.text();
+      return next.status === 200;
+    }, "the export slot freed after the client went away");
+    // Read to the end: every row, and the slot is free again at once.
+    expect((await next!.text()).trimEnd().split("\r\n").length).toBe(1 + ROWS);
+    const again = await csv();
+    expect(again.status).toBe(200);
+    expect((await again.text()).trimEnd().split("\r\n").length).toBe(1 + ROWS);
   }, TEST_TIMEOUT_MS);
 });

@@ -42,6 +42,8 @@ export const usage = defineMessages(
     "usage.export.button": "Download CSV",
     "usage.history.hint": "Open a request by its time for every detail.",
     "usage.history.csv": "Download the whole history as CSV",
+    "usage.export.busy.title": "An export is already running",
+    "usage.export.busy.text": "Your history is already being downloaded as CSV. Try again when that download has finished.",
     "usage.history.detailLabel": "Details of the request at {time}",
   },
   {
@@ -84,6 +86,8 @@ export const usage = defineMessages(
     "usage.export.button": "下载 CSV",
     "usage.history.hint": "点击请求的时间可查看全部详情。",
     "usage.history.csv": "以 CSV 下载全部历史",
+    "usage.export.busy.title": "已有导出正在进行",
+    "usage.export.busy.text": "你的历史正在以 CSV 下载中。请在该下载完成后再试。",
     "usage.history.detailLabel": "{time} 的请求详情",
   },
 );
