@@ -79,7 +79,7 @@ function fireDue(): void {
   timer = null;
   armedFor = Number.POSITIVE_INFINITY;
   const now = performance.now();
-  const due: Array<() => void> = [];
+  const due: Array<{ at: number; fire: () => void }> = [];
   let next = Number.POSITIVE_INFINITY;
   for (const [delay, lane] of lanes) {
     while (lane.head < lane.entries.length) {
@@ -90,7 +90,7 @@ function fireDue(): void {
       }
       lane.head++;
       if (entry.fire !== null) {
-        due.push(entry.fire);
+        due.push({ at: entry.due, fire: entry.fire });
         entry.fire = null;
         lane.live--;
       }
@@ -99,7 +99,10 @@ function fireDue(): void {
   }
   // Armed before the callbacks run: one that sets a new deadline sees the timer in place.
   if (next < Number.POSITIVE_INFINITY) arm(next);
-  for (const fire of due) {
+  // Lanes are visited in the order they were made: when the loop was late and deadlines of
+  // several lengths fell due at once, they still run in the order they fell due.
+  if (due.length > 1) due.sort((a, b) => a.at - b.at);
+  for (const { fire } of due) {
     try {
       fire();
     } catch (e) {

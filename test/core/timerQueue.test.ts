@@ -34,6 +34,19 @@ describe("runAfter", () => {
     expect(ran).toEqual([0, 20, 40, 60]);
   });
 
+  test("when the event loop was late, deadlines of several lengths due at once still run in the order they fell due", async () => {
+    const ran: number[] = [];
+    runAfter(60, () => ran.push(60));
+    runAfter(20, () => ran.push(20));
+    runAfter(40, () => ran.push(40));
+    runAfter(0, () => ran.push(0));
+    // A stalled loop (a long synchronous task): all four are due when the timer first gets to run.
+    const stalledUntil = performance.now() + 70;
+    while (performance.now() < stalledUntil);
+    await until(() => ran.length === 4, "the four deadlines");
+    expect(ran).toEqual([0, 20, 40, 60]);
+  });
+
   test("a callback may set a new deadline, which runs too", async () => {
     const ran: string[] = [];
     runAfter(5, () => {
