@@ -97,8 +97,7 @@ export async function historyPage(sql: SqlQueries, f: HistoryFilter, at: History
   const towardsNewer = at !== null && "newer" in at;
   const cursor = at === null ? null : "newer" in at ? at.newer : at.older;
   const c = conditionsOf(f);
-  const indexed = [...c.indexed];
-  const indexedArgs = [...c.indexedArgs];
+  const { indexed, indexedArgs } = c;
   if (cursor) {
     // (created_at, id) beyond the cursor, written so that an index on created_at serves it.
     indexed.push(towardsNewer ? "created_at >= ? AND (created_at > ? OR id > ?)" : "created_at <= ? AND (created_at < ? OR id < ?)");
@@ -154,7 +153,6 @@ export async function historyTotal(sql: SqlQueries, f: HistoryFilter): Promise<n
     const one = filterClause(f);
     return (await sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${one.sql}`, one.args))?.n ?? 0;
   }
-  const c = conditionsOf(f);
   for (const bound of [f.from, f.before]) {
     if (bound !== undefined && bound % DAY_MS !== 0) throw new Error(`historyTotal: ${bound} is not a UTC midnight`);
   }
@@ -172,8 +170,8 @@ export async function historyTotal(sql: SqlQueries, f: HistoryFilter): Promise<n
     total += (await sql.get<{ n: number | null }>(`SELECT CAST(SUM(${column}) AS BIGINT) AS n FROM chat_usage ${where(terms)}`, args))?.n ?? 0;
   }
   if (f.kind !== "chat") {
-    const terms = ["kind = 'image'", ...c.indexed.filter((t) => t !== "kind = 'image'"), ...c.residual];
-    total += (await sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${where(terms)}`, [...c.indexedArgs, ...c.residualArgs]))?.n ?? 0;
+    const images = filterClause({ ...f, kind: "image" });
+    total += (await sql.get<{ n: number }>(`SELECT CAST(COUNT(*) AS BIGINT) AS n FROM requests ${images.sql}`, images.args))?.n ?? 0;
   }
   return total;
 }

@@ -212,7 +212,9 @@ export class RequestStore implements RequestLog {
    * its slowest page 175 ms on the serving thread.)
    */
   async exportPage(userId: number, after: HistoryCursor | null, limit: number): Promise<RequestRow[]> {
-    return (await this.historyPage({ userId }, after === null ? null : { older: after }, limit)).rows;
+    // The queued chat rows are written once, for the first page; the later ones read on from it.
+    if (after === null) return (await this.historyPage({ userId }, null, limit)).rows;
+    return (await historyPage(this.sql, { userId }, { older: after }, limit)).rows;
   }
 
   /** One page of the history (store/historyPages), with the chat rows still queued written first. */

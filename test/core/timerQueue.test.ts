@@ -7,6 +7,11 @@ import { describe, expect, test } from "bun:test";
 import { runAfter } from "../../src/core/timerQueue";
 import { until } from "../support/until";
 
+/** Deadlines of 60, 20, 40 and 0 ms, set in that order, each recording its length when it runs. */
+function setOutOfOrder(ran: number[]): void {
+  for (const ms of [60, 20, 40, 0]) runAfter(ms, () => ran.push(ms));
+}
+
 describe("runAfter", () => {
   test("runs once after its delay; a cancelled one never runs", async () => {
     const ran: string[] = [];
@@ -26,20 +31,14 @@ describe("runAfter", () => {
 
   test("different delays run in the order they fall due, not the order they were set", async () => {
     const ran: number[] = [];
-    runAfter(60, () => ran.push(60));
-    runAfter(20, () => ran.push(20));
-    runAfter(40, () => ran.push(40));
-    runAfter(0, () => ran.push(0));
+    setOutOfOrder(ran);
     await Bun.sleep(120);
     expect(ran).toEqual([0, 20, 40, 60]);
   });
 
   test("when the event loop was late, deadlines of several lengths due at once still run in the order they fell due", async () => {
     const ran: number[] = [];
-    runAfter(60, () => ran.push(60));
-    runAfter(20, () => ran.push(20));
-    runAfter(40, () => ran.push(40));
-    runAfter(0, () => ran.push(0));
+    setOutOfOrder(ran);
     // A stalled loop (a long synchronous task): all four are due when the timer first gets to run.
     const stalledUntil = performance.now() + 70;
     while (performance.now() < stalledUntil);

@@ -70,6 +70,8 @@ export function usageRoutes(services: Services) {
     }, { viewer: true, ...hide })
     .get("/credits/history.csv", async ({ viewer }) => {
       const userId = viewer.user.id;
+      const keys = await keyLabels(userId);
+      // Checked and taken with no await between: two requests at once cannot both pass.
       if (exporting.has(userId)) {
         const busy = problemPage(viewer, 429, viewer.t("usage.export.busy.title"), viewer.t("usage.export.busy.text"));
         busy.headers.set("retry-after", "5");
@@ -78,13 +80,6 @@ export function usageRoutes(services: Services) {
       exporting.add(userId);
       // Released once, whichever comes first: the last page, a failed read, the client gone.
       const release = () => void exporting.delete(userId);
-      let keys: Map<number, string>;
-      try {
-        keys = await keyLabels(userId);
-      } catch (e) {
-        release();
-        throw e;
-      }
       let after: { createdAt: number; id: string } | null = null;
       let started = false;
       // Pulled page by page as the client reads: the whole history is never in memory at once.

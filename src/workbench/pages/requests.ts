@@ -41,7 +41,7 @@ export function toFilter(q: HistoryQuery, userId?: number): HistoryFilter {
 }
 
 /** `extra`: more filter fields a page adds (the admin's user, key, dates, request id), kept across pages. */
-function queryString(q: HistoryQuery, at: { older: HistoryCursor } | { newer: HistoryCursor }, extra: Record<string, string | undefined> = {}): string {
+function queryString(q: HistoryQuery, at: NonNullable<HistoryPosition>, extra: Record<string, string | undefined> = {}): string {
   const p = new URLSearchParams();
   for (const [name, value] of Object.entries(extra)) if (value) p.set(name, value);
   if (q.kind) p.set("kind", q.kind);
