@@ -122,6 +122,60 @@ describe("Idempotency-Key", () => {
     await ledgerOk(userId);
   });
 
+  test("duplicates that waited on a first request that failed: one runs, the rest replay its image, none answers 5xx, one credit", async () => {
+    // A store whose balance read takes 50 ms (as a networked PostgreSQL's round trips can): the
+    // duplicates all wake when the first fails, and all but one lose the race for the key.
+    const held = new ControlledEngine();
+    const slow = await startTestServer({
+      config: (c) => {
+        c.server.log_requests = false;
+        c.limits.queue_timeout_ms = 20_000;
+        c.limits.generation_concurrency = 16;
+        c.limits.per_user_concurrency = 16;
+      },
+      customize: (s) => {
+        s.engines.registerBuiltinImage(held);
+        const credits = s.store.credits;
+        const balance = credits.balance.bind(credits);
+        credits.balance = async (id: number) => {
+          await Bun.sleep(50);
+          return balance(id);
+        };
+      },
+    });
+    try {
+      const { key, userId } = await slow.userWithKey({ credits: 50 });
+      const send = () =>
+        fetch(slow.url + "/v1/images/generations", {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": "dups" },
+          body: JSON.stringify(GEN),
+        });
+      held.hold("fail");
+      const first = send();
+      await until(() => held.waiting >= 1, "the first request at the engine");
+      const duplicates = Array.from({ length: 6 }, send);
+      await until(async () => (await slow.services.store.tasks.idempotency(userId, "dups", Date.now())) !== null, "the key claimed");
+      await Bun.sleep(300); // the duplicates are waiting on the first (they look every 100 ms)
+      held.behave = async (job) => {
+        await Bun.sleep(300);
+        return held.png(job);
+      };
+      held.releaseAll();
+      expect((await first).status).toBe(502);
+      const answers = await Promise.all(duplicates);
+      const bodies = await Promise.all(answers.map((r) => r.json() as Promise<{ data?: { b64_json: string }[] }>));
+      expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+      expect(answers.filter((r) => r.headers.get("idempotent-replayed") === "true")).toHaveLength(5);
+      expect(new Set(bodies.map((b) => b.data?.[0]?.b64_json)).size).toBe(1);
+      expect(await slow.balance(userId)).toBe(49);
+      expect(await slow.services.store.credits.ledgerSum(userId)).toBe(49);
+    } finally {
+      held.releaseAll();
+      await slow.close();
+    }
+  });
+
   test("multipart edits are fingerprinted by their files: the same upload replays, another file is a different request", async () => {
     const { key, userId } = await server.userWithKey({ credits: 5 });
     const { makePng } = await import("../support/images");

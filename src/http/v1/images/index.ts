@@ -53,6 +53,8 @@ function prefersAsync(prefer: string | null): boolean {
   return prefer !== null && prefer.split(",").some((p) => p.split(";")[0]!.trim().toLowerCase() === "respond-async");
 }
 
+/** Looks at an Idempotency-Key before a request that keeps losing it answers 409 in progress. */
+const IDEMPOTENCY_TURNS = 4;
 const ERROR_STATUSES = [400, 401, 402, 403, 404, 409, 413, 415, 429, 500, 502, 503, 504] as const;
 
 export function imagesRoutes(services: Services) {
@@ -101,19 +103,24 @@ export function imagesRoutes(services: Services) {
     if (key === null) return run(kind, principal, request, job, respondAsync, undefined, webhookUrl, body);
     checkIdempotencyKey(key);
     const fingerprint = await requestFingerprint(request.method, pathOf(request), body);
-    // Twice at most: a concurrent first request may claim the key between our look and our charge.
-    for (let attempt = 0; ; attempt++) {
+    // Look again after each turn that did not settle it: the request we waited for failed and
+    // was refunded (this one may run now), or a duplicate claimed the key between our look and
+    // our charge (it holds the key now: replay it). Duplicates that waited on the same failed
+    // request all come back at once and all but one lose that race. A few turns at most: a key
+    // whose holders keep changing answers 409 in progress, which the openai clients retry.
+    for (let turn = 1; ; turn++) {
       const decision = await decideIdempotency(store.tasks, principal.userId, key, fingerprint, services.clock());
       if (decision.kind === "replay") {
         const replayed = await replay(decision.task, key, request, body);
         if (replayed) return replayed;
-        continue; // the request it waited for failed and was refunded: this one runs
+      } else {
+        try {
+          return await run(kind, principal, request, job, respondAsync, { key, fingerprint, expiresAt: services.clock() + IDEMPOTENCY_TTL_MS }, webhookUrl, body);
+        } catch (e) {
+          if (!(e instanceof IdempotencyKeyTaken)) throw e;
+        }
       }
-      try {
-        return await run(kind, principal, request, job, respondAsync, { key, fingerprint, expiresAt: services.clock() + IDEMPOTENCY_TTL_MS }, webhookUrl, body);
-      } catch (e) {
-        if (!(e instanceof IdempotencyKeyTaken) || attempt > 0) throw e;
-      }
+      if (turn >= IDEMPOTENCY_TURNS) throw new IdempotencyInProgress(key);
     }
   }
 
