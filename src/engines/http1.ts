@@ -18,9 +18,13 @@
  * arrives; gzip, deflate and br decoded (it asks for identity; a server may compress anyway)
  * within the same limit. A connection goes back to its origin's idle list only after a whole
  * answer that allows it, and an idle one is not reused after IDLE_REUSE_MS (servers close idle
- * connections after about 5 s; reusing one as it closes would lose the request). A reused
- * connection that closes before any byte of the answer is retried once on a new one: the
- * server closed it idle, so it never saw the request.
+ * connections after about 5 s; reusing one as it closes would lose the request). A GET on a
+ * reused connection that closes before any byte of the answer is sent once more on a new one
+ * (the server most likely closed it idle as the request arrived). A POST is not: from here a
+ * server that closed an idle connection looks the same as one that read the request, worked
+ * on it (a generation, billed) and died, and a POST is not idempotent (RFC 9110 §9.2.2; Go's
+ * and undici's clients decide the same). Its attempt fails, and the account pool decides
+ * whether to try again, visibly.
  */
 import { brotliDecompressSync, gunzipSync, inflateRawSync, inflateSync } from "node:zlib";
 import type { Socket } from "bun";
@@ -366,8 +370,9 @@ class Exchange {
     if (this.settled) return;
     this.conn = null;
     // Closed before any byte of the answer, on a connection taken from the idle list: the server
-    // had closed it idle and never read this request; one new connection gets it.
-    if (!this.answered && conn.reused && !this.retried) {
+    // most likely closed it idle and never read this request. Sent once more only when sending
+    // it twice does no harm (see the header).
+    if (!this.answered && conn.reused && !this.retried && this.request.method === "GET") {
       this.retried = true;
       this.dispatch(null);
       return;

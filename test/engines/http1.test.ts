@@ -228,16 +228,30 @@ describe("connections", () => {
     expect(server.connections - before).toBe(4);
   });
 
-  test("a reused connection the server closes without answering: the request is sent once more on a new one", async () => {
+  test("a GET on a reused connection the server closes without answering: sent once more on a new one", async () => {
     server.reply = (_r, s, conn) => {
       if (conn.served === 0) s.write(okAnswer());
       else s.end(); // closed idle as the request arrived: it was never answered
     };
     const before = server.connections;
-    await send(server.url());
-    const answer = await send(server.url());
+    await send(server.url(), { method: "GET", body: undefined });
+    const answer = await send(server.url(), { method: "GET", body: undefined });
     expect(text(answer.body)).toBe(JSON_ANSWER);
     expect(server.connections - before).toBe(2);
+  });
+
+  test("a POST on a reused connection the server read, held and dropped without answering: not sent again, the call fails", async () => {
+    server.reply = (_r, s, conn) => {
+      if (conn.served === 0) s.write(okAnswer());
+      else setTimeout(() => s.end(), 100); // worked on it (a generation), then the worker died
+    };
+    const before = server.requests.length;
+    await send(server.url());
+    const error = await send(server.url()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Http1Error);
+    expect((error as Http1Error).stage).toBe("request");
+    // Twice in all: the first call and the dropped one, never a third (a second billed generation).
+    expect(server.requests.length - before).toBe(2);
   });
 
   test("an idle connection the server closes leaves the idle list; a parked one holds nothing of its last answer", async () => {
@@ -252,7 +266,7 @@ describe("connections", () => {
     expect(target.origin.idle.length).toBe(0);
   });
 
-  test("a connection opened for a request aborted meanwhile is parked; closed by the server before answering the next, that one is retried", async () => {
+  test("a connection opened for a request aborted meanwhile is parked; closed by the server before answering the next GET, that one is retried", async () => {
     const before = server.connections;
     server.reply = (_r, s, conn) => {
       if (conn.id === before + 1) s.end();
@@ -263,7 +277,7 @@ describe("connections", () => {
     controller.abort(new Error("stop"));
     expect(await aborted.catch((e: Error) => e.message)).toBe("stop");
     await tick(20);
-    const answer = await send(server.url("/abort-connect"));
+    const answer = await send(server.url("/abort-connect"), { method: "GET", body: undefined });
     expect(text(answer.body)).toBe(JSON_ANSWER);
     expect(server.connections - before).toBe(2);
   });
