@@ -567,9 +567,15 @@ export function startFakeGemini(): FakeUpstream {
  * credential header, records what we send, runs each job through a few pending polls and
  * serves the result image itself (so downloads stay on loopback). Following the APIs' docs:
  * - fal (docs.fal.ai, Queue): POST /{app} answers request_id, status_url, response_url,
- *   cancel_url; GET …/requests/{id}/status answers IN_QUEUE, IN_PROGRESS, COMPLETED;
- *   GET …/requests/{id} answers { images: [{ url, width, height, content_type }] };
- *   PUT …/requests/{id}/cancel answers CANCELLATION_REQUESTED. `Authorization: Key <key>`.
+ *   cancel_url; GET …/requests/{id}/status answers IN_QUEUE, IN_PROGRESS, COMPLETED (the only
+ *   three: a failed or refused job is COMPLETED too); GET …/requests/{id} answers
+ *   { images: [{ url, width, height, content_type }] }, or the job's error with its status:
+ *   a model error (docs.fal.ai/errors) as 422 { detail: [{ loc, msg, type, url, input }] } with
+ *   `X-Fal-Retryable: false` (a moderated job: type content_policy_violation), a request error
+ *   (…/model-apis/request-errors) as { detail, error_type } and `X-Fal-Error-Type`: 500
+ *   runner_server_error for a failed job, 499 client_cancelled for a cancelled one;
+ *   PUT …/requests/{id}/cancel answers 202 CANCELLATION_REQUESTED, or 400 ALREADY_COMPLETED.
+ *   `Authorization: Key <key>`.
  * - Replicate (replicate.com/docs/reference/http): POST /v1/models/{owner}/{name}/predictions
  *   ({input}) or /v1/predictions ({version, input}), `Prefer: wait=n` may answer the finished
  *   prediction; a prediction is { id, status, output, error, urls: { get, cancel, stream } }
@@ -582,6 +588,9 @@ export function startFakeGemini(): FakeUpstream {
 export type QueueFakeKind = "fal" | "replicate" | "bfl";
 /** How the next job ends: an image, a failed or canceled job, a moderated one, or never. */
 export type QueueJobEnd = "ok" | "failed" | "canceled" | "moderated" | "never";
+
+/** A status poll or result fetch that goes wrong: a status (with its body and Retry-After), or a connection torn down mid-answer. */
+export type QueueReadFault = { status: number; retryAfter?: string; body?: string } | { kind: "reset" };
 
 export interface QueueReceived {
   method: string;
@@ -604,6 +613,11 @@ export interface FakeQueue {
   queueEnds(...ends: QueueJobEnd[]): void;
   /** The next submits of `account` answer these statuses (with an optional retry-after), in order. */
   queueSubmitFaults(account: string, ...faults: { status: number; retryAfterMs?: number }[]): void;
+  /**
+   * The next status polls (or, fal, result fetches) of any job answer these instead, in order;
+   * the job itself goes on (a poll that failed did not look at it).
+   */
+  queueReadFaults(on: "status" | "result", ...faults: QueueReadFault[]): void;
   /** The submit requests received (no polls, cancels or downloads). */
   submits(): QueueReceived[];
   reset(): void;
@@ -635,6 +649,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
   const jobs = new Map<string, FakeQueueJob>();
   let ends: QueueJobEnd[] = [];
   const submitFaults = new Map<string, { status: number; retryAfterMs?: number }[]>();
+  const readFaults: Record<"status" | "result", QueueReadFault[]> = { status: [], result: [] };
   let pendingPolls = 2;
   let next = 0;
 
@@ -659,6 +674,38 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
     if (job.end === "ok") return { ...base, status: "succeeded", output: [`${origin}/files/${job.id}.png`] };
     if (job.end === "canceled") return { ...base, status: "canceled" };
     return { ...base, status: "failed", error: job.end === "moderated" ? "NSFW content detected" : "CUDA out of memory" };
+  }
+
+  /** A fal job is done (COMPLETED) once its pending polls are over, or when it was cancelled. */
+  const falDone = (job: FakeQueueJob) => job.canceled || (job.end !== "never" && job.polls > pendingPolls);
+
+  /** GET response_url: the image, or the job's error as fal sends it (see above). */
+  function falResult(origin: string, job: FakeQueueJob): Response {
+    if (!falDone(job)) return Response.json({ detail: "Request is still in progress" }, { status: 400 });
+    const requestError = (status: number, detail: string, errorType: string) => Response.json({ detail, error_type: errorType }, { status, headers: { "x-fal-error-type": errorType } });
+    if (job.canceled || job.end === "canceled") return requestError(499, "The request was cancelled by the client.", "client_cancelled");
+    if (job.end === "failed") return requestError(500, "The runner encountered an internal server error.", "runner_server_error");
+    if (job.end === "moderated") {
+      const violation = { loc: ["body", "prompt"], msg: "The content could not be processed because it contained material flagged by a content checker.", type: "content_policy_violation", url: "https://docs.fal.ai/errors#content_policy_violation", input: "a red fox" };
+      return Response.json({ detail: [violation] }, { status: 422, headers: { "x-fal-retryable": "false" } });
+    }
+    return Response.json({ images: [{ url: `${origin}/files/${job.id}.png`, width: job.width, height: job.height, content_type: "image/png" }], seed: 1 });
+  }
+
+  function readFault(fault: QueueReadFault): Response {
+    if ("kind" in fault) {
+      // Headers promise a body that never fully arrives: the connection is torn down mid-answer.
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(new TextEncoder().encode('{"status":'));
+          setTimeout(() => c.error(new Error("fake connection reset")), 2);
+        },
+      });
+      return new Response(body, { status: 200, headers: { "content-type": "application/json", "content-length": "4096" } });
+    }
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (fault.retryAfter !== undefined) headers["retry-after"] = fault.retryAfter;
+    return new Response(fault.body ?? JSON.stringify({ detail: `fake fault ${fault.status}` }), { status: fault.status, headers });
   }
 
   const server = Bun.serve({
@@ -694,16 +741,18 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
         const tail = jobPath[2] ?? "";
         if (tail === "/cancel") {
           cancels.push(job.id);
+          if (kind === "fal" && falDone(job)) return Response.json({ status: "ALREADY_COMPLETED" }, { status: 400 });
           job.canceled = true;
           return kind === "fal" ? Response.json({ status: "CANCELLATION_REQUESTED" }, { status: 202 }) : Response.json(prediction(origin, job));
         }
-        if (kind === "fal" && tail === "") {
-          return job.end === "ok" ? Response.json({ images: [{ url: `${origin}/files/${job.id}.png`, width: job.width, height: job.height, content_type: "image/png" }], seed: 1 }) : Response.json({ detail: "fake fal request failed" }, { status: 500 });
-        }
+        const fault = readFaults[kind === "fal" && tail === "" ? "result" : "status"].shift();
+        if (fault) return readFault(fault);
+        if (kind === "fal" && tail === "") return falResult(origin, job);
         job.polls++;
         if (kind === "fal") {
-          const status = job.end === "never" || job.polls <= pendingPolls ? (job.polls === 1 ? "IN_QUEUE" : "IN_PROGRESS") : job.end === "ok" ? "COMPLETED" : job.end === "canceled" ? "CANCELED" : "FAILED";
-          return Response.json({ status, queue_position: 0, response_url: `${origin}${falBase(url.pathname.split("/requests/")[0]!)}/requests/${job.id}` }, { status: status === "COMPLETED" ? 200 : 202 });
+          const status = falDone(job) ? "COMPLETED" : job.polls === 1 ? "IN_QUEUE" : "IN_PROGRESS";
+          const base = `${origin}${falBase(url.pathname.split("/requests/")[0]!)}/requests/${job.id}`;
+          return Response.json({ status, request_id: job.id, response_url: base, status_url: `${base}/status`, cancel_url: `${base}/cancel`, ...(status === "IN_QUEUE" ? { queue_position: 0 } : { logs: null }) }, { status: status === "COMPLETED" ? 200 : 202 });
         }
         if (kind === "replicate") return Response.json(prediction(origin, job));
         if (job.end === "never" || job.polls <= pendingPolls) return Response.json({ id: job.id, status: "Pending", result: null, progress: job.polls / (pendingPolls + 1) });
@@ -745,6 +794,9 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       ends.push(...e);
     },
     queueSubmitFaults: (account, ...faults) => submitFaults.set(account, [...(submitFaults.get(account) ?? []), ...faults]),
+    queueReadFaults: (on, ...faults) => {
+      readFaults[on].push(...faults);
+    },
     submits: () => received.filter((r) => r.method === "POST" && r.json !== undefined && !r.path.endsWith("/cancel")),
     reset() {
       received.length = 0;
@@ -752,6 +804,8 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       jobs.clear();
       ends = [];
       submitFaults.clear();
+      readFaults.status.length = 0;
+      readFaults.result.length = 0;
       pendingPolls = 2;
       next = 0;
     },
