@@ -10,7 +10,7 @@ import { EngineRegistry } from "../../src/engines/registry";
 import { EngineTimeout, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type ImageInput, type ImageJob } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { apiErrorOf } from "../../src/http/errorMapping";
-import { onUpstreamSite } from "../../src/engines/queue";
+import { MAX_POLL_RETRIES, onUpstreamSite } from "../../src/engines/queue";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
@@ -246,6 +246,77 @@ describe.each(KINDS)("%s: outcomes", (kind) => {
     if (kind !== "bfl") await until(() => fake.cancels.length > 0, "the provider's cancel");
     expect(fake.cancels.length).toBe(kind === "bfl" ? 0 : 1);
   });
+});
+
+/*
+ * A status poll that fails says nothing about the job, which the provider still holds (and
+ * bills): fal's own client polls again on 429 and 5xx (fal-js libs/client/src/queue.ts
+ * QUEUE_STATUS_RETRY_CONFIG), and a second submit on another account would be a second job.
+ */
+describe.each(KINDS)("%s: status polls that go wrong", (kind) => {
+  const polls = (fake: FakeQueue) => fake.received.filter((r) => r.method === "GET" && !r.path.startsWith("/files/"));
+
+  test("a 503, a 502 and a connection reset on status polls are polled again: one job, nothing cancelled", async () => {
+    const { fake, engine, job } = build(kind);
+    fake.queueReadFaults("status", { status: 503 }, { kind: "reset" }, { status: 502 });
+    const img = await engine.generate(job());
+    expect(img.trace).toMatchObject({ accountId: expect.any(String), attempts: 1 });
+    expect(fake.submits()).toHaveLength(1);
+    expect(fake.cancels).toEqual([]);
+    // The reads of an undisturbed job (fal: three polls and the result; Replicate: two polls after the submit's answer; BFL: three polls), and the three that failed.
+    expect(polls(fake)).toHaveLength({ fal: 4, replicate: 2, bfl: 3 }[kind] + 3);
+  });
+
+  test("polls that keep failing end the attempt at the bound: the job is cancelled, the other account serves", async () => {
+    const { fake, engine, job } = build(kind);
+    fake.queueReadFaults("status", ...Array.from({ length: MAX_POLL_RETRIES + 1 }, () => ({ status: 503 })));
+    const img = await engine.generate(job());
+    expect(img.trace!.attempts).toBe(2);
+    expect(new Set(fake.submits().map((r) => r.account)).size).toBe(2);
+    if (kind !== "bfl") await until(() => fake.cancels.length > 0, "the provider's cancel");
+    expect(fake.cancels).toEqual(kind === "bfl" ? [] : ["job1"]);
+  });
+
+  test("a malformed status answer ends the attempt and cancels the job (not only an abort does)", async () => {
+    const { fake, engine, job } = build(kind);
+    fake.queueReadFaults("status", { status: 200, body: "<html>upstream proxy</html>" });
+    const img = await engine.generate(job());
+    expect(img.trace!.attempts).toBe(2);
+    if (kind !== "bfl") await until(() => fake.cancels.length > 0, "the provider's cancel");
+    expect(fake.cancels).toEqual(kind === "bfl" ? [] : ["job1"]);
+  });
+
+  test("a 429 on a status poll waits its Retry-After and polls the same job again", async () => {
+    const { fake, engine, job } = build(kind);
+    fake.queueReadFaults("status", { status: 429, retryAfter: "1" });
+    const started = Date.now();
+    const img = await engine.generate(job());
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+    expect(img.trace!.attempts).toBe(1);
+    expect(fake.submits()).toHaveLength(1);
+    expect(fake.cancels).toEqual([]);
+  });
+
+  test("a 429 whose Retry-After is past the attempt's deadline ends the attempt at once and cancels the job", async () => {
+    const { fake, engine, job, pool } = build(kind);
+    fake.queueReadFaults("status", { status: 429, retryAfter: "30" });
+    const started = Date.now();
+    const img = await engine.generate(job());
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(img.trace!.attempts).toBe(2);
+    expect(pool.snapshot().filter((s) => s.state === "cooling")).toHaveLength(1);
+    if (kind !== "bfl") await until(() => fake.cancels.length > 0, "the provider's cancel");
+    expect(fake.cancels).toEqual(kind === "bfl" ? [] : ["job1"]);
+  });
+});
+
+test("fal: a 503 on the result fetch is fetched again: the job is done (and billed), nothing is resubmitted", async () => {
+  const { fake, engine, job } = build("fal");
+  fake.queueReadFaults("result", { status: 503 }, { kind: "reset" });
+  const img = await engine.generate(job());
+  expect(img.trace!.attempts).toBe(1);
+  expect(fake.submits()).toHaveLength(1);
+  expect(fake.received.filter((r) => /\/requests\/job1$/.test(r.path))).toHaveLength(3);
 });
 
 test("bfl: a moderated job is a refusal, not retried", async () => {

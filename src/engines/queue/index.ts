@@ -9,9 +9,15 @@
  *
  * - polls start after `firstPollMs` and back off (×1.5, at most MAX_POLL_MS), never beyond the
  *   attempt's deadline: the attempt's AbortSignal ends the loop;
- * - when the attempt is abandoned (abort, timeout, the request cancelled) while the provider
- *   still holds the job, the provider's cancel is called (fal, Replicate; BFL has none), once,
- *   in the background, with a short time limit of its own;
+ * - a poll that fails in passing (no answer, a broken one, a 5xx, a 429) is polled again with
+ *   the same backoff (a 429 after its Retry-After), at most MAX_POLL_RETRIES times in a row and
+ *   never past the deadline: the job goes on at the provider, which bills it, and giving up
+ *   would submit a second one on the next account (fal's own client retries its status polls
+ *   the same way). A result document is fetched again on the statuses fal's client retries
+ *   (no 500 there: that is the job's own failure, stored);
+ * - whenever an attempt ends while the provider still holds the job (abort, timeout, polls
+ *   that kept failing, an answer we cannot read), the provider's cancel is called (fal,
+ *   Replicate; BFL has none), once, in the background, with a short time limit of its own;
  * - a failed or canceled job is a failed attempt (the pool retries elsewhere), a moderated one
  *   a refusal (400, no retry); 429/401/403 and bad statuses fail as every upstream call does;
  * - status and result URLs get our credentials only when they are on the upstream's own site
@@ -31,7 +37,13 @@ import { pauseUnlessAborted } from "../../core/deadline";
 /** First status poll after submitting (the pool's registration lets tests shorten it). */
 export const FIRST_POLL_MS = 500;
 export const MAX_POLL_MS = 5_000;
+/** Failed polls in a row that are polled again (fal's client: 5 for a status, 3 for a result). */
+export const MAX_POLL_RETRIES = 5;
 const POLL_BACKOFF = 1.5;
+/** Statuses of a status poll that are polled again (429 and every 5xx; a job's status is only read). */
+const isRetriedStatusPoll = (status: number) => status === 429 || status >= 500;
+/** Statuses of a result fetch that are fetched again: not a 500, the job's own stored failure. */
+const isRetriedResultFetch = (status: number) => status === 429 || status === 502 || status === 503 || status === 504;
 /** A cancel call gets this long; it runs after the attempt has already ended. */
 const CANCEL_TIMEOUT_MS = 5_000;
 /** Statuses of a submit that refuse the job itself (a bad input), on every queue API. */
@@ -134,17 +146,15 @@ export class QueueEngine implements ImageEngine {
     let outcome = submitted.outcome;
     let held = true; // the provider still holds a job we may cancel
     try {
-      let wait = this.firstPollMs;
+      const wait = { ms: this.firstPollMs };
       while (outcome.state === "pending") {
-        await pauseUnlessAborted(Math.min(wait, Math.max(0, ctx.deadline - this.clock())), ctx.signal);
-        ctx.signal.throwIfAborted();
-        wait = Math.min(MAX_POLL_MS, Math.ceil(wait * POLL_BACKOFF));
-        outcome = this.translator.readStatus(await this.get(ctx, handle.statusUrl, auth), handle);
+        await this.pause(ctx, wait);
+        outcome = this.translator.readStatus(await this.getRetrying(ctx, handle.statusUrl, auth, wait, isRetriedStatusPoll), handle);
       }
       held = false;
       if (outcome.state === "result") {
         if (!this.translator.readResult) throw new AttemptFailure("failed", "the upstream answered a result document this kind cannot read");
-        outcome = this.translator.readResult(await this.get(ctx, outcome.url, auth));
+        outcome = this.translator.readResult(await this.getRetrying(ctx, outcome.url, auth, { ms: this.firstPollMs }, isRetriedResultFetch));
       }
       switch (outcome.state) {
         case "image":
@@ -157,14 +167,37 @@ export class QueueEngine implements ImageEngine {
           throw new AttemptFailure("failed", `the upstream job ended as ${outcome.state}`);
       }
     } finally {
-      if (held && ctx.signal.aborted && handle.cancel) this.cancel(handle.cancel, auth);
+      // Whatever ended the attempt, a job left running would be billed for nothing.
+      if (held && handle.cancel) this.cancel(handle.cancel, auth);
     }
   }
 
-  /** GET a status or result document with our credentials, only on the upstream's own site. */
-  private get(ctx: AttemptContext, url: string, auth: Record<string, string>): Promise<unknown> {
+  /** Waits `wait.ms` (never past the deadline; an abort ends it early and throws), then backs off. */
+  private async pause(ctx: AttemptContext, wait: { ms: number }, atLeastMs = 0): Promise<void> {
+    await pauseUnlessAborted(Math.min(Math.max(wait.ms, atLeastMs), Math.max(0, ctx.deadline - this.clock())), ctx.signal);
+    ctx.signal.throwIfAborted();
+    wait.ms = Math.min(MAX_POLL_MS, Math.ceil(wait.ms * POLL_BACKOFF));
+  }
+
+  /**
+   * GET a status or result document, again after a failure in passing (no answer, a broken one,
+   * or a status `retried` picks), at most MAX_POLL_RETRIES times in a row with the poll backoff,
+   * after a 429's Retry-After, and only while the deadline allows; then the failure stands.
+   */
+  private async getRetrying(ctx: AttemptContext, url: string, auth: Record<string, string>, wait: { ms: number }, retried: (status: number) => boolean): Promise<unknown> {
+    // Our credentials go only to the upstream's own site.
     if (!onUpstreamSite(url, this.upstream.base_url)) throw new AttemptFailure("failed", "the upstream answered a status URL outside its own site");
-    return callJson(this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [], "GET"));
+    const call = this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [], "GET");
+    for (let failures = 0; ; failures++) {
+      try {
+        return await callJson(call);
+      } catch (e) {
+        if (ctx.signal.aborted || failures >= MAX_POLL_RETRIES || !passing(e, retried)) throw e;
+        const after = e.retryAfterMs ?? 0;
+        if (this.clock() + after >= ctx.deadline) throw e;
+        await this.pause(ctx, wait, after);
+      }
+    }
   }
 
   private call(ctx: AttemptContext, url: string, headers: Record<string, string>, body: string | undefined, rejectStatuses: number[], method: "GET" | "POST" = "POST"): UpstreamCall {
@@ -182,6 +215,17 @@ export class QueueEngine implements ImageEngine {
       .then((res) => res.body?.cancel())
       .catch(() => {});
   }
+}
+
+/**
+ * A failure of a read that says nothing about the job: no answer or a broken one (a failed
+ * attempt without an HTTP status), or a status `retried` picks. An answer that is not JSON,
+ * or a refusal of our credentials, is not polled again.
+ */
+function passing(e: unknown, retried: (status: number) => boolean): e is AttemptFailure {
+  if (!(e instanceof AttemptFailure)) return false;
+  if (e.status !== undefined) return retried(e.status);
+  return e.kind === "failed";
 }
 
 /**
