@@ -319,12 +319,27 @@ test("fal: a 503 on the result fetch is fetched again: the job is done (and bill
   expect(fake.received.filter((r) => /\/requests\/job1$/.test(r.path))).toHaveLength(3);
 });
 
-test("bfl: a moderated job is a refusal, not retried", async () => {
-  const { fake, engine, job } = build("bfl");
-  fake.queueEnds("moderated");
-  const err = await engine.generate(job()).catch((e) => e);
-  expect(err).toBeInstanceOf(UpstreamRejected);
-  expect(fake.submits()).toHaveLength(1);
+/*
+ * A moderated job: BFL says so in its status ("Content Moderated"); fal's job is COMPLETED and
+ * its result fetch answers 422 content_policy_violation, "Retryable: false" (docs.fal.ai/errors).
+ * Another account would refuse it too, and the account did nothing wrong.
+ */
+describe.each(["bfl", "fal"] as const)("%s: a moderated job", (kind) => {
+  test("is a refusal (400 upstream_rejected), one job, no failure counted against the account", async () => {
+    const { fake, engine, job, pool } = build(kind);
+    fake.queueEnds("moderated", "moderated");
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRejected);
+    expect(apiErrorOf(err)).toMatchObject({ status: 400, errorCode: "upstream_rejected" });
+    expect(err.message).toMatch(kind === "fal" ? /content_policy_violation/ : /Content Moderated/);
+    expect(fake.submits()).toHaveLength(1);
+    expect(pool.snapshot().map((s) => [s.state, s.consecutiveFailures])).toEqual([
+      ["healthy", 0],
+      ["healthy", 0],
+    ]);
+    if (kind === "fal") expect(fake.received.filter((r) => r.path === "/fal-ai/flux/requests/job1")).toHaveLength(1);
+    expect(fake.cancels).toEqual([]);
+  });
 });
 
 test("status URLs get our credentials only on the upstream's own site", () => {

@@ -4,9 +4,14 @@
  * - submit: POST {base_url}/{upstream_model} (base_url https://queue.fal.run; the model is the
  *   app id, e.g. fal-ai/flux/dev) with `Authorization: Key <api_key>` → request_id,
  *   status_url, response_url, cancel_url;
- * - poll: GET status_url → IN_QUEUE / IN_PROGRESS / COMPLETED (FAILED, CANCELED and an `error`
- *   on COMPLETED fail the attempt);
- * - result: GET response_url → `images[0].url` (or `image.url`), which we download;
+ * - poll: GET status_url → IN_QUEUE / IN_PROGRESS / COMPLETED, fal's only statuses: a job that
+ *   failed, was cancelled or was refused is COMPLETED too, and only its result says how;
+ * - result: GET response_url → `images[0].url` (or `image.url`), which we download; or the
+ *   job's error with its HTTP status (docs.fal.ai/errors, …/model-apis/request-errors): a 422
+ *   is a model error, `detail: [{loc, msg, type, url}]`, such as content_policy_violation
+ *   ("Retryable: false") or an input the model cannot take, so a refusal (400, no retry, no
+ *   failure of the account), as fal's own client reads it (a ValidationError); any other error
+ *   status (a runner failure 500, a cancelled request 499) fails the attempt;
  * - cancel on abort: PUT cancel_url ({base_url}/{app}/requests/{id}/cancel).
  *
  * Our job as fal input: params pass through; prompt; size → image_size {width, height};
@@ -22,6 +27,7 @@ const OWN_FIELDS = new Set(["prompt", "num_images", "sync_mode", "mask_url", "im
 
 export class FalTranslator implements QueueTranslator {
   readonly keyScheme = "key" as const;
+  readonly resultRejectStatuses = [422];
 
   inputProblem(job: Omit<ImageJob, "signal">): ReturnType<QueueTranslator["inputProblem"]> {
     return tooManyImages(job, this.field(job), "fal");
@@ -57,12 +63,8 @@ export class FalTranslator implements QueueTranslator {
       case "IN_PROGRESS":
         return { state: "pending" };
       case "COMPLETED":
-        if (o.error !== undefined && o.error !== null) return { state: "failed", message: String(typeof o.error === "string" ? o.error : JSON.stringify(o.error)) };
+        // Done, well or not: the result fetch's status says which (a refusal is a 422 there).
         return { state: "result", url: typeof o.response_url === "string" ? o.response_url : handle.resultUrl! };
-      case "FAILED":
-      case "CANCELED":
-      case "CANCELLED":
-        return { state: "failed", message: `fal request ${String(o.status).toLowerCase()}` };
       default:
         throw new AttemptFailure("failed", `fal answered an unknown status ${JSON.stringify(String(o.status)).slice(0, 40)}`);
     }

@@ -19,7 +19,9 @@
  *   that kept failing, an answer we cannot read), the provider's cancel is called (fal,
  *   Replicate; BFL has none), once, in the background, with a short time limit of its own;
  * - a failed or canceled job is a failed attempt (the pool retries elsewhere), a moderated one
- *   a refusal (400, no retry); 429/401/403 and bad statuses fail as every upstream call does;
+ *   a refusal (400, no retry), whether the status says so (BFL) or the result fetch answers a
+ *   status the translator names (fal's 422); 429/401/403 and bad statuses fail as every
+ *   upstream call does;
  * - status and result URLs get our credentials only when they are on the upstream's own site
  *   (its base_url host or a sibling under the same domain, as BFL's regional polling hosts);
  *   the image URL is downloaded without credentials, bounded, and never reaches our client.
@@ -91,6 +93,11 @@ export interface QueueTranslator {
   readStatus(answer: unknown, handle: QueueHandle): QueueOutcome;
   /** The result document of a `result` outcome. */
   readResult?(answer: unknown): QueueOutcome;
+  /**
+   * Statuses of the result fetch that refuse the job itself (fal's model errors: a content
+   * policy violation or an input it cannot take, 422): no retry, no failure of the account.
+   */
+  readonly resultRejectStatuses?: readonly number[];
 }
 
 export class QueueEngine implements ImageEngine {
@@ -154,7 +161,7 @@ export class QueueEngine implements ImageEngine {
       held = false;
       if (outcome.state === "result") {
         if (!this.translator.readResult) throw new AttemptFailure("failed", "the upstream answered a result document this kind cannot read");
-        outcome = this.translator.readResult(await this.getRetrying(ctx, outcome.url, auth, { ms: this.firstPollMs }, isRetriedResultFetch));
+        outcome = this.translator.readResult(await this.getRetrying(ctx, outcome.url, auth, { ms: this.firstPollMs }, isRetriedResultFetch, this.translator.resultRejectStatuses));
       }
       switch (outcome.state) {
         case "image":
@@ -184,10 +191,10 @@ export class QueueEngine implements ImageEngine {
    * or a status `retried` picks), at most MAX_POLL_RETRIES times in a row with the poll backoff,
    * after a 429's Retry-After, and only while the deadline allows; then the failure stands.
    */
-  private async getRetrying(ctx: AttemptContext, url: string, auth: Record<string, string>, wait: { ms: number }, retried: (status: number) => boolean): Promise<unknown> {
+  private async getRetrying(ctx: AttemptContext, url: string, auth: Record<string, string>, wait: { ms: number }, retried: (status: number) => boolean, rejectStatuses: readonly number[] = []): Promise<unknown> {
     // Our credentials go only to the upstream's own site.
     if (!onUpstreamSite(url, this.upstream.base_url)) throw new AttemptFailure("failed", "the upstream answered a status URL outside its own site");
-    const call = this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [], "GET");
+    const call = this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [...rejectStatuses], "GET");
     for (let failures = 0; ; failures++) {
       try {
         return await callJson(call);
