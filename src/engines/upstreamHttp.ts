@@ -379,11 +379,16 @@ export async function* readServerSentEvents(
   }
 }
 
-/** Downloads an image an upstream answered with as a URL, bounded in size and time. */
+/**
+ * Downloads an image an upstream answered with as a URL, bounded in size and time. A `data:`
+ * URL carries the image itself (Replicate's sync mode answers its output so): it is decoded,
+ * within the same size limit, without a request.
+ */
 export async function downloadImage(
   url: string,
   opts: { maxBytes: number; timeoutMs: number; signal: AbortSignal; redactor: SecretRedactor },
 ): Promise<Uint8Array> {
+  if (/^data:/i.test(url)) return imageFromDataUrl(url, opts.maxBytes);
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -411,6 +416,20 @@ export async function downloadImage(
     if (timeout.aborted && !opts.signal.aborted) throw new AttemptFailure("timeout", `downloading the upstream image took longer than ${opts.timeoutMs} ms`);
     throw e;
   }
+}
+
+/**
+ * The bytes of a `data:image/…;base64,` URL, at most `maxBytes` (checked on the text before it
+ * is decoded); any other data URL, or base64 that is not strict, is a failed attempt.
+ */
+export function imageFromDataUrl(url: string, maxBytes: number): Uint8Array {
+  const comma = url.indexOf(",");
+  if (comma < 0 || !/^data:image\/[a-z0-9.+-]+;base64$/i.test(url.slice(0, comma))) throw new AttemptFailure("failed", "upstream answered with a data URL that is not a base64 image");
+  const b64Length = url.length - comma - 1;
+  if (b64Length > Math.ceil(maxBytes / 3) * 4) throw new AttemptFailure("failed", `upstream image of about ${Math.floor((b64Length * 3) / 4)} bytes exceeds the limit of ${maxBytes}`);
+  const bytes = decodeBase64Image(url.slice(comma + 1));
+  if (bytes.byteLength > maxBytes) throw new AttemptFailure("failed", `upstream image of ${bytes.byteLength} bytes exceeds the limit of ${maxBytes}`);
+  return bytes;
 }
 
 function errorText(e: unknown): string {

@@ -7,7 +7,7 @@ import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Config } from "../../src/config";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
-import { EngineTimeout, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type ImageInput, type ImageJob } from "../../src/core/engine";
+import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type ImageInput, type ImageJob } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { apiErrorOf } from "../../src/http/errorMapping";
 import { MAX_POLL_RETRIES, onUpstreamSite } from "../../src/engines/queue";
@@ -115,6 +115,26 @@ describe("what each provider receives", () => {
     const img = await engine.generate(job());
     expect(fake.received.filter((r) => r.method === "GET" && r.path.startsWith("/v1/predictions/"))).toHaveLength(0);
     expect(readPng(img.bytes)).toMatchObject({ width: 48, height: 32 });
+  });
+
+  test("replicate: a prediction finished within Prefer: wait may answer its output as a data: URI; that is the image (no download, no second job)", async () => {
+    const { fake, engine, job } = build("replicate");
+    fake.setPendingPolls(0);
+    fake.setSyncDataUris(true);
+    const img = await engine.generate(job());
+    expect(readPng(img.bytes)).toMatchObject({ width: 48, height: 32 });
+    expect(img.trace!.attempts).toBe(1);
+    expect(fake.submits()).toHaveLength(1);
+    expect(fake.received.filter((r) => r.method === "GET")).toHaveLength(0);
+  });
+
+  test("replicate: a data: URI output larger than max_download_bytes is refused like a download that large", async () => {
+    const { fake, engine, job } = build("replicate", { extra: "max_download_bytes = 1024" });
+    fake.setPendingPolls(0);
+    fake.setSyncDataUris(true);
+    const err = await engine.generate(job({ size: { width: 1000, height: 1000 } })).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamFailed);
+    expect(err.message).toMatch(/exceeds the limit of 1024/);
   });
 
   test("replicate: a version goes to /v1/predictions; references as image_input, a custom ratio as custom", async () => {

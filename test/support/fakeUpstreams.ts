@@ -580,7 +580,9 @@ export function startFakeGemini(): FakeUpstream {
  *   ({input}) or /v1/predictions ({version, input}), `Prefer: wait=n` may answer the finished
  *   prediction; a prediction is { id, status, output, error, urls: { get, cancel, stream } }
  *   with status starting → processing → succeeded | failed | canceled; POST urls.cancel.
- *   `Authorization: Bearer <key>`.
+ *   `Authorization: Bearer <key>`. With setSyncDataUris, a prediction finished within
+ *   `Prefer: wait` answers its output as a data URI instead of an HTTP URL, as Replicate's sync
+ *   mode may (replicate.com/changelog/2024-10-09-synchronous-api).
  * - Black Forest Labs (docs.bfl.ai): POST /v1/{model} with `x-key` answers { id, polling_url };
  *   GET polling_url answers { id, status: "Pending" | "Ready" | "Request Moderated" |
  *   "Content Moderated" | "Error", result: { sample } }; no cancel endpoint.
@@ -609,6 +611,8 @@ export interface FakeQueue {
   cancels: string[];
   /** Pending polls before a job ends (default 2). */
   setPendingPolls(n: number): void;
+  /** Replicate: a prediction finished within `Prefer: wait` has a data URI as its output (default off). */
+  setSyncDataUris(on: boolean): void;
   /** The next jobs end these ways, in order; then "ok". */
   queueEnds(...ends: QueueJobEnd[]): void;
   /** The next submits of `account` answer these statuses (with an optional retry-after), in order. */
@@ -651,6 +655,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
   const submitFaults = new Map<string, { status: number; retryAfterMs?: number }[]>();
   const readFaults: Record<"status" | "result", QueueReadFault[]> = { status: [], result: [] };
   let pendingPolls = 2;
+  let syncDataUris = false;
   let next = 0;
 
   const accountOfRequest = (r: Request): string | null => {
@@ -667,11 +672,13 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
   };
   const falBase = (path: string) => path.split("/").slice(0, 3).join("/"); // /owner/name (fal drops the subpath)
 
-  function prediction(origin: string, job: FakeQueueJob): Record<string, unknown> {
+  const png = (job: FakeQueueJob) => makePng(job.width, job.height, () => [200, 90, 20, 255]);
+
+  function prediction(origin: string, job: FakeQueueJob, sync = false): Record<string, unknown> {
     const base = { id: job.id, urls: { get: `${origin}/v1/predictions/${job.id}`, cancel: `${origin}/v1/predictions/${job.id}/cancel` }, error: null, output: null };
     if (job.canceled) return { ...base, status: "canceled" };
     if (job.end === "never" || job.polls < pendingPolls) return { ...base, status: job.polls === 0 ? "starting" : "processing" };
-    if (job.end === "ok") return { ...base, status: "succeeded", output: [`${origin}/files/${job.id}.png`] };
+    if (job.end === "ok") return { ...base, status: "succeeded", output: [sync && syncDataUris ? `data:image/png;base64,${Buffer.from(png(job)).toString("base64")}` : `${origin}/files/${job.id}.png`] };
     if (job.end === "canceled") return { ...base, status: "canceled" };
     return { ...base, status: "failed", error: job.end === "moderated" ? "NSFW content detected" : "CUDA out of memory" };
   }
@@ -717,7 +724,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       if (url.pathname.startsWith("/files/")) {
         const job = jobs.get(url.pathname.slice(7).replace(/\.png$/, ""));
         if (!job) return new Response("gone", { status: 404 });
-        return new Response(makePng(job.width, job.height, () => [200, 90, 20, 255]), { headers: { "content-type": "image/png" } });
+        return new Response(png(job), { headers: { "content-type": "image/png" } });
       }
       const account = accountOfRequest(request);
       const rec: QueueReceived = {
@@ -777,7 +784,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       }
       if (kind === "replicate") {
         // With no pending polls, Prefer: wait answers the finished prediction at once.
-        return Response.json(prediction(origin, job), { status: 201 });
+        return Response.json(prediction(origin, job, (request.headers.get("prefer") ?? "").startsWith("wait")), { status: 201 });
       }
       return Response.json({ id: job.id, polling_url: `${origin}/v1/get_result?id=${job.id}`, cost: 4 });
     },
@@ -789,6 +796,9 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
     cancels,
     setPendingPolls: (n) => {
       pendingPolls = n;
+    },
+    setSyncDataUris: (on) => {
+      syncDataUris = on;
     },
     queueEnds: (...e) => {
       ends.push(...e);
@@ -807,6 +817,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       readFaults.status.length = 0;
       readFaults.result.length = 0;
       pendingPolls = 2;
+      syncDataUris = false;
       next = 0;
     },
     async stop() {

@@ -67,7 +67,7 @@ export type QueueOutcome =
   | { state: "pending" }
   /** Done; the result document is at this URL (fal response_url): GET it and read it with readResult. */
   | { state: "result"; url: string }
-  /** Done; the image is at this URL (downloaded without credentials). */
+  /** Done; the image is at this URL (downloaded without credentials), or in it (a data: URL). */
   | { state: "image"; url: string }
   | { state: "failed"; message: string }
   /** The provider refused the content (moderation): another account would too. */

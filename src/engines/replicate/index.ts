@@ -6,7 +6,9 @@
  *   `owner/name:version` or a bare version id; `Authorization: Bearer <api_key>` and
  *   `Prefer: wait=<n>` (n ≤ 60 s and within the attempt), so a quick model answers at once;
  * - poll: GET urls.get → status starting / processing / succeeded / failed / canceled;
- * - result: `output` (a URL or a list of URLs; the first), which we download;
+ * - result: `output` (a URL or a list of URLs; the first), which we download; a prediction
+ *   finished within `Prefer: wait` may answer it as a `data:` URI instead (the changelog of
+ *   2024-10-09, "Synchronous API"), taken as the image itself within the same size limit;
  * - cancel on abort: POST urls.cancel.
  *
  * Our job as input: params pass through; prompt; size → width/height and aspect_ratio (the
