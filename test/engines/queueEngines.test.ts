@@ -10,7 +10,10 @@ import { EngineRegistry } from "../../src/engines/registry";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type ImageInput, type ImageJob } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { apiErrorOf } from "../../src/http/errorMapping";
-import { MAX_POLL_RETRIES, onUpstreamSite } from "../../src/engines/queue";
+import { MAX_POLL_RETRIES, onUpstreamSite, type QueueTranslator } from "../../src/engines/queue";
+import { BflTranslator } from "../../src/engines/bfl";
+import { FalTranslator } from "../../src/engines/fal";
+import { ReplicateTranslator } from "../../src/engines/replicate";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
@@ -362,12 +365,33 @@ describe.each(["bfl", "fal"] as const)("%s: a moderated job", (kind) => {
   });
 });
 
-test("status URLs get our credentials only on the upstream's own site", () => {
-  expect(onUpstreamSite("https://api.eu1.bfl.ai/v1/get_result?id=1", "https://api.bfl.ai")).toBe(true);
-  expect(onUpstreamSite("https://queue.fal.run/x/requests/1/status", "https://queue.fal.run")).toBe(true);
-  expect(onUpstreamSite("https://evil.example/x", "https://api.bfl.ai")).toBe(false);
-  expect(onUpstreamSite("http://api.bfl.ai/x", "https://api.bfl.ai")).toBe(false);
-  expect(onUpstreamSite("http://127.0.0.2:80/x", "http://127.0.0.1:80")).toBe(false);
+describe("status URLs get our credentials only on the upstream's own site", () => {
+  test("its base_url's host, with the same protocol", () => {
+    expect(onUpstreamSite("https://queue.fal.run/x/requests/1/status", "https://queue.fal.run")).toBe(true);
+    expect(onUpstreamSite("https://evil.example/x", "https://queue.fal.run")).toBe(false);
+    expect(onUpstreamSite("http://queue.fal.run/x", "https://queue.fal.run")).toBe(false);
+    expect(onUpstreamSite("http://127.0.0.2:80/x", "http://127.0.0.1:80")).toBe(false);
+  });
+
+  test("no sibling host unless the translator names its domain: a multi-tenant suffix is not one site", () => {
+    expect(onUpstreamSite("https://other-tenant.herokuapp.com/status", "https://our-proxy.herokuapp.com")).toBe(false);
+    expect(onUpstreamSite("https://evil.co.uk/status", "https://api.gateway.co.uk")).toBe(false);
+    expect(onUpstreamSite("https://fal.run/x", "https://queue.fal.run")).toBe(false);
+    expect(onUpstreamSite("https://api.eu1.bfl.ai/v1/get_result?id=1", "https://api.bfl.ai")).toBe(false);
+  });
+
+  test("BFL names bfl.ai: its regional polling hosts get the key when base_url is on bfl.ai too", () => {
+    const domain = new BflTranslator().siblingDomain;
+    expect(domain).toBe("bfl.ai");
+    const others: QueueTranslator[] = [new FalTranslator(), new ReplicateTranslator()];
+    expect(others.map((t) => t.siblingDomain)).toEqual([undefined, undefined]);
+    expect(onUpstreamSite("https://api.eu1.bfl.ai/v1/get_result?id=1", "https://api.bfl.ai", domain)).toBe(true);
+    expect(onUpstreamSite("https://api.us1.bfl.ai/v1/get_result?id=1", "https://api.eu.bfl.ai", domain)).toBe(true);
+    expect(onUpstreamSite("https://evilbfl.ai/x", "https://api.bfl.ai", domain)).toBe(false);
+    expect(onUpstreamSite("http://api.eu1.bfl.ai/x", "https://api.bfl.ai", domain)).toBe(false);
+    // A base_url elsewhere (a proxy) keeps its key to itself.
+    expect(onUpstreamSite("https://api.eu1.bfl.ai/x", "https://bfl-proxy.example", domain)).toBe(false);
+  });
 });
 
 test("chat models on a queue upstream are refused at startup", () => {

@@ -30,6 +30,8 @@ function isFill(model: string): boolean {
 
 export class BflTranslator implements QueueTranslator {
   readonly keyScheme = "x-key" as const;
+  /** polling_url may name a regional host (api.eu1.bfl.ai, api.us1.bfl.ai): BFL's own. */
+  readonly siblingDomain = "bfl.ai";
 
   inputProblem(job: Omit<ImageJob, "signal">): ReturnType<QueueTranslator["inputProblem"]> {
     const model = job.model.upstreamModel;

@@ -22,8 +22,9 @@
  *   a refusal (400, no retry), whether the status says so (BFL) or the result fetch answers a
  *   status the translator names (fal's 422); 429/401/403 and bad statuses fail as every
  *   upstream call does;
- * - status and result URLs get our credentials only when they are on the upstream's own site
- *   (its base_url host or a sibling under the same domain, as BFL's regional polling hosts);
+ * - status and result URLs get our credentials only when they are on the upstream's own site:
+ *   its base_url host, or a host under the domain the translator names (BFL's regional polling
+ *   hosts under bfl.ai) when base_url is under it too;
  *   the image URL is downloaded without credentials, bounded, and never reaches our client.
  */
 import type { UpstreamConfig } from "../../config";
@@ -82,6 +83,11 @@ export interface SubmitRequest {
 /** One provider's side of the queue loop: pure functions of our job and its answers. */
 export interface QueueTranslator {
   readonly keyScheme: KeyScheme;
+  /**
+   * The provider's own domain, when it answers status URLs on other hosts under it (BFL's
+   * regional polling hosts): they get our credentials too. Without it, only base_url's host.
+   */
+  readonly siblingDomain?: string;
   /** Inputs the provider cannot take, known before the charge. */
   inputProblem(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null;
   /** The submit: path and JSON body (async: a mask may need converting). */
@@ -193,7 +199,7 @@ export class QueueEngine implements ImageEngine {
    */
   private async getRetrying(ctx: AttemptContext, url: string, auth: Record<string, string>, wait: { ms: number }, retried: (status: number) => boolean, rejectStatuses: readonly number[] = []): Promise<unknown> {
     // Our credentials go only to the upstream's own site.
-    if (!onUpstreamSite(url, this.upstream.base_url)) throw new AttemptFailure("failed", "the upstream answered a status URL outside its own site");
+    if (!onUpstreamSite(url, this.upstream.base_url, this.translator.siblingDomain)) throw new AttemptFailure("failed", "the upstream answered a status URL outside its own site");
     const call = this.call(ctx, url, { ...auth, accept: "application/json" }, undefined, [...rejectStatuses], "GET");
     for (let failures = 0; ; failures++) {
       try {
@@ -217,7 +223,7 @@ export class QueueEngine implements ImageEngine {
 
   /** Asks the provider to drop a job we no longer wait for; best effort, in the background. */
   private cancel(cancel: NonNullable<QueueHandle["cancel"]>, auth: Record<string, string>): void {
-    if (!onUpstreamSite(cancel.url, this.upstream.base_url)) return;
+    if (!onUpstreamSite(cancel.url, this.upstream.base_url, this.translator.siblingDomain)) return;
     void fetch(cancel.url, { method: cancel.method, headers: { ...auth, accept: "application/json" }, signal: AbortSignal.timeout(CANCEL_TIMEOUT_MS) })
       .then((res) => res.body?.cancel())
       .catch(() => {});
@@ -236,10 +242,12 @@ function passing(e: unknown, retried: (status: number) => boolean): e is Attempt
 }
 
 /**
- * True when `url` may carry our credentials: the same protocol as base_url and its host, or a
- * host under the same domain (BFL polls on regional hosts such as api.eu1.bfl.ai).
+ * True when `url` may carry our credentials: the same protocol as base_url and its host; or,
+ * when the provider names its `siblingDomain`, any host under it if base_url's is under it too
+ * (BFL polls on regional hosts such as api.eu1.bfl.ai). No domain is guessed from base_url: its
+ * last two labels would make every tenant of a shared suffix (herokuapp.com, co.uk) one site.
  */
-export function onUpstreamSite(url: string, baseUrl: string): boolean {
+export function onUpstreamSite(url: string, baseUrl: string, siblingDomain?: string): boolean {
   let u: URL;
   let base: URL;
   try {
@@ -250,9 +258,9 @@ export function onUpstreamSite(url: string, baseUrl: string): boolean {
   }
   if (u.protocol !== base.protocol) return false;
   if (u.host === base.host) return true;
-  if (/^[\d.]+$/.test(base.hostname) || base.hostname.startsWith("[")) return false;
-  const domain = base.hostname.split(".").slice(-2).join(".");
-  return domain.includes(".") && (u.hostname === domain || u.hostname.endsWith(`.${domain}`));
+  if (!siblingDomain) return false;
+  const under = (host: string) => host === siblingDomain || host.endsWith(`.${siblingDomain}`);
+  return under(base.hostname) && under(u.hostname);
 }
 
 
