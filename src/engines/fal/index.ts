@@ -12,7 +12,8 @@
  *   ("Retryable: false") or an input the model cannot take, so a refusal (400, no retry, no
  *   failure of the account), as fal's own client reads it (a ValidationError); any other error
  *   status (a runner failure 500, a cancelled request 499) fails the attempt;
- * - cancel on abort: PUT cancel_url ({base_url}/{app}/requests/{id}/cancel).
+ * - cancel, when an attempt ends while fal still holds the job: PUT cancel_url
+ *   ({base_url}/{app}/requests/{id}/cancel).
  *
  * Our job as fal input: params pass through; prompt; size → image_size {width, height};
  * reference/edit images as data URIs in `image_url` (one) or `image_urls` (several; the
