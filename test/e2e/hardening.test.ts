@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { connect } from "node:net";
 import { startTestServer, type TestServer } from "../support/server";
 import { rawRequest } from "../support/rawHttp";
+import { MAX_FORM_PARTS } from "../../src/http/body";
 
 const MAX_FORM_BODY = 64 * 1024;
 const GRACE_MS = 300;
@@ -155,6 +156,29 @@ describe("deeply nested JSON", () => {
     });
     expect(res.status).toBe(400);
     expect((await res.json()).error.code).toBe("invalid_json");
+  });
+});
+
+describe("multipart bodies of many parts", () => {
+  const form = (names: string[]) => names.map((n) => `--b\r\nContent-Disposition: form-data; name="${n}"\r\n\r\nv\r\n`).join("") + "--b--\r\n";
+  const edit = (body: string) =>
+    fetch(server.url + "/v1/images/edits", { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "multipart/form-data; boundary=b" }, body });
+
+  test("40 000 small parts (2 MB): 400 invalid_multipart naming the limit, nothing charged", async () => {
+    const res = await edit(form(Array.from({ length: 40_000 }, (_, i) => `k${i}`)));
+    expect(res.status).toBe(400);
+    expect((await res.json()).error).toMatchObject({ type: "invalid_request_error", code: "invalid_multipart", param: null, message: expect.stringContaining(`${MAX_FORM_PARTS} parts`) });
+    expect(await server.balance(userId)).toBe(5);
+  });
+
+  test(`${MAX_FORM_PARTS} parts are read (and then judged by the schema); a field named __proto__ is a field like any other`, async () => {
+    const names = ["prompt", "__proto__", ...Array.from({ length: MAX_FORM_PARTS - 2 }, (_, i) => `k${i}`)];
+    const res = await edit(form(names));
+    expect(res.status).toBe(400);
+    const error = (await res.json()).error;
+    expect(error.code).not.toBe("invalid_multipart");
+    expect(error.param).toBe("image");
+    expect(await server.balance(userId)).toBe(5);
   });
 });
 
