@@ -40,6 +40,12 @@ export interface ScannedJson {
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+
+/** Where `byte` first is in chunk[from, end), else -1: a search that stops at `end`. */
+function indexOfBefore(chunk: Uint8Array, byte: number, from: number, end: number): number {
+  const at = chunk.subarray(from, end).indexOf(byte);
+  return at === -1 ? -1 : from + at;
+}
 const SLASH = 0x2f;
 const COMMA = 0x2c;
 const EQUALS = 0x3d;
@@ -290,9 +296,11 @@ export class JsonUploadScanner {
         pos++;
         continue;
       }
+      // The backslash is looked for only before the quote: searched to the chunk's end, every
+      // short string of a chunk without one (`["","",…]`) scanned the rest of the chunk again.
       const quote = chunk.indexOf(QUOTE, pos);
-      const backslash = chunk.indexOf(BACKSLASH, pos);
-      const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+      const backslash = indexOfBefore(chunk, BACKSLASH, pos, quote === -1 ? chunk.length : quote);
+      const stop = backslash !== -1 ? backslash : quote;
       const end = stop === -1 ? chunk.length : stop;
       if (mode.key) for (let i = pos; i < end && mode.key.length <= MAX_PATH_KEY_BYTES; i++) mode.key.push(chunk[i]!);
       if (stop === -1) return chunk.length;
@@ -354,8 +362,8 @@ export class JsonUploadScanner {
       }
       const quote = chunk.indexOf(QUOTE, pos);
       const scanEnd = quote === -1 ? chunk.length : quote;
-      const backslash = chunk.subarray(pos, scanEnd).indexOf(BACKSLASH);
-      const stop = backslash !== -1 ? pos + backslash : scanEnd;
+      const backslash = indexOfBefore(chunk, BACKSLASH, pos, scanEnd);
+      const stop = backslash !== -1 ? backslash : scanEnd;
       mode.decoder.write(chunk.subarray(pos, stop));
       if (stop === chunk.length) return stop;
       if (backslash !== -1) {
