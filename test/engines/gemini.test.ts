@@ -15,6 +15,7 @@ import { imageConfigFor } from "../../src/engines/gemini/translate";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
 import { latestVersion, openDatabase } from "../../src/store/database";
+import { fakeClock } from "../support/fakeClock";
 import { startFakeGemini } from "../support/fakeUpstreams";
 import { makePng, readPng } from "../support/images";
 import { configFromToml, startTestServer, type TestServer } from "../support/server";
@@ -47,12 +48,12 @@ upstream_model = "gemini-2.5-flash-image"
 `;
 }
 
-function build(extra = "", accounts?: string) {
+function build(extra = "", accounts?: string, clock: () => number = Date.now) {
   const config: Config = configFromToml(toml(extra, accounts));
   const store = createStore(openDatabase(":memory:"), latestVersion());
   const registry = new EngineRegistry();
   const logs: string[] = [];
-  const pools = registerUpstreamEngines(config, registry, { store: store.upstreams, clock: Date.now, logger: createLogger((l) => logs.push(l)) });
+  const pools = registerUpstreamEngines(config, registry, { store: store.upstreams, clock, logger: createLogger((l) => logs.push(l)) });
   const model = new ModelCatalog(config).get("banana")!;
   const engine = registry.imageEngine(model)!;
   const job = (over: Partial<ImageJob> = {}): ImageJob => ({
@@ -207,21 +208,6 @@ describe("refusals and faults", () => {
     expect(err.message).toContain("no image");
   });
 
-  test("429 (RESOURCE_EXHAUSTED): the account cools down, the other serves; all 429: UpstreamRateLimited", async () => {
-    const { engine, job, pool } = build();
-    fake.queueFaults(KEY_A, { kind: "429", retryAfter: "7" });
-    const img = await engine.generate(job());
-    expect(img.trace).toMatchObject({ accountId: "b", attempts: 2 });
-    expect(pool.snapshot().find((s) => s.accountId === "a")!.state).toBe("cooling");
-    const all = build();
-    fake.reset();
-    fake.alwaysFault(KEY_A, { kind: "429", retryAfter: "30" });
-    fake.alwaysFault(KEY_B, { kind: "429", retryAfterMs: "4000" });
-    const err = await all.engine.generate(all.job()).catch((e) => e);
-    expect(err).toBeInstanceOf(UpstreamRateLimited);
-    expect(err.retryAfterMs).toBeLessThanOrEqual(4000);
-  });
-
   test("403, and Gemini's 400 'API key not valid', disable the account; keys never in logs or errors", async () => {
     const { engine, job, store, logs, pool } = build();
     fake.alwaysFault(KEY_A, { kind: "status", status: 403, message: `Permission denied for ${KEY_A}` });
@@ -271,6 +257,85 @@ describe("refusals and faults", () => {
   test("config: a chat model naming a gemini upstream is a startup error", () => {
     expect(() => configFromToml(`${toml()}\n[[models]]\nid = "talk"\nkind = "chat"\nupstream = "gem"\n`)).toThrow(/gemini upstream, which serves image models only/);
   });
+});
+
+describe("429 RESOURCE_EXHAUSTED: the delay Gemini names in the body (RetryInfo), not in a header", () => {
+  const cooling = (pool: ReturnType<typeof build>["pool"], account: string, now: number) => (pool.snapshot().find((s) => s.accountId === account)!.coolingUntil ?? now) - now;
+
+  test("the fake answers as Gemini does: no Retry-After, RetryInfo.retryDelay among the details", async () => {
+    fake.queueFaults(KEY_A, { kind: "429", retryDelay: "37s" });
+    const res = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash-image:generateContent`, {
+      method: "POST",
+      headers: { "x-goog-api-key": KEY_A, "content-type": "application/json" },
+      body: JSON.stringify({ contents: [{ parts: [{ text: "x" }] }], generationConfig: { responseModalities: ["IMAGE"] } }),
+    });
+    expect(res.status).toBe(429);
+    expect(res.headers.get("retry-after")).toBeNull();
+    expect(res.headers.get("retry-after-ms")).toBeNull();
+    const body = (await res.json()) as { error: { code: number; status: string; details: Record<string, unknown>[] } };
+    expect(body.error).toMatchObject({ code: 429, status: "RESOURCE_EXHAUSTED" });
+    expect(body.error.details).toContainEqual({ "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: "37s" });
+  });
+
+  test("the account rests for the delay Gemini named: the other serves, and goes on serving until it has passed", async () => {
+    const clock = fakeClock();
+    const { engine, job, pool } = build("", undefined, clock.now);
+    const t0 = clock.now();
+    fake.queueFaults(KEY_A, { kind: "429", retryDelay: "37s" });
+    const img = await engine.generate(job());
+    expect(img.trace).toMatchObject({ accountId: "b", attempts: 2 });
+    expect(cooling(pool, "a", t0)).toBe(37_000);
+    // Past the pool's own 429 backoff (1 s, 2 s…), still within Gemini's 37 s: only b is asked.
+    clock.advance(30_000);
+    for (let i = 0; i < 3; i++) expect((await engine.generate(job())).trace!.accountId).toBe("b");
+    clock.advance(7_001);
+    const accounts = new Set<string>();
+    for (let i = 0; i < 3; i++) accounts.add((await engine.generate(job())).trace!.accountId!);
+    expect(accounts.has("a")).toBe(true);
+    expect(fake.received.map((r) => r.account).slice(0, 5)).toEqual([KEY_A, KEY_B, KEY_B, KEY_B, KEY_B]);
+  });
+
+  test("every account rate limited: UpstreamRateLimited after the earliest delay named", async () => {
+    const clock = fakeClock();
+    const { engine, job } = build("", undefined, clock.now);
+    fake.alwaysFault(KEY_A, { kind: "429", retryDelay: "37s" });
+    fake.alwaysFault(KEY_B, { kind: "429", retryDelay: "20.5s" });
+    const err = await engine.generate(job()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamRateLimited);
+    expect(err.retryAfterMs).toBe(20_500);
+  });
+
+  // Cooldown after one 429 on a fresh account, with rate_limit_cooldown_max_ms = 45 s: the pool's
+  // own first backoff is 1 s, so a row expecting 1000 means "no usable hint".
+  const rows: [string, Extract<Parameters<typeof fake.queueFaults>[1], { kind: "429" }>, number][] = [
+    ["whole seconds", { kind: "429", retryDelay: "37s" }, 37_000],
+    ["fractional seconds, rounded up to the ms", { kind: "429", retryDelay: "1.5s" }, 1_500],
+    ["nine fractional digits (as Gemini sends them)", { kind: "429", retryDelay: "12.000000001s" }, 12_001],
+    ["zero", { kind: "429", retryDelay: "0s" }, 0],
+    ["a daily quota's long delay is capped at rate_limit_cooldown_max_ms", { kind: "429", retryDelay: "51820.638305887s" }, 45_000],
+    ["no RetryInfo at all: the pool's backoff", { kind: "429" }, 1_000],
+    ["negative: ignored", { kind: "429", retryDelay: "-5s" }, 1_000],
+    ["no unit: ignored", { kind: "429", retryDelay: "37" }, 1_000],
+    ["another unit: ignored", { kind: "429", retryDelay: "37ms" }, 1_000],
+    ["an exponent: ignored", { kind: "429", retryDelay: "1e3s" }, 1_000],
+    ["spaces: ignored", { kind: "429", retryDelay: " 37s" }, 1_000],
+    ["ten fractional digits: ignored", { kind: "429", retryDelay: "1.0000000001s" }, 1_000],
+    ["more seconds than a Duration holds: ignored", { kind: "429", retryDelay: "9999999999999s" }, 1_000],
+    ["the protobuf object form, not its JSON mapping: ignored", { kind: "429", retryDelay: { seconds: 37 } }, 1_000],
+    ["garbage, with a Retry-After header: the header", { kind: "429", retryDelay: "soon", retryAfter: "7" }, 7_000],
+    ["no RetryInfo, with a retry-after-ms header: the header", { kind: "429", retryAfterMs: "2500" }, 2_500],
+    ["RetryInfo and a header: Gemini's own word", { kind: "429", retryDelay: "37s", retryAfter: "7" }, 37_000],
+  ];
+  for (const [name, fault, expected] of rows) {
+    test(`retryDelay: ${name} → ${expected} ms`, async () => {
+      const clock = fakeClock();
+      const { engine, job, pool } = build("rate_limit_cooldown_max_ms = 45000", undefined, clock.now);
+      fake.queueFaults(KEY_A, fault);
+      await engine.generate(job());
+      expect(fake.received.map((r) => r.account)).toEqual([KEY_A, KEY_B]);
+      expect(cooling(pool, "a", clock.now())).toBe(expected);
+    });
+  }
 });
 
 describe("through a real server with the official openai client", () => {
@@ -329,6 +394,24 @@ describe("through a real server with the official openai client", () => {
         expect(line).not.toContain(KEY_A);
         expect(line).not.toContain(KEY_B);
       }
+    } finally {
+      await server.close();
+    }
+  });
+  test("every account out of quota: 429 upstream_rate_limited to the client, Retry-After the delay Gemini named, refunded", async () => {
+    server = await startTestServer({ toml: toml() });
+    try {
+      const { userId, key } = await server.userWithKey({ credits: 10 });
+      fake.alwaysFault(KEY_A, { kind: "429", retryDelay: "37s" });
+      fake.alwaysFault(KEY_B, { kind: "429", retryDelay: "20s" });
+      const err = await client(key).images.generate({ model: "banana", prompt: "a banana", size: "1024x1024" }).catch((e) => e);
+      expect(err).toBeInstanceOf(APIError);
+      expect(err.status).toBe(429);
+      expect(err.code).toBe("upstream_rate_limited");
+      expect(err.headers.get("retry-after")).toBe("20");
+      expect(Number(err.headers.get("retry-after-ms"))).toBeGreaterThan(15_000);
+      expect(Number(err.headers.get("retry-after-ms"))).toBeLessThanOrEqual(20_000);
+      expect(await server.balance(userId)).toBe(10);
     } finally {
       await server.close();
     }

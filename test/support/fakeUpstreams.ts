@@ -24,7 +24,12 @@ import type { Server } from "bun";
 import { makePng } from "./images";
 
 export type Fault =
-  | { kind: "429"; retryAfter?: string; retryAfterMs?: string }
+  /**
+   * A 429. The Gemini fake answers it as Gemini does (startFakeGemini): the delay is `retryDelay`
+   * in the body's RetryInfo (any JSON value, so a test can send a malformed one; no RetryInfo
+   * when absent), and the headers come only when named, as a proxy in front might add them.
+   */
+  | { kind: "429"; retryAfter?: string; retryAfterMs?: string; retryDelay?: unknown }
   | { kind: "status"; status: number; message?: string }
   | { kind: "hang" }
   | { kind: "malformed" }
@@ -106,6 +111,8 @@ interface Behaviour {
   answer(req: Received, request: Request, origin: string): Response | Promise<Response>;
   /** Back to the defaults (reset()). */
   resetBehaviour?(): void;
+  /** The fake's own 429 (a `429` fault), for an upstream whose 429 is not OpenAI's. */
+  rateLimited?(fault: Extract<Fault, { kind: "429" }>, req: Received): Response;
 }
 
 function accountOf(authorization: string | null): string {
@@ -169,6 +176,7 @@ function startFake(behaviour: Behaviour): FakeUpstream {
   async function faultResponse(fault: Fault, request: Request, origin: string, rec: Received): Promise<Response> {
     switch (fault.kind) {
       case "429": {
+        if (behaviour.rateLimited) return behaviour.rateLimited(fault, rec);
         const headers: Record<string, string> = { "content-type": "application/json" };
         if (fault.retryAfter) headers["retry-after"] = fault.retryAfter;
         if (fault.retryAfterMs) headers["retry-after-ms"] = fault.retryAfterMs;
@@ -507,12 +515,43 @@ export function startFakeWebUI(): FakeWebUI {
  * comes as a text part before the image. Variants (fault `variant`): "safety" (a candidate with
  * finishReason IMAGE_SAFETY and no image), "blocked" (promptFeedback.blockReason SAFETY, no
  * candidates), "no-image" (a 200 with a text part only, finishReason STOP).
+ *
+ * A `429` fault is answered as the Gemini API answers an exhausted quota: 429 RESOURCE_EXHAUSTED
+ * with no Retry-After header, the delay only in the body, as a google.rpc.RetryInfo detail whose
+ * `retryDelay` is a protobuf Duration in its JSON form ("37s", "1.5s"), next to Help and
+ * QuotaFailure details and a message that repeats it in words (the shape Gemini answers in
+ * google-gemini/gemini-cli#8437 and googleapis/python-genai#2044; gemini-cli's
+ * packages/core/src/utils/googleQuotaErrors.ts reads it there).
  */
 export function startFakeGemini(): FakeUpstream {
   const RATIOS = new Set(["1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"]);
   const TIERS: Record<string, number> = { "1K": 1, "2K": 2, "4K": 4 };
   const invalid = (message: string) => Response.json({ error: { code: 400, message, status: "INVALID_ARGUMENT" } }, { status: 400 });
   const behaviour: Behaviour = {
+    rateLimited(fault, req) {
+      const model = /^\/v1beta\/models\/([^/:]+):/.exec(req.path)?.[1] ?? "unknown";
+      const details: Record<string, unknown>[] = [
+        { "@type": "type.googleapis.com/google.rpc.Help", links: [{ description: "Learn more about Gemini API quotas", url: "https://ai.google.dev/gemini-api/docs/rate-limits" }] },
+        {
+          "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+          violations: [
+            {
+              quotaMetric: "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+              quotaId: "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+              quotaDimensions: { location: "global", model },
+              quotaValue: "10",
+            },
+          ],
+        },
+      ];
+      if (fault.retryDelay !== undefined) details.push({ "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: fault.retryDelay });
+      const retryIn = typeof fault.retryDelay === "string" ? `\nPlease retry in ${fault.retryDelay}.` : "";
+      const message = `You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 10, model: ${model}${retryIn}`;
+      const headers: Record<string, string> = { "content-type": "application/json; charset=UTF-8" };
+      if (fault.retryAfter) headers["retry-after"] = fault.retryAfter;
+      if (fault.retryAfterMs) headers["retry-after-ms"] = fault.retryAfterMs;
+      return new Response(JSON.stringify({ error: { code: 429, message, status: "RESOURCE_EXHAUSTED", details } }), { status: 429, headers });
+    },
     answer(req) {
       const [path, variant] = req.path.split("#");
       const route = /^\/v1beta\/models\/([^/:]+):generateContent$/.exec(path ?? "");
