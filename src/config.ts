@@ -85,7 +85,7 @@ const Upstream = T.Object(
     timeout_ms: T.Integer({ minimum: 1, default: 120_000 }),
     max_attempts: T.Integer({ minimum: 1, default: 3 }),
     deadline_ms: T.Optional(T.Integer({ minimum: 1, description: "Overall limit for one request across waiting and all attempts (default: limits.generation_timeout_ms)." })),
-    rate_limit_cooldown_max_ms: T.Integer({ minimum: 1, default: 60_000, description: "Cap of the 429 cooldown when the upstream sends no retry-after." }),
+    rate_limit_cooldown_max_ms: T.Integer({ minimum: 1, default: 60_000, description: "Cap of the 429 cooldown when the upstream sends no retry-after, and of the delay a gemini upstream names in its 429 body (RetryInfo)." }),
     failure_threshold: T.Integer({ minimum: 1, default: 3, description: "Consecutive failures that cool an account down." }),
     failure_cooldown_ms: T.Integer({ minimum: 1, default: 5_000, description: "First failure cooldown; doubles per further failure." }),
     failure_cooldown_max_ms: T.Integer({ minimum: 1, default: 300_000 }),

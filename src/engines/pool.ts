@@ -6,8 +6,9 @@
  *   (in_flight / weight); ties (e.g. all idle) go by smooth weighted round robin, so
  *   sequential traffic also spreads by weight.
  * - No free capacity: wait (within the queue deadline, first come first served) for a release.
- * - 429: the account cools down for retry-after / retry-after-ms, else 1 s doubling per
- *   consecutive 429 up to a cap; the request retries on another account.
+ * - 429: the account cools down for the delay the engine read (retry-after / retry-after-ms,
+ *   Gemini's RetryInfo), else 1 s doubling per consecutive 429 up to a cap; the request
+ *   retries on another account.
  * - 5xx, resets, timeouts, malformed answers: retry elsewhere (max_attempts in all, within the
  *   overall deadline); `failure_threshold` consecutive failures cool the account down
  *   exponentially, after which a single probe request decides whether it is healthy again.

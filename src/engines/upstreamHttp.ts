@@ -74,6 +74,11 @@ export interface UpstreamCall {
   now: () => number;
   /** Statuses meaning "this request is refused" (no retry); others ≥ 400 are account/upstream failures. */
   rejectStatuses?: number[];
+  /**
+   * The delay a 429's body names, in ms, or undefined: for an upstream that says it there
+   * instead of in a header (Gemini's RetryInfo). Asked first; the headers are the fallback.
+   */
+  retryAfterInBody?: (body: string) => number | undefined;
 }
 
 const MAX_ERROR_BODY = 64 * 1024;
@@ -217,7 +222,7 @@ async function refusal(res: Response, call: UpstreamCall): Promise<AttemptFailur
 
 function refusalOf(status: number, headers: Headers, text: string, call: UpstreamCall): AttemptFailure {
   const body = upstreamMessage(text, call.redactor);
-  if (status === 429) return new AttemptFailure("rate_limited", `rate limited (429): ${body}`, retryAfterMs(headers, call.now()), 429);
+  if (status === 429) return new AttemptFailure("rate_limited", `rate limited (429): ${body}`, call.retryAfterInBody?.(text) ?? retryAfterMs(headers, call.now()), 429);
   if (status === 401 || status === 403) return new AttemptFailure("auth", `credentials refused (${status}): ${body}`, undefined, status);
   if ((call.rejectStatuses ?? [400]).includes(status)) return new AttemptFailure("rejected", body, undefined, status);
   return new AttemptFailure("failed", `upstream answered ${status}: ${body}`, undefined, status);

@@ -9,7 +9,8 @@
  * - the candidate's image part is the image, its text the `revised_prompt` (redacted);
  * - a mask cannot be expressed (Gemini edits by instruction): an edit with one is refused by
  *   inputProblem, a 400 before the charge, never a silently dropped mask;
- * - safety stops are refusals (400 upstream_rejected), an answer without an image a failed attempt.
+ * - safety stops are refusals (400 upstream_rejected), an answer without an image a failed attempt;
+ * - a 429 rests the account for the delay its body's RetryInfo names (retryInfo.ts).
  *
  * Image models only: there is no chat here (config refuses a chat model naming a gemini upstream).
  */

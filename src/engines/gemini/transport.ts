@@ -9,6 +9,7 @@ import { AttemptFailure } from "../pool";
 import type { AccountAuth } from "../credentials";
 import type { SecretRedactor } from "../redact";
 import { callJson, joinUrl } from "../upstreamHttp";
+import { retryInfoDelayMs } from "./retryInfo";
 import type { Clock } from "../../core/clock";
 
 /** The path of generateContent for a model id (`gemini-2.5-flash-image` or `models/gemini-…`). */
@@ -20,7 +21,8 @@ export function generateContentPath(upstreamModel: string): string {
 /**
  * Statuses that refuse the request itself (INVALID_ARGUMENT, FAILED_PRECONDITION, a body too
  * large): another account would refuse it too, so no retry. 429 (RESOURCE_EXHAUSTED) cools the
- * account down, 401/403 (PERMISSION_DENIED) disable it, 5xx are failed attempts.
+ * account down for the delay its RetryInfo names (retryInfo.ts), 401/403 (PERMISSION_DENIED)
+ * disable it, 5xx are failed attempts.
  */
 export const REJECT_STATUSES = [400, 413];
 
@@ -39,6 +41,8 @@ export class GeminiTransport {
     private readonly clock: Clock,
   ) {}
 
+  private readonly retryAfterInBody = (body: string): number | undefined => retryInfoDelayMs(body, this.upstream.rate_limit_cooldown_max_ms);
+
   /** POSTs the JSON body to generateContent; the parsed answer of a 2xx, else an AttemptFailure. */
   async generateContent(ctx: AttemptContext, upstreamModel: string, json: string): Promise<unknown> {
     try {
@@ -50,6 +54,8 @@ export class GeminiTransport {
         redactor: this.redactor,
         now: this.clock,
         rejectStatuses: REJECT_STATUSES,
+        // Gemini names a 429's delay in the body (RetryInfo), never in a Retry-After header.
+        retryAfterInBody: this.retryAfterInBody,
       });
     } catch (e) {
       if (e instanceof AttemptFailure && e.kind === "rejected" && INVALID_KEY.test(e.message)) {
