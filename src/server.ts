@@ -30,7 +30,7 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-/** Paths whose handlers may run longer than Bun's idle timeout (capped at 255 s). */
+/** Paths whose handlers may run longer than Bun's idle timeout (capped at 255 s): POSTs only. */
 const LONG_RUNNING = /^\/v1\/(images|chat)\//;
 
 export interface StartOptions {
@@ -96,11 +96,16 @@ export async function startServer(config: Config, logger: Logger, options: Start
       let guarded = request;
       let path: string | undefined;
       let response: Response;
+      /** The connection's idle timeout is off while this request runs. */
+      let untimed = false;
       try {
         meta.clientAddress = () => server.requestIP(request)?.address;
         path = pathOf(request);
         const isApi = path.startsWith("/v1/");
-        if (LONG_RUNNING.test(path)) server.timeout(request, 0);
+        if (request.method === "POST" && LONG_RUNNING.test(path)) {
+          server.timeout(request, 0);
+          untimed = true;
+        }
         const rules = isApi ? apiBody : formBody;
         guarded = guardBody(request, rules, services.budget);
         // An API request with a body proves who it is before we read (and buffer) any of it.
@@ -125,6 +130,13 @@ export async function startServer(config: Config, logger: Logger, options: Start
       response.headers.set("x-request-id", meta.id);
       // The unread rest of a body would be taken for the next request on this connection.
       if (meta.bodyUnread) response.headers.set("connection", "close");
+      // The timeout stays with the connection in Bun, so it is given back with the answer: else
+      // one request (a keyless one too) left a keep-alive socket that never times out. A stream
+      // still runs after this: it gets the connection to itself, closed when it ends.
+      if (untimed) {
+        if (response.headers.get("content-type")?.startsWith("text/event-stream")) response.headers.set("connection", "close");
+        else server.timeout(request, serverConfig.idle_timeout_s);
+      }
       const durationMs = performance.now() - meta.startedAt;
       services.metrics.observeRequest(routeOf(request), request.method, response.status, durationMs / 1000);
       if (serverConfig.log_requests) {

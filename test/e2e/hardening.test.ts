@@ -182,6 +182,60 @@ describe("multipart bodies of many parts", () => {
   });
 });
 
+describe("idle keep-alive connections after a long-running route", () => {
+  // Bun checks idle sockets every few seconds: with a 1 s idle timeout a socket closes within
+  // about 4-8 s; one still open after 15 s has no timeout at all.
+  const WAIT_MS = 15_000;
+
+  /** Sends one request on a fresh socket and reports when the server closed it after answering. */
+  function closedAfterAnswer(url: string, head: string, body = ""): Promise<{ status: string; text: string; closedMs: number | null }> {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve, reject) => {
+      let text = "";
+      const socket = connect({ host: hostname, port: Number(port) });
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve({ status: text.slice(9, 12), text, closedMs: null });
+      }, WAIT_MS);
+      const started = performance.now();
+      socket.on("data", (d) => (text += d.toString("latin1")));
+      socket.on("error", (e) => (clearTimeout(timer), reject(e)));
+      socket.on("close", () => (clearTimeout(timer), resolve({ status: text.slice(9, 12), text, closedMs: performance.now() - started })));
+      socket.on("connect", () => socket.write(`${head}Host: x\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`));
+    });
+  }
+
+  test("a keyless POST, an answered chat and a streamed chat each leave a socket that still times out or closes", async () => {
+    const idle = await startTestServer({
+      config: (c) => {
+        c.server.idle_timeout_s = 1;
+        c.chat.allow_streaming = true;
+      },
+    });
+    try {
+      const user = await idle.userWithKey({ credits: 1 });
+      const chat = (stream: boolean) => JSON.stringify({ model: "builtin-chat", stream, messages: [{ role: "user", content: "hi" }] });
+      const post = `POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n`;
+      const [keyless, answered, streamed] = await Promise.all([
+        closedAfterAnswer(idle.url, post),
+        closedAfterAnswer(idle.url, `${post}Authorization: Bearer ${user.key}\r\n`, chat(false)),
+        closedAfterAnswer(idle.url, `${post}Authorization: Bearer ${user.key}\r\n`, chat(true)),
+      ]);
+      expect(keyless.status).toBe("401");
+      expect(answered.status).toBe("200");
+      expect(streamed.status).toBe("200");
+      expect(streamed.text).toContain("data: [DONE]");
+      expect(keyless.closedMs).not.toBeNull();
+      expect(answered.closedMs).not.toBeNull();
+      // A stream has the connection to itself: closed as it ends, not left without a timeout.
+      expect(streamed.text.toLowerCase()).toContain("connection: close");
+      expect(streamed.closedMs).not.toBeNull();
+    } finally {
+      await idle.close();
+    }
+  }, 30_000);
+});
+
 describe("anonymous clients and the upload budget", () => {
   test("workbench forms take small bodies only: a large declared one is 413 before any of it is read", async () => {
     for (const path of ["/signin", "/signup", "/setup", "/nowhere"]) {
