@@ -344,17 +344,18 @@ test("fal: a 503 on the result fetch is fetched again: the job is done (and bill
 
 /*
  * A moderated job: BFL says so in its status ("Content Moderated"); fal's job is COMPLETED and
- * its result fetch answers 422 content_policy_violation, "Retryable: false" (docs.fal.ai/errors).
- * Another account would refuse it too, and the account did nothing wrong.
+ * its result fetch answers 422 content_policy_violation, "Retryable: false" (docs.fal.ai/errors);
+ * Replicate's prediction fails with the safety checker's "NSFW content detected" (its only
+ * signal). Another account would refuse it too, and the account did nothing wrong.
  */
-describe.each(["bfl", "fal"] as const)("%s: a moderated job", (kind) => {
+describe.each(["bfl", "fal", "replicate"] as const)("%s: a moderated job", (kind) => {
   test("is a refusal (400 upstream_rejected), one job, no failure counted against the account", async () => {
     const { fake, engine, job, pool } = build(kind);
     fake.queueEnds("moderated", "moderated");
     const err = await engine.generate(job()).catch((e) => e);
     expect(err).toBeInstanceOf(UpstreamRejected);
     expect(apiErrorOf(err)).toMatchObject({ status: 400, errorCode: "upstream_rejected" });
-    expect(err.message).toMatch(kind === "fal" ? /content_policy_violation/ : /Content Moderated/);
+    expect(err.message).toMatch({ fal: /content_policy_violation/, bfl: /Content Moderated/, replicate: /NSFW content detected/ }[kind]);
     expect(fake.submits()).toHaveLength(1);
     expect(pool.snapshot().map((s) => [s.state, s.consecutiveFailures])).toEqual([
       ["healthy", 0],

@@ -719,7 +719,7 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
     if (job.end === "never" || job.polls < pendingPolls) return { ...base, status: job.polls === 0 ? "starting" : "processing" };
     if (job.end === "ok") return { ...base, status: "succeeded", output: [sync && syncDataUris ? `data:image/png;base64,${Buffer.from(png(job)).toString("base64")}` : `${origin}/files/${job.id}.png`] };
     if (job.end === "canceled") return { ...base, status: "canceled" };
-    return { ...base, status: "failed", error: job.end === "moderated" ? "NSFW content detected" : "CUDA out of memory" };
+    return { ...base, status: "failed", error: job.end === "moderated" ? "NSFW content detected. Try running it again, or try a different prompt." : "CUDA out of memory" };
   }
 
   /** A fal job is done (COMPLETED) once its pending polls are over, or when it was cancelled. */

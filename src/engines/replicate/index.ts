@@ -5,7 +5,8 @@
  *   model API), or POST /v1/predictions with `{version, input}` when upstream_model is
  *   `owner/name:version` or a bare version id; `Authorization: Bearer <api_key>` and
  *   `Prefer: wait=<n>` (n ≤ 60 s and within the attempt), so a quick model answers at once;
- * - poll: GET urls.get → status starting / processing / succeeded / failed / canceled;
+ * - poll: GET urls.get → status starting / processing / succeeded / failed / canceled (a
+ *   prediction failed by the model's safety checker, "NSFW content detected", is a refusal);
  * - result: `output` (a URL or a list of URLs; the first), which we download; a prediction
  *   finished within `Prefer: wait` may answer it as a `data:` URI instead (the changelog of
  *   2024-10-09, "Synchronous API"), taken as the image itself within the same size limit;
@@ -81,8 +82,14 @@ export class ReplicateTranslator implements QueueTranslator {
         const url = firstUrl(o.output);
         return url ? { state: "image", url } : { state: "failed", message: "the prediction succeeded without an output URL" };
       }
-      case "failed":
-        return { state: "failed", message: typeof o.error === "string" && o.error ? o.error : "the prediction failed" };
+      case "failed": {
+        const error = typeof o.error === "string" && o.error ? o.error : "the prediction failed";
+        // A model's safety checker fails the prediction with a message, Replicate's only signal
+        // ("NSFW content detected. Try running it again, or try a different prompt.": cog-flux,
+        // cog-stable-diffusion): a refusal, not the account's fault, and another account would
+        // be billed for the same outcome.
+        return NSFW.test(error) ? { state: "refused", message: error } : { state: "failed", message: error };
+      }
       case "canceled":
         return { state: "failed", message: "the prediction was canceled" };
       default:
@@ -90,6 +97,8 @@ export class ReplicateTranslator implements QueueTranslator {
     }
   }
 }
+
+const NSFW = /\bNSFW\b/i;
 
 function firstUrl(output: unknown): string | undefined {
   if (typeof output === "string" && output.length > 0) return output;
