@@ -202,8 +202,8 @@ async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: Im
   }
 }
 
-/** Records the failure and refunds exactly once; like recordSuccess, a locked database delays only the record, not the answer. */
-async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): Promise<void> {
+/** Records the failure and refunds exactly once; like recordSuccess, a locked database delays only the record, not the answer. Never throws. */
+export async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): Promise<void> {
   const { store, logger } = deps;
   const failure = deps.describeFailure(e);
   const refund = async () => {

@@ -12,7 +12,7 @@
 import type { ImageEngine, ImageInput, ImageJob } from "./engine";
 import type { ImageTaskObject, TaskEventSink } from "./tasks";
 import { resultFromStorage, type ImageResultBody } from "./imageResult";
-import { chargeOf, checkInputs, generateCharged, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
+import { chargeOf, checkInputs, generateCharged, recordFailure, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
@@ -238,7 +238,7 @@ export class TaskRunner {
     const cancel = new AbortController();
     this.running.set(task.id, { userId: task.user_id, cancel });
     const work = this.execute(task, cancel.signal)
-      .catch(() => {}) // recorded and refunded by generateCharged; announced below
+      .catch(() => {}) // only generateCharged's rejection reaches here, recorded and refunded by it; announced below
       .finally(() => {
         this.running.delete(task.id);
         this.progress.delete(task.id);
@@ -248,28 +248,50 @@ export class TaskRunner {
     this.deps.background.track(work);
   }
 
+  /**
+   * Runs a claimed task. From the claim on its credit is spent and nobody else will refund it
+   * while this instance lives: every failure, before the engine as in it, fails the task and
+   * refunds it once.
+   */
   private async execute(task: TaskRow, cancel: AbortSignal): Promise<void> {
+    const { deps } = this;
+    const queueMs = (task.started_at ?? deps.clock()) - task.created_at;
+    let prepared: { request: ImageRequest; engine: ImageEngine };
+    try {
+      prepared = await this.prepare(task);
+    } catch (e) {
+      // The store unreachable while the inputs are read, a stored job that no longer parses: the
+      // cause is ours, so the log keeps it (the task's error says only "internal error").
+      deps.logger.error("an async task failed before its engine ran", { request_id: task.id, error: String(e) });
+      await recordFailure(deps, this.requestOf(task, null), cancel.aborted ? new TaskCanceled() : e, queueMs, null);
+      return;
+    }
+    await generateCharged(deps, prepared.request, prepared.engine, queueMs, cancel);
+  }
+
+  /** The claimed task's request (its inputs read back from the store) and the engine that makes it. */
+  private async prepare(task: TaskRow): Promise<{ request: ImageRequest; engine: ImageEngine }> {
     const { deps } = this;
     const stored = JSON.parse(task.job ?? "null") as StoredJob | null;
     const model = stored ? deps.catalog.get(stored.model) : undefined;
     const onProgress = (r: { fraction?: number }) => void (r.fraction !== undefined && this.progress.set(task.id, r.fraction));
-    const request: ImageRequest = {
+    const job = stored && model ? { model, prompt: stored.prompt, size: stored.size, quality: stored.quality, extra: stored.extra, ...inputsOf(await deps.store.tasks.inputs(task.id)), onProgress } : null;
+    // The configuration changed while the task waited (its model or engine is gone): it fails
+    // and is refunded like any engine failure.
+    const engine = (model && deps.engines.imageEngine(model)) || goneEngine(task.model);
+    return { request: this.requestOf(task, job), engine };
+  }
+
+  /** The request of a claimed task; without a job, one that only records the task's failure (nothing is generated). */
+  private requestOf(task: TaskRow, job: ImageRequest["job"] | null): ImageRequest {
+    return {
       requestId: task.id,
       userId: task.user_id,
       keyId: null,
       kind: task.endpoint === "edits" ? "edit" : "generate",
-      job:
-        stored && model
-          ? { model, prompt: stored.prompt, size: stored.size, quality: stored.quality, extra: stored.extra, ...inputsOf(await deps.store.tasks.inputs(task.id)), onProgress }
-          : // Only reached to record the failure below: the model is gone, so nothing is generated.
-            { model: { ...GONE_MODEL, id: task.model }, prompt: "", size: null, quality: "auto", images: [], extra: {} },
-      task: { row: { mode: "async", status: "running", endpoint: task.endpoint, model: task.model }, retentionMs: deps.retentionMs },
+      job: job ?? { model: { ...GONE_MODEL, id: task.model }, prompt: "", size: null, quality: "auto", images: [], extra: {} },
+      task: { row: { mode: "async", status: "running", endpoint: task.endpoint, model: task.model }, retentionMs: this.deps.retentionMs },
     };
-    // The configuration changed while the task waited (its model or engine is gone): it fails
-    // and is refunded like any engine failure.
-    const engine = (model && deps.engines.imageEngine(model)) || goneEngine(task.model);
-    const queueMs = (task.started_at ?? deps.clock()) - task.created_at;
-    await generateCharged(deps, request, engine, queueMs, cancel);
   }
 
   private announce(taskId: string): void {

@@ -484,3 +484,46 @@ describe("a server killed with async tasks queued", () => {
     expect(list.stdout).toMatch(/kill@example\.com\S*\s.*\b8\b/);
   }, 60_000);
 });
+
+describe("an async task whose run fails after its claim, before its engine", () => {
+  let failing: TestServer;
+  let failInputs = false;
+  beforeAll(async () => {
+    failing = await startTestServer({
+      config: (c) => void (c.server.log_requests = false),
+      customize: (s) => {
+        // The store drops its connection while the runner reads the task's inputs.
+        const tasks = s.store.tasks;
+        const inputs = tasks.inputs.bind(tasks);
+        tasks.inputs = async (id) => {
+          if (!failInputs) return inputs(id);
+          failInputs = false;
+          throw Object.assign(new Error("Connection closed"), { code: "ERR_POSTGRES_CONNECTION_CLOSED" });
+        };
+      },
+    });
+  });
+  afterAll(async () => {
+    await failing.close();
+  });
+
+  test("fails and is refunded once, and the cause is logged", async () => {
+    const { key, userId } = await failing.userWithKey({ credits: 5 });
+    failInputs = true;
+    const res = await fetch(`${failing.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" },
+      body: JSON.stringify(GEN),
+    });
+    expect(res.status).toBe(202);
+    const { id } = await res.json();
+    await until(async () => ["succeeded", "failed", "canceled"].includes((await failing.services.store.tasks.get(id))!.status), "the task to end", 5000);
+    const task = await (await fetch(`${failing.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(task).toMatchObject({ status: "failed", error: { type: "server_error", code: "database_unavailable" } });
+    expect(await failing.services.store.requests.get(id)).toMatchObject({ status: "failed", credits_charged: 1, credits_refunded: 1 });
+    expect(await failing.balance(userId)).toBe(5);
+    expect(await failing.services.store.credits.ledgerSum(userId)).toBe(5);
+    expect((await failing.services.store.credits.ledger(userId)).filter((r) => r.kind === "refund")).toHaveLength(1);
+    await until(() => failing.logs.some((l) => l.includes(id) && l.includes("Connection closed")), "the cause in the log", 2000);
+  });
+});
