@@ -67,7 +67,8 @@ export interface AsyncSubmission {
 }
 
 export class TaskRunner {
-  private readonly running = new Map<string, { userId: number; cancel: AbortController }>();
+  /** The tasks this instance runs; `settled` when one is recorded, refunded or not, and announced. */
+  private readonly running = new Map<string, { userId: number; cancel: AbortController; settled: Promise<void> }>();
   private readonly progress = new Map<string, number>();
   private stopped = true;
   /** kick()'s pass not yet started (later kicks share it), and the last pass queued. */
@@ -137,8 +138,10 @@ export class TaskRunner {
     const task = await deps.store.tasks.get(taskId);
     if (!task || task.user_id !== userId || task.mode !== "async") throw new TaskNotFound(taskId);
     if (task.status === "running") {
-      this.running.get(taskId)?.cancel.abort();
-      await deps.background.idle();
+      const mine = this.running.get(taskId);
+      mine?.cancel.abort();
+      // This task's own end only: the server's other work (other users' generations) may run long.
+      await mine?.settled;
     } else if (task.status === "queued") {
       const description = deps.describeFailure(new TaskCanceled());
       const error = { message: description.message, type: description.type ?? "invalid_request_error", param: null, code: description.code };
@@ -236,13 +239,15 @@ export class TaskRunner {
 
   private run(task: TaskRow): void {
     const cancel = new AbortController();
-    this.running.set(task.id, { userId: task.user_id, cancel });
+    const settled = Promise.withResolvers<void>();
+    this.running.set(task.id, { userId: task.user_id, cancel, settled: settled.promise });
     const work = this.execute(task, cancel.signal)
       .catch(() => {}) // only generateCharged's rejection reaches here, recorded and refunded by it; announced below
       .finally(() => {
         this.running.delete(task.id);
         this.progress.delete(task.id);
         this.announce(task.id);
+        settled.resolve();
         void this.kick();
       });
     this.deps.background.track(work);

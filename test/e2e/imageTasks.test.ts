@@ -320,6 +320,31 @@ describe("async tasks", () => {
     engine.behave = async (job) => engine.png(job);
   });
 
+  test("canceling a running task waits for that task only, not for another user's generation", async () => {
+    const other = await server.userWithKey({ credits: 2 });
+    const me = await server.userWithKey({ credits: 2 });
+    let releaseOther!: () => void;
+    engine.behave = (job) =>
+      new Promise((resolve, reject) => {
+        if (job.prompt === "someone else's slow image") releaseOther = () => resolve(engine.png(job));
+        else job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted")), { once: true });
+      });
+    const otherRequest = post(other.key, "/v1/images/generations", { ...GEN, prompt: "someone else's slow image" });
+    await until(() => releaseOther !== undefined, "the other user's generation at the engine");
+    const { id } = await (await post(me.key, "/v1/images/generations", GEN, ASYNC)).json();
+    await until(async () => (await server.services.store.tasks.get(id))?.status === "running", "my task to run");
+    const cancel = post(me.key, `/v1/images/tasks/${id}/cancel`, {});
+    // The other generation is held until after the answer: any answer at all shows the cancel did not wait for it.
+    const answered = await Promise.race([cancel.then(() => true), Bun.sleep(10_000).then(() => false)]);
+    releaseOther();
+    expect((await otherRequest).status).toBe(200);
+    expect(answered).toBe(true);
+    expect(await (await cancel).json()).toMatchObject({ id, status: "canceled", error: { code: "task_canceled" } });
+    expect(await server.balance(me.userId)).toBe(2);
+    await ledgerOk(me.userId);
+    engine.behave = async (job) => engine.png(job);
+  });
+
   test("an async request with a key returns the same task on a repeat", async () => {
     const { key, userId } = await server.userWithKey({ credits: 3 });
     const first = await (await post(key, "/v1/images/generations", GEN, { ...ASYNC, "idempotency-key": "async-1" })).json();
