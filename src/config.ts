@@ -136,7 +136,7 @@ const Tasks = T.Object(
     retention_hours: T.Integer({
       minimum: 1,
       default: 24,
-      description: "How long a finished task (async, streamed or idempotent) stays readable with its result; then GET answers 404 task_expired.",
+      description: "How long a finished task (async, streamed or idempotent) stays readable with its result; then GET answers 404 task_expired. A task sent with an Idempotency-Key stays at least as long as its key (24 hours), so that a repeat finds it.",
     }),
   },
   { additionalProperties: false, default: {} },

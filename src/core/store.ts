@@ -156,6 +156,8 @@ export interface TaskRow {
   finished_at: number | null;
   expires_at: number | null;
   expired: number;
+  /** A keyed task's key expiry: it is kept at least until then, whatever the retention. */
+  keep_until: number | null;
 }
 
 export interface IdempotencyRow {

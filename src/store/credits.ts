@@ -10,7 +10,7 @@
  */
 import { forUpdate, type SqlClient, type SqlQueries } from "./sql";
 import { KEY_SPEND_SQL } from "./apiKeys";
-import { ASYNC_LOAD_SQL, asyncLoadOf, type AsyncLoadRow } from "./tasks";
+import { ASYNC_LOAD_SQL, asyncLoadOf, TASK_EXPIRES_AT_SQL, type AsyncLoadRow } from "./tasks";
 import { newInstanceId } from "./instanceId";
 import {
   assertAsyncRoom,
@@ -26,13 +26,16 @@ import {
 export { InsufficientCreditsError } from "../core/store";
 export type { ImageCharge, LedgerRow } from "../core/store";
 
-/** The task row of a charged request (and its stored inputs), inside the charge's transaction. */
+/**
+ * The task row of a charged request (and its stored inputs), inside the charge's transaction. A
+ * keyed task is kept at least as long as its key (keep_until).
+ */
 async function insertTask(tx: SqlQueries, c: ImageCharge, now: number): Promise<void> {
   const t = c.task!;
   await tx.run(
-    `INSERT INTO tasks (id, user_id, mode, status, endpoint, model, job, webhook_url, created_at, started_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    [c.requestId, c.userId, t.mode, t.status, t.endpoint, t.model, t.job ? JSON.stringify(t.job) : null, t.webhookUrl ?? null, now, t.status === "running" ? now : null],
+    `INSERT INTO tasks (id, user_id, mode, status, endpoint, model, job, webhook_url, created_at, started_at, keep_until)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [c.requestId, c.userId, t.mode, t.status, t.endpoint, t.model, t.job ? JSON.stringify(t.job) : null, t.webhookUrl ?? null, now, t.status === "running" ? now : null, c.idempotency?.expiresAt ?? null],
   );
   for (const [i, input] of (t.inputs ?? []).entries()) {
     await tx.run("INSERT INTO task_inputs (task_id, position, role, param, mime, width, height, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
@@ -202,8 +205,8 @@ export class CreditStore implements CreditLedger {
       );
       if (!req) return false;
       if (failure.task) {
-        await tx.run("UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')", [
-          failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, requestId,
+        await tx.run(`UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
+          failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, failure.task.expiresAt, requestId,
         ]);
       }
       await tx.run("DELETE FROM task_inputs WHERE task_id = ?", [requestId]);

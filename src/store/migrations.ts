@@ -453,4 +453,16 @@ export const migrations: Migration[] = [
       CREATE INDEX requests_image_time ON requests(created_at) WHERE kind = 'image';
     `,
   },
+  {
+    version: 18,
+    name: "tasks: a keyed task is kept at least until its Idempotency-Key expires",
+    sql: `
+      -- A replay of an Idempotency-Key answers with its task, so the task must outlive the key
+      -- even when [tasks] retention_hours is shorter. The key's expiry is written with the charge
+      -- (the task may end on another instance, after a restart, by a cancel or a sweep), and
+      -- every statement that ends a task keeps it at least that long (store/tasks.ts,
+      -- TASK_EXPIRES_AT_SQL). NULL: no key, the retention alone decides.
+      ALTER TABLE tasks ADD COLUMN keep_until INTEGER;
+    `,
+  },
 ];

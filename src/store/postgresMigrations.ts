@@ -407,4 +407,12 @@ export const postgresMigrations: Migration[] = [
       CREATE INDEX requests_image_time ON requests(created_at) WHERE kind = 'image';
     `,
   },
+  {
+    version: 18,
+    name: "tasks: a keyed task is kept at least until its Idempotency-Key expires",
+    sql: `
+      -- As SQLite's migration 18 (the reasons are there).
+      ALTER TABLE tasks ADD COLUMN keep_until BIGINT;
+    `,
+  },
 ];

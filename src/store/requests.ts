@@ -4,6 +4,7 @@ import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
 import { DAY_MS } from "../core/utcDays";
 import { filterClause, historyPage, historyTotal, type HistoryCursor, type HistoryFilter, type HistoryPage, type HistoryPosition } from "./historyPages";
+import { TASK_EXPIRES_AT_SQL } from "./tasks";
 
 /**
  * How chat rows are batched: written at most this often, this many per transaction, and at most
@@ -125,8 +126,8 @@ export class RequestStore implements RequestLog {
         ).changes === 1;
       if (!changed) return false;
       if (t.task) {
-        await tx.run("UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ? WHERE id = ? AND status IN ('queued', 'running')", [
-          t.task.result, now, t.task.expiresAt, id,
+        await tx.run(`UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
+          t.task.result, now, t.task.expiresAt, t.task.expiresAt, id,
         ]);
       }
       await tx.run("DELETE FROM task_inputs WHERE task_id = ?", [id]);

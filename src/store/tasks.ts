@@ -11,6 +11,13 @@ import { newInstanceId } from "./instanceId";
 export const ASYNC_LOAD_SQL = `SELECT CAST(COUNT(*) AS BIGINT) AS all_n, CAST(SUM(CASE WHEN user_id = ? THEN 1 ELSE 0 END) AS BIGINT) AS user_n
   FROM tasks WHERE mode = 'async' AND status IN ('queued', 'running')`;
 
+/**
+ * A finished task's expires_at, for the statements that end a task (two parameters, both the
+ * retention's end): a keyed task is kept at least until its key expires (keep_until), so that a
+ * replay of the key finds it however short the retention.
+ */
+export const TASK_EXPIRES_AT_SQL = "CASE WHEN keep_until > ? THEN keep_until ELSE ? END";
+
 export interface AsyncLoadRow {
   all_n: number;
   user_n: number | null;

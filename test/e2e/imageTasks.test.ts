@@ -552,3 +552,90 @@ describe("an async task whose run fails after its claim, before its engine", () 
     await until(() => failing.logs.some((l) => l.includes(id) && l.includes("Connection closed")), "the cause in the log", 2000);
   });
 });
+
+describe("keyed tasks with a retention shorter than their key's 24 h", () => {
+  let short: TestServer;
+  let offset = 0;
+  const clock = () => Date.now() + offset;
+  beforeAll(async () => {
+    short = await startTestServer({
+      config: (c) => {
+        c.server.log_requests = false;
+        c.tasks.retention_hours = 1;
+      },
+      clock,
+    });
+  });
+  afterAll(async () => {
+    await short.close();
+  });
+
+  const submit = (key: string, idempotencyKey: string) =>
+    fetch(`${short.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": idempotencyKey, prefer: "respond-async" },
+      body: JSON.stringify(GEN),
+    });
+
+  test("lives as long as its key: a replay 2 h later still finds its result; after the key, task_expired", async () => {
+    offset = 0;
+    const { key, userId } = await short.userWithKey({ credits: 5 });
+    const first = await (await submit(key, "async-kept")).json();
+    await until(async () => (await short.services.store.tasks.get(first.id))?.status === "succeeded", "the task to succeed");
+    offset = 2 * 3_600_000;
+    await short.services.store.tasks.expire(clock());
+    const again = await submit(key, "async-kept");
+    expect(again.status).toBe(202);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    const replayed = await again.json();
+    expect(replayed).toMatchObject({ id: first.id, status: "succeeded" });
+    expect(replayed.result.data[0].b64_json.length).toBeGreaterThan(0);
+    const read = await fetch(`${short.url}/v1/images/tasks/${first.id}`, { headers: { authorization: `Bearer ${key}` } });
+    expect(read.status).toBe(200);
+    expect(await short.balance(userId)).toBe(4);
+    // Once the key has expired the task goes with it.
+    offset = 25 * 3_600_000;
+    await short.services.store.tasks.expire(clock());
+    const gone = await fetch(`${short.url}/v1/images/tasks/${first.id}`, { headers: { authorization: `Bearer ${key}` } });
+    expect(gone.status).toBe(404);
+    expect((await gone.json()).error.code).toBe("task_expired");
+  });
+
+  test("a keyed synchronous request too: its replay 2 h later is the same image, not charged again", async () => {
+    offset = 0;
+    const { key, userId } = await short.userWithKey({ credits: 5 });
+    const sync = (k: string) =>
+      fetch(`${short.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": k }, body: JSON.stringify(GEN) });
+    const first = await sync("sync-kept");
+    expect(first.status).toBe(200);
+    const image = (await first.json()).data[0].b64_json;
+    offset = 2 * 3_600_000;
+    await short.services.store.tasks.expire(clock());
+    const again = await sync("sync-kept");
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect((await again.json()).data[0].b64_json).toBe(image);
+    expect(await short.balance(userId)).toBe(4);
+  });
+
+  test("a keyed task canceled while queued is kept as long as its key too; an unkeyed one, the configured hour", async () => {
+    offset = 0;
+    const { key } = await short.userWithKey({ credits: 5 });
+    // Canceled before it can run: a queued task is refunded at once (the runner is stopped so that it stays queued).
+    short.services.tasks.stop();
+    try {
+      const keyed = await (await submit(key, "async-canceled")).json();
+      const plain = await (
+        await fetch(`${short.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify(GEN) })
+      ).json();
+      for (const id of [keyed.id, plain.id]) expect((await (await fetch(`${short.url}/v1/images/tasks/${id}/cancel`, { method: "POST", headers: { authorization: `Bearer ${key}` } })).json()).status).toBe("canceled");
+      offset = 2 * 3_600_000;
+      await short.services.store.tasks.expire(clock());
+      const status = async (id: string) => (await fetch(`${short.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).status;
+      expect(await status(keyed.id)).toBe(200);
+      expect(await status(plain.id)).toBe(404);
+    } finally {
+      short.services.tasks.start();
+    }
+  });
+});

@@ -119,9 +119,16 @@ for (const engine of bothEngines()) {
       // Two runners claim the same queued task: one wins.
       expect((await Promise.all([a.tasks.start(`t1-${engine.name}`, 5_100), b.tasks.start(`t1-${engine.name}`, 5_100)])).filter(Boolean)).toHaveLength(1);
       expect(await a.requests.markSucceeded(`t1-${engine.name}`, { queueMs: 100, generationMs: 5, task: { result: "{}", expiresAt: 6_000 } }, 5_200)).toBe(true);
-      expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ status: "succeeded", result: "{}", expires_at: 6_000 });
+      // A keyed task is kept until its key expires (9 000), past its retention (6 000); an unkeyed one, its retention.
+      expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ status: "succeeded", result: "{}", expires_at: 9_000, keep_until: 9_000 });
       expect(await a.tasks.inputs(`t1-${engine.name}`)).toEqual([]);
+      const canceled = { status: "failed" as const, errorCode: "task_canceled", errorMessage: "canceled", task: { status: "canceled" as const, error: { message: "canceled", type: "invalid_request_error", param: null, code: "task_canceled" }, expiresAt: 6_000 } };
+      expect(await b.credits.refundOnce(`t2-${engine.name}`, canceled, 5_300)).toBe(true);
+      expect(await a.tasks.get(`t2-${engine.name}`)).toMatchObject({ status: "canceled", expires_at: 6_000, keep_until: null });
       expect(await a.tasks.expire(6_000)).toBeGreaterThanOrEqual(1);
+      expect(await b.tasks.get(`t2-${engine.name}`)).toMatchObject({ expired: 1, error: null });
+      expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ expired: 0, result: "{}" });
+      expect(await a.tasks.expire(9_000)).toBeGreaterThanOrEqual(1);
       expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ expired: 1, result: null });
     });
 

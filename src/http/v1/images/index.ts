@@ -146,8 +146,6 @@ export function imagesRoutes(services: Services) {
     // Synchronous and streamed requests give their uploads back when the engine is done (an async
     // task keeps its inputs in the store; these are left to the collector).
     const releaseInputs = () => releaseUploads([...job.images, job.mask]);
-    // A keyed task keeps its answer at least as long as its key can replay it.
-    const retentionMs = Math.max(tasks.retentionMs, idempotency ? IDEMPOTENCY_TTL_MS : 0);
     if (respondAsync) {
       const task = await tasks.submit({ request: req, idempotency, webhookUrl });
       return { status: 202, body: await tasks.describe(task), location: `/v1/images/tasks/${task.id}` };
@@ -156,8 +154,10 @@ export function imagesRoutes(services: Services) {
     // `stream: true` (imageJobFrom sets partialImages exactly then): OpenAI's server-sent events.
     // A stream is a task, so a client that drops it can still read the result.
     const streamed = job.partialImages !== undefined;
+    // A keyed task is kept at least as long as its key can replay it, whatever the retention: the
+    // store sees to that for every kind of task (tasks.keep_until, written with the charge).
     const taskOptions =
-      idempotency || streamed ? { row: { mode: streamed ? ("stream" as const) : ("sync" as const), status: "running" as const, endpoint, model: job.model.id }, idempotency, retentionMs } : undefined;
+      idempotency || streamed ? { row: { mode: streamed ? ("stream" as const) : ("sync" as const), status: "running" as const, endpoint, model: job.model.id }, idempotency, retentionMs: tasks.retentionMs } : undefined;
     if (streamed) {
       // The task shows the stream's progress too (a page that reattaches polls it).
       const progress = tasks.followProgress(req.requestId);

@@ -55,7 +55,7 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
       detail: {
         tags: ["Images"],
         summary: "Retrieve an image task",
-        description: "The task with its queue position, progress, result or error. After `[tasks] retention_hours` a finished task answers 404 `task_expired`.",
+        description: "The task with its queue position, progress, result or error. After `[tasks] retention_hours` a finished task answers 404 `task_expired` (a task sent with an Idempotency-Key lasts at least as long as its key, 24 hours).",
         security: bearerSecurity,
         operationId: "retrieveImageTask",
       },
