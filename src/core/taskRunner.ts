@@ -166,7 +166,11 @@ export class TaskRunner {
     return { report: (fraction) => void this.progress.set(taskId, fraction) };
   }
 
-  /** The task as the API shows it: queue place while queued, progress while running, the result with its image. */
+  /**
+   * The task as the API shows it: queue place while queued, progress while running, the result
+   * with its image. `withImage: false` (the list, webhooks) leaves the image out, read from
+   * nowhere: the result names it (image_id) and GET of the task returns it.
+   */
   async describe(task: TaskRow, opts: { withImage?: boolean } = {}): Promise<ImageTaskObject> {
     const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
     const object: ImageTaskObject = {
@@ -184,7 +188,7 @@ export class TaskRunner {
     // The image comes back from the image store; gone (deleted, or over the storage budget), the
     // task has no result to show.
     if (task.result) {
-      const result = opts.withImage === false ? { ...(JSON.parse(task.result) as ImageResultBody), id: task.id } : await resultFromStorage(task.result, this.deps.images, task.id);
+      const result = opts.withImage === false ? withoutImage(task.result, task.id) : await resultFromStorage(task.result, this.deps.images, task.id);
       if (result) object.result = result;
     }
     if (task.error) object.error = JSON.parse(task.error) as ImageTaskObject["error"];
@@ -326,6 +330,12 @@ function goneEngine(model: string): ImageEngine {
   return { generate: fail, edit: fail };
 }
 
+
+/** A stored result without its image (one that could not be kept is stored with it inline). */
+function withoutImage(stored: string, taskId: string): ImageResultBody {
+  const body = JSON.parse(stored) as ImageResultBody;
+  return { ...body, id: taskId, data: body.data.map((d) => ({ revised_prompt: d.revised_prompt }) as ImageResultBody["data"][number]) };
+}
 
 function storedJob(job: Omit<ImageJob, "signal">): StoredJob {
   return { model: job.model.id, prompt: job.prompt, size: job.size, quality: job.quality, extra: job.extra };

@@ -24,7 +24,7 @@ export interface ImageTaskObject {
   queue_position?: number;
   /** 0..1 while running, when the engine reports it. */
   progress?: number;
-  /** Exactly the synchronous 200 body, once succeeded. */
+  /** Exactly the synchronous 200 body, once succeeded (without the image in the list and in webhooks). */
   result?: ImageResultBody;
   /** The OpenAI error object, once failed or canceled. */
   error?: ErrorBody["error"];

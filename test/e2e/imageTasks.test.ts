@@ -298,6 +298,35 @@ describe("async tasks", () => {
     expect(await server.balance(userId)).toBe(2);
   });
 
+  test("the list carries no images (GET of one task has it): listing a page of finished tasks reads no image", async () => {
+    const { key } = await server.userWithKey({ credits: 5 });
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await (await post(key, "/v1/images/generations", GEN, ASYNC)).json()).id);
+    for (const id of ids) await waitForTask(key, id);
+    const images = server.services.images;
+    const open = images.open.bind(images);
+    let reads = 0;
+    images.open = (id) => (reads++, open(id));
+    try {
+      const client = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1` });
+      type Listed = { data: { id: string; status: string; result?: { image_id?: string; data: { b64_json?: string; url?: string; revised_prompt: string }[] } }[] };
+      const list = await client.get<Listed>("/images/tasks", { query: { limit: 100 } });
+      expect(reads).toBe(0);
+      expect(list.data.map((t) => t.id)).toEqual([...ids].reverse());
+      for (const t of list.data) {
+        expect(t.status).toBe("succeeded");
+        expect(t.result!.data).toEqual([{ revised_prompt: GEN.prompt }]);
+        expect(t.result!.image_id).toMatch(/^img_/);
+      }
+      const one = await client.get<{ result: { image_id: string; data: { b64_json: string }[] } }>(`/images/tasks/${ids[0]}`);
+      expect(one.result.image_id).toBe(list.data[2]!.result!.image_id!);
+      expect(one.result.data[0]!.b64_json.length).toBeGreaterThan(0);
+      expect(reads).toBe(1);
+    } finally {
+      images.open = open;
+    }
+  });
+
   test("cancel: a queued task is refunded at once, a running one is aborted and refunded, an ended one is 409", async () => {
     const { key, userId } = await server.userWithKey({ credits: 5 });
     engine.behave = (job) => new Promise((_, reject) => job.signal.addEventListener("abort", () => reject(new UpstreamFailed("aborted"))));

@@ -230,7 +230,12 @@ export const imageTaskSchema = () =>
       endpoint: t.Union([t.Literal("generations"), t.Literal("edits")]),
       queue_position: t.Optional(Integer({ minimum: 1, description: "While queued: 1 for the next task to start." })),
       progress: t.Optional(t.Number({ minimum: 0, maximum: 1, description: "While running, when the engine reports it." })),
-      result: t.Optional(t.Ref("ImageResponse", { description: "Once succeeded: exactly the synchronous 200 body." })),
+      result: t.Optional(
+        t.Ref("ImageResponse", {
+          description:
+            "Once succeeded: exactly the synchronous 200 body. In the list of tasks and in webhook payloads without the image (`data[]` has `revised_prompt` only): `GET /v1/images/tasks/{id}` returns it.",
+        }),
+      ),
       error: t.Optional(
         t.Object(
           {

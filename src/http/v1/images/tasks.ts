@@ -30,7 +30,9 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
       async ({ principal, query }) => {
         const limit = query.limit ?? 20;
         const rows = await services.store.tasks.list(principal.userId, { status: query.status, limit: limit + 1, after: query.after });
-        return { object: "list" as const, data: await Promise.all(rows.slice(0, limit).map((r) => tasks.describe(r))), has_more: rows.length > limit };
+        // Without the images: a page of 100 would read (disk, S3) and encode 100 of them.
+        const data = await Promise.all(rows.slice(0, limit).map((r) => tasks.describe(r, { withImage: false })));
+        return { object: "list" as const, data, has_more: rows.length > limit };
       },
       {
         query: imageTaskListQuery(),
@@ -38,7 +40,8 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
         detail: {
           tags: ["Images"],
           summary: "List your image tasks",
-          description: "Your async tasks (and streamed or idempotent requests), newest first; `after` pages through older ones. Expired tasks are not listed.",
+          description:
+            "Your async tasks (and streamed or idempotent requests), newest first; `after` pages through older ones. Expired tasks are not listed. The list carries no images: a succeeded task's `result.data[]` has `revised_prompt` only (no `b64_json`), `result.image_id` names the image, and `GET /v1/images/tasks/{id}` returns it.",
           security: bearerSecurity,
           operationId: "listImageTasks",
         },
