@@ -158,6 +158,8 @@ export interface TaskRow {
   expired: number;
   /** A keyed task's key expiry: it is kept at least until then, whatever the retention. */
   keep_until: number | null;
+  /** When a cancel was asked for while it ran (the instance running it aborts it). */
+  cancel_requested_at: number | null;
 }
 
 export interface IdempotencyRow {
@@ -183,6 +185,10 @@ export interface TaskStore {
   asyncLoad(userId: number): Promise<{ all: number; user: number }>;
   /** queued → running; false when it was no longer queued (another runner claimed it). */
   start(id: string, now: number): Promise<boolean>;
+  /** Records a cancel of a running task for the instance that runs it; false when it was no longer running. */
+  requestCancel(id: string, now: number): Promise<boolean>;
+  /** Of these tasks (those an instance runs), the ones to abort: a cancel was asked for, or they ended elsewhere. */
+  toAbort(ids: string[]): Promise<string[]>;
   /** The Idempotency-Key's record while it has not expired. */
   idempotency(userId: number, key: string, now: number): Promise<IdempotencyRow | null>;
   /** Drops results past their retention and keys past their 24 h; returns the tasks expired. */

@@ -6,6 +6,9 @@
  *   submit: engine? → bounds → decode the inputs → charge + task row + inputs (+ key), one txn
  *   run:    claim (queued → running) → generateCharged (engine, verify, success or refund)
  *           → announce (TaskEventSink)
+ *   cancel: queued → refunded at once; running → the cancel is recorded on the task, and the
+ *           instance that runs it (this one or another sharing the database) aborts it, which
+ *           refunds it (generateCharged)
  * Tasks still queued when the server stops run after the restart; a task that was running is
  * refunded as interrupted by the store's recovery at start.
  */
@@ -60,6 +63,20 @@ export class TaskNotCancelable extends Error {
   override name = "TaskNotCancelable";
 }
 
+/**
+ * While this instance runs tasks, how often it looks for cancels of them asked for anywhere (a
+ * cancel that reaches another instance of the deployment is only recorded on the task).
+ */
+const CANCEL_WATCH_MS = 1_000;
+/**
+ * How long a cancel of a running task waits for it to end before answering it as it then is
+ * (running, with cancel_requested_at): a few of its owner's looks, and an engine that stops on
+ * its abort signal. One that does not stops when it answers, or at its deadline.
+ */
+const CANCEL_WAIT_MS = 5_000;
+/** How often the cancel looks whether a task another instance runs has ended. */
+const CANCEL_POLL_MS = 250;
+
 export interface AsyncSubmission {
   request: ImageRequest;
   idempotency?: IdempotencyClaim;
@@ -76,6 +93,9 @@ export class TaskRunner {
   private lastPass: Promise<void> = Promise.resolve();
   private sweep: ReturnType<typeof setInterval> | undefined;
   private poll: ReturnType<typeof setInterval> | undefined;
+  /** Looks for cancels of the tasks this instance runs, while it runs any. */
+  private cancelWatch: ReturnType<typeof setInterval> | undefined;
+  private watching = false;
 
   constructor(private readonly deps: TaskRunnerDeps) {}
 
@@ -132,28 +152,72 @@ export class TaskRunner {
     return (await deps.store.tasks.get(req.requestId))!;
   }
 
-  /** Cancels a queued task (refunded at once) or a running one (aborted, then refunded). */
+  /**
+   * Cancels a queued task (refunded at once) or a running one: recorded on the task, aborted by
+   * the instance that runs it (this one at once, another at its next look), then refunded. The
+   * answer waits a bounded time for that and shows the task as it then is: canceled, still
+   * running with cancel_requested_at (its engine has not stopped yet, or its owner has not looked
+   * yet), or succeeded when its image was finished first. TaskNotCancelable once it has ended.
+   */
   async cancel(userId: number, taskId: string): Promise<TaskRow> {
     const { deps } = this;
     const task = await deps.store.tasks.get(taskId);
     if (!task || task.user_id !== userId || task.mode !== "async") throw new TaskNotFound(taskId);
-    if (task.status === "running") {
-      const mine = this.running.get(taskId);
-      mine?.cancel.abort();
-      // This task's own end only: the server's other work (other users' generations) may run long.
-      await mine?.settled;
-    } else if (task.status === "queued") {
-      const description = deps.describeFailure(new TaskCanceled());
-      const error = { message: description.message, type: description.type ?? "invalid_request_error", param: null, code: description.code };
-      const refunded = await deps.store.whenWritable(
-        () => deps.store.credits.refundOnce(taskId, { status: "failed", errorCode: description.code, errorMessage: description.message, task: { status: "canceled", error, expiresAt: deps.clock() + deps.retentionMs } }, deps.clock()),
-        { maxWaitMs: deps.busyWaitMs },
-      );
-      if (refunded) this.announce(taskId);
-    } else {
-      throw new TaskNotCancelable(`the task has already ${task.status}`);
+    // Each attempt fails only when the task has just ended (a queued one's request is no longer
+    // pending, a running one no longer running): then it is not cancelable.
+    if (task.status === "queued" && (await this.cancelQueued(taskId))) return (await deps.store.tasks.get(taskId))!;
+    if (task.status === "running" && (await deps.store.whenWritable(() => deps.store.tasks.requestCancel(taskId, deps.clock()), { maxWaitMs: deps.busyWaitMs }))) {
+      await this.awaitCanceled(taskId);
+      return (await deps.store.tasks.get(taskId))!;
     }
-    return (await deps.store.tasks.get(taskId))!;
+    const ended = (await deps.store.tasks.get(taskId))!;
+    throw new TaskNotCancelable(`the task has already ${ended.status}`);
+  }
+
+  /** Refunds a queued task as canceled; false when its request was no longer pending (it ended). */
+  private async cancelQueued(taskId: string): Promise<boolean> {
+    const { deps } = this;
+    const description = deps.describeFailure(new TaskCanceled());
+    const error = { message: description.message, type: description.type ?? "invalid_request_error", param: null, code: description.code };
+    const refunded = await deps.store.whenWritable(
+      () => deps.store.credits.refundOnce(taskId, { status: "failed", errorCode: description.code, errorMessage: description.message, task: { status: "canceled", error, expiresAt: deps.clock() + deps.retentionMs } }, deps.clock()),
+      { maxWaitMs: deps.busyWaitMs },
+    );
+    if (!refunded) return false;
+    // A runner that claimed it meanwhile stops it (this one now; another when it next looks):
+    // the refund has already ended it.
+    this.running.get(taskId)?.cancel.abort();
+    this.announce(taskId);
+    return true;
+  }
+
+  /**
+   * A running task whose cancel is recorded: aborted here when this instance runs it, else by
+   * its owner. Waits (at most CANCEL_WAIT_MS) for this task's own end only, never for the
+   * server's other work.
+   */
+  private async awaitCanceled(taskId: string): Promise<void> {
+    const mine = this.running.get(taskId);
+    if (mine) {
+      mine.cancel.abort();
+      await settlesWithin(mine.settled, CANCEL_WAIT_MS);
+      return;
+    }
+    const until = performance.now() + CANCEL_WAIT_MS;
+    while (performance.now() < until && (await this.deps.store.tasks.get(taskId))?.status === "running") await Bun.sleep(CANCEL_POLL_MS);
+  }
+
+  /** Aborts the tasks this instance runs whose cancel was recorded elsewhere (or that ended elsewhere). */
+  private async abortCanceled(): Promise<void> {
+    if (this.watching || this.running.size === 0) return;
+    this.watching = true;
+    try {
+      for (const id of await this.deps.store.tasks.toAbort([...this.running.keys()])) this.running.get(id)?.cancel.abort();
+    } catch (e) {
+      this.deps.logger.warn("could not look for canceled tasks; the next look retries", { error: String(e) });
+    } finally {
+      this.watching = false;
+    }
   }
 
   /**
@@ -185,6 +249,7 @@ export class TaskRunner {
     };
     if (task.status === "queued") object.queue_position = await this.deps.store.tasks.queuePosition(task.id);
     if (task.status === "running" && this.progress.has(task.id)) object.progress = this.progress.get(task.id);
+    if (task.cancel_requested_at != null) object.cancel_requested_at = Math.floor(task.cancel_requested_at / 1000);
     // The image comes back from the image store; gone (deleted, or over the storage budget), the
     // task has no result to show.
     if (task.result) {
@@ -245,11 +310,19 @@ export class TaskRunner {
     const cancel = new AbortController();
     const settled = Promise.withResolvers<void>();
     this.running.set(task.id, { userId: task.user_id, cancel, settled: settled.promise });
+    if (!this.cancelWatch) {
+      this.cancelWatch = setInterval(() => void this.abortCanceled(), CANCEL_WATCH_MS);
+      this.cancelWatch.unref?.();
+    }
     const work = this.execute(task, cancel.signal)
       .catch(() => {}) // only generateCharged's rejection reaches here, recorded and refunded by it; announced below
       .finally(() => {
         this.running.delete(task.id);
         this.progress.delete(task.id);
+        if (this.running.size === 0) {
+          clearInterval(this.cancelWatch);
+          this.cancelWatch = undefined;
+        }
         this.announce(task.id);
         settled.resolve();
         void this.kick();
@@ -320,6 +393,17 @@ export class TaskRunner {
   private expireOld(): void {
     // A locked database: the next sweep catches up.
     void this.deps.store.tasks.expire(this.deps.clock()).catch((e) => this.deps.logger.warn("task expiry sweep skipped", { error: String(e) }));
+  }
+}
+
+/** Resolves when the work settles or after ms, whichever is first; never rejects. */
+async function settlesWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  try {
+    await Promise.race([work.then(() => {}, () => {}), late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -24,6 +24,8 @@ export interface ImageTaskObject {
   queue_position?: number;
   /** 0..1 while running, when the engine reports it. */
   progress?: number;
+  /** Unix seconds: a cancel was asked for while it ran (it is being aborted, or its image was finished first). */
+  cancel_requested_at?: number;
   /** Exactly the synchronous 200 body, once succeeded (without the image in the list and in webhooks). */
   result?: ImageResultBody;
   /** The OpenAI error object, once failed or canceled. */

@@ -465,4 +465,14 @@ export const migrations: Migration[] = [
       ALTER TABLE tasks ADD COLUMN keep_until INTEGER;
     `,
   },
+  {
+    version: 19,
+    name: "tasks: a cancel asked for while the task runs, for the instance that runs it",
+    sql: `
+      -- A running task is aborted by the instance that runs it, which may not be the one the
+      -- cancel reached: the request is recorded here, and the runner looks for it while it runs
+      -- tasks (core/taskRunner.ts). NULL: no cancel asked for.
+      ALTER TABLE tasks ADD COLUMN cancel_requested_at INTEGER;
+    `,
+  },
 ];

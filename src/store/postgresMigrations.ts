@@ -415,4 +415,12 @@ export const postgresMigrations: Migration[] = [
       ALTER TABLE tasks ADD COLUMN keep_until BIGINT;
     `,
   },
+  {
+    version: 19,
+    name: "tasks: a cancel asked for while the task runs, for the instance that runs it",
+    sql: `
+      -- As SQLite's migration 19 (the reasons are there).
+      ALTER TABLE tasks ADD COLUMN cancel_requested_at BIGINT;
+    `,
+  },
 ];

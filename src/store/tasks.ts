@@ -97,6 +97,21 @@ export class TaskRecords implements TaskStore {
     });
   }
 
+  /** The first request's time is kept: a repeated cancel changes nothing. */
+  async requestCancel(id: string, now: number): Promise<boolean> {
+    const asked = await this.sql.run("UPDATE tasks SET cancel_requested_at = COALESCE(cancel_requested_at, ?) WHERE id = ? AND status = 'running'", [now, id]);
+    return asked.changes === 1;
+  }
+
+  async toAbort(ids: string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.sql.all<{ id: string }>(
+      `SELECT id FROM tasks WHERE id IN (${ids.map(() => "?").join(", ")}) AND (cancel_requested_at IS NOT NULL OR status <> 'running')`,
+      ids,
+    );
+    return rows.map((r) => r.id);
+  }
+
   idempotency(userId: number, key: string, now: number): Promise<IdempotencyRow | null> {
     return this.sql.get<IdempotencyRow>("SELECT * FROM idempotency_keys WHERE user_id = ? AND key = ? AND expires_at > ?", [userId, key, now]);
   }

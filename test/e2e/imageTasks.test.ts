@@ -668,3 +668,69 @@ describe("keyed tasks with a retention shorter than their key's 24 h", () => {
     }
   });
 });
+
+describe("two instances on one database: a cancel sent to the one that does not run the task", () => {
+  let a: TestServer;
+  let b: TestServer;
+  const engineA = new ControlledEngine();
+  const engineB = new ControlledEngine();
+  beforeAll(async () => {
+    // One data_dir: one SQLite file on the embedded pass, one PostgreSQL database on the scaled one.
+    const dir = tempDir("atelier-two-");
+    a = await startTestServer({ config: (c) => ((c.server.data_dir = dir), (c.server.log_requests = false)), customize: (s) => s.engines.registerBuiltinImage(engineA) });
+    b = await startTestServer({ config: (c) => ((c.server.data_dir = dir), (c.server.log_requests = false)), customize: (s) => s.engines.registerBuiltinImage(engineB) });
+  }, 60_000);
+  afterAll(async () => {
+    engineA.releaseAll();
+    await b?.close();
+    await a?.close();
+  });
+
+  const submitTo = async (server: TestServer, key: string) =>
+    (await (await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify(GEN) })).json()).id as string;
+  const cancelAt = (server: TestServer, key: string, id: string) => fetch(`${server.url}/v1/images/tasks/${id}/cancel`, { method: "POST", headers: { authorization: `Bearer ${key}` } });
+  const refunds = async (server: TestServer, userId: number, id: string) => (await server.services.store.credits.ledger(userId)).filter((r) => r.kind === "refund" && r.request_id === id).length;
+
+  test("the owner aborts it within moments: the answer is the canceled task, refunded once, never charged", async () => {
+    const { key, userId } = await a.userWithKey({ credits: 5 });
+    let aborted = false;
+    engineA.behave = (job) =>
+      new Promise((_, reject) =>
+        job.signal.addEventListener("abort", () => ((aborted = true), reject(new UpstreamFailed("aborted"))), { once: true }),
+      );
+    const id = await submitTo(a, key);
+    await until(() => engineA.calls.length === 1, "the task to run on the instance it was sent to");
+    const res = await cancelAt(b, key, id);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ id, status: "canceled", error: { code: "task_canceled" }, cancel_requested_at: expect.any(Number) });
+    expect(aborted).toBe(true);
+    expect(engineB.calls).toHaveLength(0);
+    expect(await a.balance(userId)).toBe(5);
+    expect(await refunds(a, userId, id)).toBe(1);
+    expect(await a.services.store.credits.ledgerSum(userId)).toBe(5);
+  });
+
+  test("an owner whose engine does not stop at once: the answer says so (running, cancel_requested_at), and the task ends canceled and refunded", async () => {
+    const { key, userId } = await a.userWithKey({ credits: 5 });
+    engineA.hold("succeed"); // ignores its abort signal
+    const id = await submitTo(a, key);
+    await until(() => engineA.waiting === 1, "the task to run on the instance it was sent to");
+    const res = await cancelAt(b, key, id);
+    expect(res.status).toBe(200);
+    const answer = await res.json();
+    // (Not expect.any(Number) inside toMatchObject: Bun 1.4 then replaces the value with the matcher.)
+    expect(answer).toMatchObject({ id, status: "running" });
+    expect(answer.cancel_requested_at).toBeGreaterThanOrEqual(answer.created_at);
+    // The image the engine finishes after the cancel is not delivered, nor charged.
+    engineA.releaseAll();
+    await until(async () => (await a.services.store.tasks.get(id))!.status !== "running", "the task to end", 10_000);
+    const read = await (await fetch(`${b.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(read).toMatchObject({ status: "canceled", error: { code: "task_canceled" } });
+    expect(read.result).toBeUndefined();
+    expect(await a.balance(userId)).toBe(5);
+    expect(await refunds(a, userId, id)).toBe(1);
+    // Ended: a second cancel is 409, on either instance.
+    for (const server of [a, b]) expect((await cancelAt(server, key, id)).status).toBe(409);
+    engineA.behave = async (job) => engineA.png(job);
+  }, 30_000);
+});

@@ -132,6 +132,25 @@ for (const engine of bothEngines()) {
       expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ expired: 1, result: null });
     });
 
+    test("a cancel of a running task is recorded for the instance that runs it: once (the first time kept), and only while it runs", async () => {
+      const u = await user(5);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
+      for (const id of ["c1", "c2", "c3"]) await a.credits.chargeForImage(charge(`${id}-${engine.name}`, u, { task: queued }), 8_000);
+      const [c1, c2, c3] = ["c1", "c2", "c3"].map((id) => `${id}-${engine.name}`) as [string, string, string];
+      expect(await b.tasks.requestCancel(c1, 8_050)).toBe(false); // still queued: the queued path refunds it instead
+      for (const id of [c1, c2, c3]) expect(await a.tasks.start(id, 8_100)).toBe(true);
+      expect(await a.tasks.toAbort([c1, c2, c3])).toEqual([]);
+      expect(await b.tasks.requestCancel(c1, 8_200)).toBe(true);
+      expect(await b.tasks.requestCancel(c1, 8_300)).toBe(true);
+      expect(await a.tasks.get(c1)).toMatchObject({ status: "running", cancel_requested_at: 8_200 });
+      // Ended elsewhere (refunded by a cancel that raced the claim): its runner must stop it too.
+      const canceled = { ...FAILED, task: { status: "canceled" as const, error: { message: "canceled", type: "invalid_request_error", param: null, code: "task_canceled" }, expiresAt: 9_000 } };
+      expect(await b.credits.refundOnce(c3, canceled, 8_400)).toBe(true);
+      expect((await a.tasks.toAbort([c1, c2, c3])).sort()).toEqual([c1, c3].sort());
+      expect(await b.tasks.requestCancel(c3, 8_500)).toBe(false);
+      expect(await a.tasks.toAbort([])).toEqual([]);
+    });
+
     test("two async submissions for a user's last queue place, one on each instance: one is charged, the other is TaskQueueFull", async () => {
       const u = await user(5);
       const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image", queueLimits: { queueSize: 1_000, perUserQueueSize: 2 } };

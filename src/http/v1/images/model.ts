@@ -230,6 +230,12 @@ export const imageTaskSchema = () =>
       endpoint: t.Union([t.Literal("generations"), t.Literal("edits")]),
       queue_position: t.Optional(Integer({ minimum: 1, description: "While queued: 1 for the next task to start." })),
       progress: t.Optional(t.Number({ minimum: 0, maximum: 1, description: "While running, when the engine reports it." })),
+      cancel_requested_at: t.Optional(
+        Integer({
+          description:
+            "Unix seconds when a cancel was asked for while the task ran. Still `running` with it: the server is aborting it (it then ends `canceled`, refunded); `succeeded` with it: its image was finished before the cancel took effect.",
+        }),
+      ),
       result: t.Optional(
         t.Ref("ImageResponse", {
           description:

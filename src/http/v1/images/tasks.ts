@@ -75,7 +75,8 @@ export function imageTasksRoutes(services: Pick<Services, "auth" | "tasks" | "st
         detail: {
           tags: ["Images"],
           summary: "Cancel an image task",
-          description: "A queued task is canceled and refunded at once; a running one is aborted and refunded. A task that has ended answers 409 `task_not_cancelable`.",
+          description:
+            "A queued task is canceled and refunded at once. A running one is aborted by the server instance that runs it, then refunded: the answer waits a few seconds for that and shows the task as it then is, usually `canceled`; still `running` with `cancel_requested_at` when its engine has not stopped yet (poll the task: it ends `canceled`), or `succeeded` if its image was finished first. A task that has ended answers 409 `task_not_cancelable`.",
           security: bearerSecurity,
           operationId: "cancelImageTask",
         },
