@@ -2,8 +2,10 @@
  * Image jobs that outlive the connection, through real servers: Idempotency-Key (a retry storm
  * charges once; the openai client's own timeout retry is not charged twice; a failed request
  * may run again; a different request is refused; keys survive a restart), async tasks
- * (Prefer: respond-async, polling, listing, cancel with refund, a proxy that times out before
- * the image is ready, retention), and a SIGKILL with queued tasks.
+ * (Prefer: respond-async, polling, listing without images, cancel with refund and without
+ * waiting for other work, a proxy that times out before the image is ready, retention, keyed
+ * tasks kept as long as their key), a failure between a task's claim and its engine, a cancel
+ * through the instance that does not run the task, and a SIGKILL with queued tasks.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
