@@ -18,10 +18,12 @@ export interface BenchTree {
 }
 
 /**
- * A data dir made with this tree's CLI (atelier.toml with an `openai` upstream on the mock, a
+ * A data dir made with the CLI of `repo` (atelier.toml with an `openai` upstream on the mock, a
  * user, and that user's key in the file `key`), to be copied fresh for every run (freshDataDir).
+ * Made by the oldest tree: a newer one migrates its database at start, an older one refuses a
+ * database of a newer schema.
  */
-function makeTemplate(dir: string, mockPort: number): string {
+function makeTemplate(dir: string, mockPort: number, repo: string): string {
   const template = join(dir, "template");
   mkdirSync(template);
   writeFileSync(
@@ -32,7 +34,7 @@ function makeTemplate(dir: string, mockPort: number): string {
       `[[models]]\nid = "${ATELIER_CHAT_MODEL}"\nkind = "chat"\nupstream = "mock"\nupstream_model = "mock-model"\n`,
   );
   const cli = (...args: string[]) => {
-    const r = Bun.spawnSync([process.execPath, join(REPO, "src/main.ts"), ...args, "--config", join(template, "atelier.toml"), "--data", template], { cwd: template });
+    const r = Bun.spawnSync([process.execPath, join(repo, "src/main.ts"), ...args, "--config", join(template, "atelier.toml"), "--data", template], { cwd: template });
     if (r.exitCode !== 0) throw new Error(`atelier ${args.join(" ")}: ${r.stderr.toString()}`);
     return r.stdout.toString().trimEnd().split("\n").at(-1)!;
   };
@@ -88,8 +90,8 @@ export async function withBenchTrees(prefix: string, body: (setup: BenchSetup) =
   try {
     const mock = await startPinned(1, [process.execPath, CHAT_SERVERS, "mock"]);
     cleanup.push(() => mock.proc.kill());
-    const template = makeTemplate(dir, mock.port);
     const trees = benchTrees(dir, benchArg("baseline", ""), process.argv.includes("--floor"), cleanup);
+    const template = makeTemplate(dir, mock.port, trees[0]!.root);
     await body({ dir, template, trees });
   } finally {
     for (const step of cleanup.reverse()) step();
