@@ -1,4 +1,4 @@
-import type { SqlClient, SqlValue } from "./sql";
+import { isDatabaseUnreachable, type SqlClient, type SqlValue } from "./sql";
 import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
@@ -71,6 +71,9 @@ export class RequestStore implements RequestLog {
       schedule: opts.schedule,
       write: (rows) => this.insertChats(rows),
       isRetryable: isWriteConflict,
+      // A batch that failed otherwise is taken apart to drop only the rows at fault (one
+      // client's row must not cost other clients their history); unreachable, no row is.
+      atFaultMayBeRows: (e) => !isDatabaseUnreachable(e),
       onDropped: (rows, error) => {
         for (const r of rows) this.queuedChats.delete(r.id);
         this.onDroppedRows(rows.length, error);
