@@ -9,6 +9,8 @@
  *
  * Integers come back as JavaScript numbers on both (PostgreSQL's int8 and numeric are
  * converted; every integer this service stores is far below 2^53).
+ *
+ * Text is stored without U+0000 on both: see storedParams.
  */
 import { Database, type SQLQueryBindings } from "bun:sqlite";
 import { SQL } from "bun";
@@ -49,6 +51,28 @@ export function forUpdate(q: SqlQueries): string {
   return q.dialect === "postgres" ? " FOR UPDATE" : "";
 }
 
+/**
+ * The parameters as the store binds them, on both engines: U+0000 in a string becomes U+FFFD
+ * (the replacement character). PostgreSQL refuses U+0000 in text ("invalid byte sequence for
+ * encoding UTF8: 0x00"), and much of what the store writes quotes text nobody here controls (a
+ * prompt, an upstream's error message, a webhook receiver's answer), so a refusal there failed
+ * whatever wrote it: a refund, a batch of other users' chat rows. SQLite would keep U+0000, but
+ * it is replaced there too, so a deployment stores and reads back the same text whichever
+ * engine it runs on, and a lookup by a value holding U+0000 (an id, a cursor, a filter)
+ * compares the same on both: it finds nothing, as for any unknown value (never the value cut
+ * short). Text an older version wrote to SQLite with U+0000 is replaced when `migrate-store`
+ * copies it to PostgreSQL (its INSERTs bind through here) rather than failing the copy. Bytes
+ * (Uint8Array) are left alone. The same array comes back when no string holds U+0000 (nearly
+ * always), so the usual statement copies nothing.
+ */
+export function storedParams(params: readonly SqlValue[]): readonly SqlValue[] {
+  for (let i = 0; i < params.length; i++) {
+    const p = params[i];
+    if (typeof p === "string" && p.includes("\0")) return params.map((v) => (typeof v === "string" ? v.replaceAll("\0", "\uFFFD") : v));
+  }
+  return params;
+}
+
 // ---- SQLite ----------------------------------------------------------------------------------
 
 /**
@@ -72,15 +96,15 @@ export class SqliteClient implements SqlClient {
   }
 
   private allNow<T>(sql: string, params: readonly SqlValue[]): T[] {
-    return this.db.query<T, SQLQueryBindings[]>(sql).all(...(params as SQLQueryBindings[]));
+    return this.db.query<T, SQLQueryBindings[]>(sql).all(...(storedParams(params) as SQLQueryBindings[]));
   }
 
   private getNow<T>(sql: string, params: readonly SqlValue[]): T | null {
-    return this.db.query<T, SQLQueryBindings[]>(sql).get(...(params as SQLQueryBindings[])) ?? null;
+    return this.db.query<T, SQLQueryBindings[]>(sql).get(...(storedParams(params) as SQLQueryBindings[])) ?? null;
   }
 
   private runNow(sql: string, params: readonly SqlValue[]): RunResult {
-    return { changes: this.db.query(sql).run(...(params as SQLQueryBindings[])).changes };
+    return { changes: this.db.query(sql).run(...(storedParams(params) as SQLQueryBindings[])).changes };
   }
 
   // Each method below waits with `while (this.open) await this.open;` and then runs its
@@ -190,11 +214,11 @@ function rowsOf<T>(result: PgResult): T[] {
 }
 
 /**
- * Params: Uint8Array → Buffer (bytea); booleans stay booleans; numbers are sent as text and
- * PostgreSQL casts them to the column's type.
+ * Params: strings without U+0000 (storedParams); Uint8Array → Buffer (bytea); booleans stay
+ * booleans; numbers are sent as text and PostgreSQL casts them to the column's type.
  */
 function pgParams(params: readonly SqlValue[]): unknown[] {
-  return params.map((p) => (p instanceof Uint8Array && !Buffer.isBuffer(p) ? Buffer.from(p.buffer, p.byteOffset, p.byteLength) : p));
+  return storedParams(params).map((p) => (p instanceof Uint8Array && !Buffer.isBuffer(p) ? Buffer.from(p.buffer, p.byteOffset, p.byteLength) : p));
 }
 
 function pgQueries(sql: SQL): SqlQueries {

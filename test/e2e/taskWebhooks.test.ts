@@ -1,7 +1,8 @@
 /**
  * A real async task announces its end by webhook: to the user's endpoint and to the request's
  * own webhook_url, signed per Standard Webhooks with the user's secret; a webhook_url without
- * Prefer: respond-async, or without a secret to sign with, is refused before any charge.
+ * Prefer: respond-async, or without a secret to sign with, is refused before any charge. A
+ * receiver's failing answer is recorded with the attempt, even when it holds U+0000.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startTestServer, type TestServer } from "../support/server";
@@ -18,7 +19,10 @@ beforeAll(async () => {
     hostname: "127.0.0.1",
     async fetch(req) {
       const h = (n: string) => req.headers.get(n);
-      received.push({ path: new URL(req.url).pathname, headers: { "webhook-id": h("webhook-id"), "webhook-timestamp": h("webhook-timestamp"), "webhook-signature": h("webhook-signature") }, body: await req.text() });
+      const path = new URL(req.url).pathname;
+      received.push({ path, headers: { "webhook-id": h("webhook-id"), "webhook-timestamp": h("webhook-timestamp"), "webhook-signature": h("webhook-signature") }, body: await req.text() });
+      // A receiver failing with U+0000 in its answer, which the attempt's record quotes.
+      if (path === "/nul-hook") return new Response("oops\u0000", { status: 500 });
       return new Response("ok");
     },
   });
@@ -65,4 +69,22 @@ test("webhook_url is refused before any charge: without Prefer: respond-async, a
   expect(unsigned.status).toBe(400);
   expect((await unsigned.json()).error).toMatchObject({ param: "webhook_url", code: "invalid_webhook_url" });
   expect(await server.balance(userId)).toBe(2);
+});
+
+test("a receiver's 500 whose answer holds U+0000 is recorded (with U+FFFD): the attempt counts, the next is scheduled, not repeated at once", async () => {
+  const { key, userId } = await server.userWithKey({ credits: 1 });
+  const endpoints = server.services.taskEvents.endpoints;
+  expect((await endpoints.setUrl(userId, `http://127.0.0.1:${receiver.port}/nul-hook`)).refused).toBeUndefined();
+  const res = await post(key, { prompt: "a fox", size: "64x64" }, { prefer: "respond-async" });
+  expect(res.status).toBe(202);
+  const { id } = await res.json();
+  const delivery = async () => (await endpoints.deliveries(userId, 10))[0];
+  // Before, the record failed on PostgreSQL: the count stayed 0 and the delivery was sent again each time its lease ran out.
+  await until(async () => (await delivery())?.delivery.attempts === 1, "the attempt recorded", 10_000);
+  const d = (await delivery())!;
+  expect(d.delivery).toMatchObject({ state: "pending", last_status: 500 });
+  expect(d.delivery.last_error).toContain("oops\uFFFD");
+  expect(d.delivery.next_attempt_at).toBeGreaterThan(Date.now());
+  expect(d.attempts.map((a) => a.status)).toEqual([500]);
+  expect(received.filter((r) => r.path === "/nul-hook" && r.body.includes(id)).length).toBe(1);
 });
