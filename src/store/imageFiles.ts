@@ -4,8 +4,7 @@
  * renamed into place (and the folder fsynced), so a crash never leaves part of an image under
  * its name. An S3-compatible backend implements the same port (core/imageArchive.ts).
  */
-import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
-import { mkdir, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { ImageBlobStore } from "../core/imageArchive";
@@ -27,21 +26,22 @@ export class FileImageBlobs implements ImageBlobStore {
     const dir = dirname(path);
     await mkdir(dir, { recursive: true });
     const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString("hex")}`);
-    const fd = openSync(tmp, "wx", 0o600);
+    // Written and fsynced off the event loop: done synchronously, a 4 MiB image held every
+    // other request for 12.7 ms on this machine's disk (bench/archive-write.ts).
+    const file = await open(tmp, "wx", 0o600);
     try {
       try {
-        let written = 0;
-        while (written < bytes.byteLength) written += writeSync(fd, bytes, written);
-        fsyncSync(fd);
+        await file.writeFile(bytes);
+        await file.sync();
       } finally {
-        closeSync(fd);
+        await file.close();
       }
       await rename(tmp, path);
     } catch (e) {
       await unlink(tmp).catch(() => undefined);
       throw e;
     }
-    syncDir(dir);
+    await syncDir(dir);
   }
 
   async read(key: string): Promise<Uint8Array | null> {
@@ -104,13 +104,13 @@ export class FileImageBlobs implements ImageBlobStore {
   }
 }
 
-function syncDir(dir: string): void {
+async function syncDir(dir: string): Promise<void> {
   try {
-    const fd = openSync(dir, "r");
+    const folder = await open(dir, "r");
     try {
-      fsyncSync(fd);
+      await folder.sync();
     } finally {
-      closeSync(fd);
+      await folder.close();
     }
   } catch {
     // Some filesystems refuse to fsync a directory; the rename itself is still atomic.
