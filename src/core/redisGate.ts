@@ -170,6 +170,8 @@ interface Waiting extends Held {
   settled: boolean;
   polling: boolean;
   poll: () => void;
+  /** Ends the wait with this error (and leaves the queue). */
+  abandon: (e: Error) => void;
 }
 
 export class RedisGate implements Gate {
@@ -204,11 +206,14 @@ export class RedisGate implements Gate {
     return { running: this.held.size, queued: this.waiting.size };
   }
 
-  /** Stops renewing (the leases then expire) and closes the connection. */
+  /**
+   * Stops renewing (the leases then expire) and closes the connection. A request still waiting
+   * is answered GateUnavailable: only marked settled, its promise never ended and its poll timer
+   * kept the process alive.
+   */
   close(): void {
     this.stopRenewing();
-    for (const w of this.waiting) w.settled = true;
-    this.waiting.clear();
+    for (const w of [...this.waiting]) w.abandon(new GateUnavailable("The server is stopping."));
     this.client.close();
   }
 
@@ -315,6 +320,7 @@ export class RedisGate implements Gate {
         settled: false,
         polling: false,
         poll: () => void poll(),
+        abandon: (e) => finish(e),
       };
       const finish = (e: Error) => {
         if (w.settled) return;

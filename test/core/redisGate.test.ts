@@ -157,6 +157,22 @@ describe("RedisGate: two instances share one gate", () => {
     b.close();
   });
 
+  test("closing an instance answers its waiters GateUnavailable; the other instance's waiter is admitted", async () => {
+    const { a, b, keyPrefix } = pair({ global: 1, perUser: 1, queueSize: 4 });
+    const holder = await a.admit(1);
+    const onB = track(b.admit(2));
+    await until(async () => (await queued(keyPrefix)) === 1, "b's waiter queued");
+    const onA = track(a.admit(3));
+    await until(async () => (await queued(keyPrefix)) === 2, "a's waiter queued");
+    b.close();
+    await until(() => onB.error !== undefined, "b's waiter answered");
+    expect(onB.error).toBeInstanceOf(GateUnavailable);
+    holder.release();
+    await until(() => onA.permit !== undefined, "a's waiter admitted");
+    onA.permit!.release();
+    a.close();
+  });
+
   test("a holder that stops renewing (crashed) frees its slot after the lease; a live holder keeps it", async () => {
     const { a, b } = pair({ global: 1, queueTimeoutMs: 15_000 }, { leaseMs: 1_000 });
     const live = await a.admit(1);
