@@ -109,7 +109,7 @@ async function containsText(locator: Locator, part: string): Promise<void> {
 }
 
 async function rememberedTask(): Promise<unknown> {
-  return page.evaluate(() => sessionStorage.getItem("atelier.playground.task"));
+  return page.evaluate((key) => sessionStorage.getItem(key), `atelier.playground.task.${userId}`);
 }
 
 async function startGenerate(prompt: string, background = false): Promise<void> {
@@ -276,5 +276,24 @@ describe("the playground on the streaming and async paths", () => {
     const image = page.locator("#edit-result img[data-image]");
     await image.waitFor({ state: "visible", timeout: 30_000 });
     expect(await page.locator("#edit-result img").count()).toBe(2); // the preview and the image, nothing injected
+  }, TEST_TIMEOUT_MS);
+
+  test("signing out forgets the running request: the next user in this tab never gets its prompt back", async () => {
+    await page.locator("#tab-generate").click();
+    gates.delete("background");
+    await startGenerate("background: my private prompt", true);
+    await containsText(page.locator("#gen-result [data-status]"), "Running");
+    expect(JSON.parse(String(await rememberedTask()))).toMatchObject({ panel: "gen", mode: "async" });
+
+    await page.locator('form[action="/signout"] button').click();
+    await page.waitForURL(/\/signin/);
+    expect(await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith("atelier.playground.")))).toEqual([]);
+
+    const next = await server.userWithKey({ email: "next-in-tab@example.com", credits: 2, password: PASSWORD });
+    await signInThroughForm(page, server.url, next.email, PASSWORD);
+    await page.waitForURL(/\/playground/);
+    expect(await page.locator("#gen-prompt").inputValue()).toBe("");
+    expect(await page.locator("#gen-result [data-status]").isHidden()).toBe(true);
+    openGate("background");
   }, TEST_TIMEOUT_MS);
 });

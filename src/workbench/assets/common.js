@@ -94,10 +94,11 @@
       event.preventDefault();
       return;
     }
-    // Signing out forgets the playground conversations this tab kept (atelier.chat.<user id>).
+    // Signing out forgets what the playground kept in this tab: its conversations
+    // (atelier.chat.<user id>) and the running request's form (atelier.playground.task.<user id>).
     if (form instanceof HTMLFormElement && form.getAttribute("action") === "/signout") {
       try {
-        for (const key of Object.keys(sessionStorage)) if (key.startsWith("atelier.chat.")) sessionStorage.removeItem(key);
+        for (const key of Object.keys(sessionStorage)) if (key.startsWith("atelier.chat.") || key.startsWith("atelier.playground.")) sessionStorage.removeItem(key);
       } catch { /* storage off: nothing kept */ }
     }
   });

@@ -272,7 +272,9 @@
   }
 
   // ---- the running request: remembered for this tab, so that a reload reattaches to it ----
-  const TASK_KEY = "atelier.playground.task";
+  // Under the user's own key (atelier.playground.task.<user id>): another user signed in in the
+  // same tab never gets this one's form (its prompt) put back.
+  const TASK_KEY = config.taskStorageKey;
   const PARTIAL_IMAGES = 2;
   const POLL_MS = 1000;
   function rememberedTask() {

@@ -120,7 +120,7 @@ export function playgroundPage(v: Viewer, models: CatalogModel[], defaultImageMo
     scripts: ["playground.js"],
     body: html`<h1>${t("playground.title")}</h1>
 <p class="muted">${t.html("playground.intro")}</p>
-<script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES, chatStorageKey: `atelier.chat.${v.user.id}` })}</script>
+<script type="application/json" id="playground-config">${jsonForScript({ models: m.image, maxReferences: MAX_REFERENCE_IMAGES, maxBytes: MAX_IMAGE_BYTES, chatStorageKey: `atelier.chat.${v.user.id}`, taskStorageKey: `atelier.playground.task.${v.user.id}` })}</script>
 <div class="tabs" role="tablist" aria-label="${t("playground.modes")}">
   <button type="button" role="tab" id="tab-generate" aria-controls="panel-generate" aria-selected="true">${t("playground.tab.generate")}</button>
   <button type="button" role="tab" id="tab-edit" aria-controls="panel-edit" aria-selected="false" tabindex="-1">${t("playground.tab.edit")}</button>
