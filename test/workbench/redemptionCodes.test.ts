@@ -68,10 +68,18 @@ describe("users: redeeming on the credits page", () => {
 
     const ok = await user.post("/credits/redeem", { code: code!.toLowerCase().replace(/-/g, " ") });
     expect(ok.status).toBe(303);
-    expect(ok.headers.get("location")).toBe("/credits?redeemed=40#redeem");
+    const [entry] = await store!.credits.ledger(user.id, 1);
+    expect(entry).toMatchObject({ kind: "redeem", amount: 40 });
+    expect(ok.headers.get("location")).toBe(`/credits?redeemed=${entry!.id}#redeem`);
     expect(await store!.credits.balance(user.id)).toBe(40);
-    const credits = await (await handle("/credits?redeemed=40", { headers: { cookie: user.cookie } })).text();
+    const credits = await (await handle(ok.headers.get("location")!.replace(/#.*/, ""), { headers: { cookie: user.cookie } })).text();
     expect(credits).toContain("Code redeemed: +40 credits.");
+    // The notice comes from the user's own redeem row: a hand-made link, another user's row or
+    // a row of another kind claims nothing.
+    for (const link of ["/credits?redeemed=500000", "/credits?redeemed=40"]) {
+      expect(await (await handle(link, { headers: { cookie: user.cookie } })).text()).not.toContain("Code redeemed");
+    }
+    expect(await (await handle(`/credits?redeemed=${entry!.id}`, { headers: { cookie: other.cookie } })).text()).not.toContain("Code redeemed");
     expect(credits).toMatch(/<td>redeem<\/td>\s*<td class="num plus">\+40<\/td>/);
 
     const again = await other.post("/credits/redeem", { code: code! });

@@ -10,6 +10,8 @@ import type { Viewer } from "../../workbench/layout";
 import type { RedeemState } from "../../workbench/pages/redeem";
 
 const hide = { detail: { hide: true } };
+/** The newest ledger rows in which a redemption's notice looks for the row it names. */
+export const REDEEM_ROWS_SEARCHED = 20;
 
 /** The credits page for the viewer (with a code's redemption outcome, if any). */
 export async function creditsPageResponse(services: Services, viewer: Viewer, query: Record<string, string | undefined>, redeem?: RedeemState, status = 200): Promise<Response> {
@@ -37,9 +39,12 @@ export function pagesRoutes(services: Services) {
   const { catalog } = services;
   return new Elysia({ name: "workbench.pages" })
     .use(workbenchGuards(services))
-    .get("/credits", ({ viewer, query }) => {
-      const redeemed = Number(query.redeemed);
-      const redeem = Number.isInteger(redeemed) && redeemed > 0 ? { notice: viewer.t("codes.redeem.done", { count: redeemed }) } : undefined;
+    .get("/credits", async ({ viewer, query }) => {
+      // `redeemed` names the viewer's own ledger row of the redemption: the notice says what that
+      // row credited, so a hand-made link cannot make the page claim credits that never came.
+      const entryId = Number(query.redeemed);
+      const row = Number.isInteger(entryId) ? (await services.store.credits.ledger(viewer.user.id, REDEEM_ROWS_SEARCHED)).find((l) => l.id === entryId && l.kind === "redeem") : undefined;
+      const redeem = row ? { notice: viewer.t("codes.redeem.done", { count: row.amount }) } : undefined;
       return creditsPageResponse(services, viewer, query, redeem);
     }, { viewer: true, ...hide })
     .get("/playground", ({ viewer }) => htmlResponse(playgroundPage(viewer, catalog.list(), catalog.defaultImageModel, (m) => services.engines.imageEngine(m)?.editKeepsImageSize === true)), { viewer: true, ...hide })

@@ -4,7 +4,7 @@ import type { Services } from "../../services";
 import type { RedeemResult } from "../../core/redemptionCodes";
 import type { Translator } from "../../workbench/i18n";
 import { workbenchGuards } from "./guards";
-import { creditsPageResponse } from "./pagesRoutes";
+import { REDEEM_ROWS_SEARCHED, creditsPageResponse } from "./pagesRoutes";
 import { clientAddress, formFields, redirect } from "./respond";
 
 const hide = { detail: { hide: true } };
@@ -36,7 +36,9 @@ export function redeemRoutes(services: Services) {
       const result = await workbench.codes.redeem(viewer.user.id, code, clientAddress(request));
       if (result.ok) {
         logger.info("redemption code redeemed", { user_id: viewer.user.id, credits: result.credits });
-        return redirect(`/credits?redeemed=${result.credits}#redeem`);
+        // The page reads the notice back from the ledger row (see /credits), not from the link.
+        const entry = (await services.store.credits.ledger(viewer.user.id, REDEEM_ROWS_SEARCHED)).find((row) => row.kind === "redeem");
+        return redirect(`/credits${entry ? `?redeemed=${entry.id}` : ""}#redeem`);
       }
       const { error, status } = failureOf(viewer.t, result);
       // The code is never logged: a wrong one may be a typo of a real one.
