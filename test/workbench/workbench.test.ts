@@ -159,6 +159,20 @@ describe("page head", () => {
   }, 30_000);
 });
 
+describe("assets", () => {
+  test("an embedded asset is served with its type and ETag; a name every object has is 404", async () => {
+    const { handle } = makeApp();
+    const css = await handle("/assets/workbench.css");
+    expect(css.status).toBe(200);
+    expect(css.headers.get("content-type")).toBe("text/css; charset=utf-8");
+    expect((await handle("/assets/workbench.css", { headers: { "if-none-match": css.headers.get("etag")! } })).status).toBe(304);
+    for (const name of ["constructor", "__proto__", "toString", "hasOwnProperty", "nope.js"]) {
+      const res = await handle(`/assets/${name}`);
+      expect([name, res.status]).toEqual([name, 404]);
+    }
+  });
+});
+
 describe("malformed cookies", () => {
   test("a session cookie with a broken %-escape is no session, not a 500", async () => {
     const { handle } = makeApp();
