@@ -8,9 +8,10 @@
  * - Redeeming marks the code used (by whom, when), raises the balance and writes the ledger's
  *   `redeem` row in one transaction (the store's job): a code redeemed twice at once credits once.
  * - Failed attempts (unknown, used, expired or malformed codes) are throttled per user and per
- *   client address with the sign-in throttle (an AttemptCounter: memory, or Redis), so guessing stays hopeless.
+ *   client address with the sign-in throttle (an AttemptCounter: memory, or Redis), so guessing stays hopeless;
+ *   an attempt is counted before its code is tried and given back if it succeeds.
  */
-import { memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
+import { giveBackAttempt, memoryAttemptCounters, takeAttempt, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
 import type { Clock } from "./clock";
 import { sha256Hex } from "./digest";
 import { MAX_CODE_BATCH_SIZE, MAX_CODE_BATCH_NAME_CHARS, MAX_CODE_EXPIRY_DAYS, MAX_CREDIT_GRANT } from "./limits";
@@ -166,14 +167,14 @@ export class RedemptionCodes {
 
   /** Redeems a code for the user, unless this user or address failed too often recently. */
   async redeem(userId: number, input: string, address: string): Promise<RedeemResult> {
-    const userKey = `user:${userId}`;
-    const wait = Math.max(await this.perUser.retryAfterMs(userKey), await this.perAddress.retryAfterMs(address));
+    // Only failures count, but the attempt is taken before the code is tried (concurrent guesses
+    // cannot all pass a check made before any counts) and given back when it succeeds.
+    const attempt = [[this.perUser, `user:${userId}`], [this.perAddress, address]] as const;
+    const wait = await takeAttempt(attempt);
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const normalized = normalizeCode(input);
     const outcome: RedeemResult = normalized === null ? { ok: false, reason: "malformed" } : await this.store.redeem(hashCode(normalized), userId, this.clock());
-    if (!outcome.ok) {
-      await Promise.all([this.perUser.record(userKey), this.perAddress.record(address)]);
-    }
+    if (outcome.ok) await giveBackAttempt(attempt);
     return outcome;
   }
 

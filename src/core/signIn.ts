@@ -3,11 +3,13 @@
  *
  * Sign-in answers the same way for an unknown email and a wrong password (and spends the same
  * hashing time), and is throttled per account and per client address. Sign-ups and setup-token
- * guesses share one budget per address. Setup is open while the one-time token is pending and
- * no admin exists (an admin made with the CLI closes it too).
+ * guesses share one budget per address. Each attempt is taken from its counters before it is
+ * judged (attemptLimiter.ts: concurrent guesses cannot all pass a check made before any counts),
+ * and given back when it turns out not to count. Setup is open while the one-time token is
+ * pending and no admin exists (an admin made with the CLI closes it too).
  */
 import { AccountError, addUser, hashPassword, normalizeEmail, validateEmail, verifyPassword } from "./accounts";
-import { memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
+import { giveBackAttempt, memoryAttemptCounters, takeAttempt, type AttemptCounter, type AttemptCounters } from "./attemptLimiter";
 import type { SetupToken } from "./setupToken";
 import { EmailTakenError, type AccountStore, type UserRow } from "./store";
 import { MAX_EMAIL_CHARS } from "./limits";
@@ -91,9 +93,9 @@ export class SignIn {
 
   async withPassword(emailInput: string, password: string, address: string): Promise<SignInResult> {
     const account = normalizeEmail(emailInput).toLowerCase();
-    const wait = Math.max(await this.perAccount.retryAfterMs(account), await this.perAddress.retryAfterMs(address));
+    // Every attempt counts, per account and per address; a success resets the account's count.
+    const wait = await takeAttempt([[this.perAccount, account], [this.perAddress, address]]);
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
-    await Promise.all([this.perAccount.record(account), this.perAddress.record(address)]);
     const user = account.length <= MAX_EMAIL_CHARS ? await this.store.users.byEmail(account) : null;
     this.dummyHash ??= hashPassword(crypto.randomUUID());
     const valid = await verifyPassword(password, user?.password_hash ?? (await this.dummyHash));
@@ -104,14 +106,17 @@ export class SignIn {
   }
 
   async signUp(emailInput: string, password: string, address: string): Promise<SignUpResult> {
-    const wait = await this.signUpsPerAddress.retryAfterMs(address);
+    // Sign-ups the form lets through count (taken up front, so the throttle answers first); a form
+    // refused for its own problems gives its attempt back.
+    const attempt = [[this.signUpsPerAddress, address]] as const;
+    const wait = await takeAttempt(attempt);
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const email = normalizeEmail(emailInput);
     const problem = validateEmail(email);
+    const weak = problem ? null : this.passwordProblem(password);
+    if (problem || weak) await giveBackAttempt(attempt);
     if (problem) return { ok: false, reason: "invalid", problem: "email_invalid", message: `Email ${problem}.`, field: "email" };
-    const weak = this.passwordProblem(password);
     if (weak) return { ok: false, reason: "invalid", ...weak, field: "password" };
-    await this.signUpsPerAddress.record(address);
     try {
       const user = await addUser(this.store, this.clock, { email, password, credits: this.rules.initialCredits, actor: "signup" });
       return { ok: true, user };
@@ -133,17 +138,19 @@ export class SignIn {
   /** Creates the first admin with this start's setup token; the token works once. */
   async setUpFirstAdmin(token: string, email: string, password: string, address: string): Promise<SetupResult> {
     if (!(await this.setupOpen())) return { ok: false, reason: "closed", problem: "setup_closed", message: "Setup is already complete." };
-    // Guessing the token is throttled like sign-ups.
-    const key = `setup:${address}`;
-    if ((await this.signUpsPerAddress.retryAfterMs(key)) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };
+    // Guessing the token is throttled like sign-ups: only wrong tokens count, so an attempt is
+    // taken before the token is tried and given back unless the token was wrong.
+    const attempt = [[this.signUpsPerAddress, `setup:${address}`]] as const;
+    if ((await takeAttempt(attempt)) > 0) return { ok: false, reason: "throttled", problem: "setup_throttled", message: "Too many attempts. Try again later." };
     const weak = this.passwordProblem(password);
-    if (weak) return { ok: false, reason: "invalid", ...weak };
+    if (weak) {
+      await giveBackAttempt(attempt);
+      return { ok: false, reason: "invalid", ...weak };
+    }
     // Taken, not just checked, so that two concurrent attempts cannot both succeed.
     const taken = this.setup.take(token);
-    if (taken === null) {
-      await this.signUpsPerAddress.record(key);
-      return { ok: false, reason: "wrong_token", problem: "setup_wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
-    }
+    if (taken === null) return { ok: false, reason: "wrong_token", problem: "setup_wrong_token", message: "That setup token is not valid. Copy it from the server log of this start." };
+    await giveBackAttempt(attempt);
     try {
       const user = await addUser(this.store, this.clock, { email, password, role: "admin", credits: this.rules.initialCredits, actor: "setup" });
       return { ok: true, user };

@@ -1,8 +1,10 @@
 /**
  * Sign-in and redemption throttles shared through a real redis-server: counters (and SignIn
- * services) on separate connections with one key prefix play two instances. The in-memory
- * variant is covered with a fake clock in test/workbench/workbench.test.ts and
- * test/core/redemptionCodes.test.ts. Nothing asserts timing; waits are bounded polls.
+ * services) on separate connections with one key prefix play two instances. What both
+ * implementations share (taking attempts atomically, giving them back, concurrent guesses) is in
+ * attemptLimiter.test.ts; the in-memory variant is also covered with a fake clock in
+ * test/workbench/workbench.test.ts and test/core/redemptionCodes.test.ts. Nothing asserts
+ * timing; waits are bounded polls.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { redisAttemptCounters } from "../../src/core/redisAttemptLimiter";
@@ -32,35 +34,34 @@ function instances(commandTimeoutMs = 2_000) {
 }
 
 describe("RedisAttemptLimiter", () => {
-  test("attempts recorded by two instances add up; a reset in one clears it for both", async () => {
+  test("attempts taken by two instances add up; a reset in one clears it for both", async () => {
     const { one, two } = instances();
     const a = one("signin:account", 3, 60_000);
     const b = two("signin:account", 3, 60_000);
-    await a.record("ann@example.com");
-    await b.record("ann@example.com");
-    expect(await a.retryAfterMs("ann@example.com")).toBe(0); // 2 of 3
-    await a.record("ann@example.com");
-    const wait = await b.retryAfterMs("ann@example.com");
+    expect(await a.take("ann@example.com")).toBe(0);
+    expect(await b.take("ann@example.com")).toBe(0);
+    expect(await a.take("ann@example.com")).toBe(0); // 3 of 3
+    const wait = await b.take("ann@example.com");
     expect(wait).toBeGreaterThan(0);
     expect(wait).toBeLessThanOrEqual(60_000);
-    expect(await b.retryAfterMs("bob@example.com")).toBe(0); // per key
+    expect(await b.take("bob@example.com")).toBe(0); // per key
     await b.reset("ann@example.com");
-    expect(await a.retryAfterMs("ann@example.com")).toBe(0);
+    expect(await a.take("ann@example.com")).toBe(0);
   });
 
   test("the window ends on its own (PEXPIRE), and kinds of attempts do not share counters", async () => {
     const { one } = instances();
     const short = one("redeem:user", 1, 300);
-    await short.record("user:1");
-    expect(await short.retryAfterMs("user:1")).toBeGreaterThan(0);
-    expect(await one("redeem:address", 1, 300).retryAfterMs("user:1")).toBe(0);
-    await until(async () => (await short.retryAfterMs("user:1")) === 0, "the window to end");
+    expect(await short.take("user:1")).toBe(0);
+    expect(await short.take("user:1")).toBeGreaterThan(0);
+    expect(await one("redeem:address", 1, 300).take("user:1")).toBe(0);
+    await until(async () => (await short.take("user:1")) === 0, "the window to end");
   });
 
   test("keys are hashed: no email or address is stored in Redis", async () => {
     const { one, keyPrefix } = instances();
-    await one("signin:account", 5, 60_000).record("secret.person@example.com");
-    await one("signin:address", 5, 60_000).record("203.0.113.9");
+    await one("signin:account", 5, 60_000).take("secret.person@example.com");
+    await one("signin:address", 5, 60_000).take("203.0.113.9");
     const keys = (await redis.client().send("KEYS", [`${keyPrefix}*`])) as string[];
     expect(keys).toHaveLength(2);
     for (const k of keys) {
@@ -87,12 +88,12 @@ describe("RedisAttemptLimiter", () => {
 
   test("Redis frozen: the check fails with RedisUnavailable within its bound (503), never hangs; answered again once Redis is back", async () => {
     const { one } = instances(300);
-    const counter = one("signin:account", 3, 60_000);
-    await counter.record("ann@example.com"); // connected
+    const counter = one("signin:account", 1_000, 60_000); // room for takes that time out here and land later
+    await counter.take("ann@example.com"); // connected
     redis.pause();
     try {
       const started = Date.now();
-      const e = await counter.retryAfterMs("ann@example.com").catch((err: unknown) => err);
+      const e = await counter.take("ann@example.com").catch((err: unknown) => err);
       expect(e).toBeInstanceOf(RedisUnavailable);
       expect(Date.now() - started).toBeLessThan(5_000); // bounded (300 ms; generous for a loaded machine)
       const api = apiErrorOf(e);
@@ -101,6 +102,6 @@ describe("RedisAttemptLimiter", () => {
     } finally {
       redis.resume();
     }
-    await until(async () => (await counter.retryAfterMs("ann@example.com").catch(() => -1)) === 0, "answered again");
+    await until(async () => (await counter.take("ann@example.com").catch(() => -1)) === 0, "answered again");
   });
 });
