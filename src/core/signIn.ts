@@ -93,7 +93,10 @@ export class SignIn {
 
   async withPassword(emailInput: string, password: string, address: string): Promise<SignInResult> {
     const account = normalizeEmail(emailInput).toLowerCase();
-    // Every attempt counts, per account and per address; a success resets the account's count.
+    // Every attempt counts, per account and per address, taken before the password is checked; a
+    // success resets the account's count and gives the address its attempt back: the address's
+    // budget is for failures, else the users behind one proxy or NAT (one address to us) locked
+    // each other out by signing in.
     const wait = await takeAttempt([[this.perAccount, account], [this.perAddress, address]]);
     if (wait > 0) return { ok: false, reason: "throttled", retryAfterMs: wait };
     const user = account.length <= MAX_EMAIL_CHARS ? await this.store.users.byEmail(account) : null;
@@ -102,6 +105,7 @@ export class SignIn {
     if (!user || !valid) return { ok: false, reason: "invalid" };
     if (user.disabled) return { ok: false, reason: "disabled" };
     await this.perAccount.reset(account);
+    await giveBackAttempt([[this.perAddress, address]]);
     return { ok: true, user };
   }
 

@@ -189,7 +189,7 @@ describe("malformed cookies", () => {
 });
 
 describe("sign-in throttling", () => {
-  test("per address and per account, within a window; a success resets the account's count", async () => {
+  test("per address and per account, within a window; a success resets the account's count and spends nothing of the address's", async () => {
     const config = loadConfig({ env: {} });
     db = openDatabase(":memory:");
   store = createStore(db, latestVersion());
@@ -209,6 +209,11 @@ describe("sign-in throttling", () => {
     expect((await signIn.withPassword("known@example.com", "the right one", "10.0.0.2")).ok).toBe(true);
     now += 60_001;
     expect((await signIn.withPassword("known@example.com", "the right one", "10.0.0.1")).ok).toBe(true);
+
+    // Successes do not spend the address's budget: the users behind one proxy all sign in.
+    now += 60_001;
+    for (let i = 0; i < 10; i++) expect([i, (await signIn.withPassword("known@example.com", "the right one", "10.9.9.9")).ok]).toEqual([i, true]);
+    expect(await signIn.withPassword("a@example.com", "wrong", "10.9.9.9")).toEqual({ ok: false, reason: "invalid" });
 
     // Per account: from many addresses, an unknown and a known email are limited alike.
     for (const email of ["known@example.com", "ghost@example.com"]) {
