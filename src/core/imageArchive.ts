@@ -11,8 +11,12 @@
  * - repair (every sweep): a file no row references is deleted (after a grace, so a put in
  *   another process between its write and its row is not raced); a row whose file is missing
  *   is deleted (the file was lost outside us), so rows and files never disagree for long.
- * - Within this process, a content address is locked while it is written or deleted, so a put
- *   and a sweep of the same bytes (the same prompt twice) cannot interleave.
+ * - A content address is held (ImageRecords.withContent: in this process and, on a shared
+ *   database, against every instance) from a put's look for the file to its row, and from a
+ *   deletion's look for rows to its deleting the file. Without it a put that found the file
+ *   (so did not write it) could add its row just after another instance, seeing no row, deleted
+ *   the file: a row without its file, a paid image answering 404. Row deletions need no hold:
+ *   only deleting a file, or counting on one being there, does.
  */
 import type { Clock } from "./clock";
 import type { ImageMime } from "./engine";
@@ -59,22 +63,37 @@ export class ImageStorageUnavailable extends Error {
   override name = "ImageStorageUnavailable";
 }
 
+/** The rows of one content address, while it is held (ImageRecords.withContent). */
+export interface ContentRecords {
+  /** Adds a row of the held bytes (row.sha256 must be the held address). */
+  insert(row: ArchivedImage): Promise<void>;
+  /** Whether any row references the held bytes. */
+  referenced(): Promise<boolean>;
+  /** Deletes every row of the held bytes (their file is lost); returns how many. */
+  removeAll(): Promise<number>;
+}
+
 /** The rows (implemented in store/images.ts). */
 export interface ImageRecords {
-  insert(row: ArchivedImage): Promise<void>;
+  /**
+   * Runs fn holding the content address against every other holder of it: in this process and
+   * in every instance sharing the rows. What fn writes through `rows` is visible to the next
+   * holder. The archive looks for, writes and deletes a file only while holding its address.
+   */
+  withContent<T>(sha256: string, fn: (rows: ContentRecords) => Promise<T>): Promise<T>;
   get(id: string): Promise<ArchivedImage | null>;
   /** Expires (expires_at = now) the oldest unexpired images until the unexpired total is at most maxBytes; returns how many. */
   expireOverBudget(maxBytes: number, now: number): Promise<number>;
   /** Up to `limit` images expired at `now`, oldest first. */
   expired(now: number, limit: number): Promise<ArchivedImage[]>;
-  /** Deletes the rows in one transaction; returns the content addresses (sha256 and mime) no row references any more. */
+  /**
+   * Deletes the rows in one transaction; returns the content addresses (sha256 and mime) no row
+   * referenced when it committed (a put may add one before their files are deleted: look again
+   * while holding the address).
+   */
   remove(ids: string[]): Promise<{ sha256: string; mime: ImageMime }[]>;
-  /** Whether any row references these bytes. */
-  referenced(sha256: string): Promise<boolean>;
   /** The distinct contents, by sha256, after `after`, `limit` at a time. */
   contents(after: string, limit: number): Promise<{ sha256: string; mime: ImageMime }[]>;
-  /** Deletes every row of these bytes (their file is lost); returns how many. */
-  removeContent(sha256: string): Promise<number>;
 }
 
 /** What the image flow needs: keep one image. */
@@ -126,7 +145,6 @@ const BATCH = 500;
 const LISTED_KEYS_REMEMBERED = 200_000;
 
 export class ImageArchive implements ImageKeeper {
-  private readonly locks = new Map<string, Promise<unknown>>();
   private sweeping: Promise<SweepReport> | null = null;
 
   constructor(
@@ -138,7 +156,8 @@ export class ImageArchive implements ImageKeeper {
     const { records, blobs, clock, settings } = this.deps;
     const sha256 = sha256Hex(image.bytes);
     const key = blobKey(sha256, image.mime);
-    return this.locked(sha256, async () => {
+    const row = await records.withContent(sha256, async (rows) => {
+      // Held from here to the row: no instance deletes the file between this look and the row.
       if (!(await blobs.exists(key))) await blobs.write(key, image.bytes);
       const now = clock();
       const row: ArchivedImage = {
@@ -153,11 +172,12 @@ export class ImageArchive implements ImageKeeper {
         createdAt: now,
         expiresAt: settings.retentionDays > 0 ? now + settings.retentionDays * 86_400_000 : null,
       };
-      await records.insert(row);
-      // Over budget, the oldest expire at once (their links stop working); the sweep deletes them.
-      if (settings.maxBytes > 0) await records.expireOverBudget(settings.maxBytes, now);
+      await rows.insert(row);
       return row;
     });
+    // Over budget, the oldest expire at once (their links stop working); the sweep deletes them.
+    if (settings.maxBytes > 0) await records.expireOverBudget(settings.maxBytes, row.createdAt);
+    return row;
   }
 
   /** The image and its bytes, or null when it does not exist, has expired or its file is gone. */
@@ -215,15 +235,16 @@ export class ImageArchive implements ImageKeeper {
     }
 
     // Repair: rows whose file is gone (lost outside us): their links could only fail. A file
-    // the listing saw is there (only an unreferenced file is ever deleted by us); any other is
-    // checked under the lock, as a put may have written it since the listing.
+    // the listing saw is there (any instance deletes a file only while holding its address and
+    // seeing no row, and a row added after that wrote the file again); any other is checked
+    // while holding its address, as a put may have written it since the listing.
     let after = "";
     for (;;) {
       const page = await records.contents(after, BATCH);
       for (const c of page) {
         const key = blobKey(c.sha256, c.mime);
         if (listed.has(key)) continue;
-        const lost = await this.locked(c.sha256, async () => ((await blobs.exists(key)) ? 0 : records.removeContent(c.sha256)));
+        const lost = await records.withContent(c.sha256, async (rows) => ((await blobs.exists(key)) ? 0 : rows.removeAll()));
         report.orphanRows += lost;
       }
       if (page.length < BATCH) break;
@@ -234,23 +255,13 @@ export class ImageArchive implements ImageKeeper {
   }
 
   private removeIfUnreferenced(sha256: string, mime: ImageMime): Promise<boolean> {
-    return this.locked(sha256, async () => {
-      if (await this.deps.records.referenced(sha256)) return false;
+    // Held from the look for rows to the delete: a put elsewhere either added its row before
+    // (the file stays) or looks for the file after (and writes it again).
+    return this.deps.records.withContent(sha256, async (rows) => {
+      if (await rows.referenced()) return false;
       await this.deps.blobs.remove(blobKey(sha256, mime));
       return true;
     });
-  }
-
-  /** Runs fn with the content address locked against other puts and deletions in this process. */
-  private locked<T>(sha256: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(sha256) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => undefined);
-    this.locks.set(sha256, tail);
-    void tail.then(() => {
-      if (this.locks.get(sha256) === tail) this.locks.delete(sha256);
-    });
-    return next;
   }
 }
 

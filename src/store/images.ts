@@ -4,9 +4,10 @@
  */
 import { randomBytes } from "node:crypto";
 import type { SqlClient, SqlQueries } from "./sql";
-import type { ArchivedImage, ImageRecords as ImageRecordsPort } from "../core/imageArchive";
+import type { ArchivedImage, ContentRecords, ImageRecords as ImageRecordsPort } from "../core/imageArchive";
 import type { ImageMime } from "../core/engine";
 import type { GalleryImage, ImageListing, ImageUsage } from "../core/imageGallery";
+import { KeyedLock } from "../core/keyedLock";
 
 interface ImageRow {
   id: string;
@@ -36,15 +37,42 @@ function fromRow(r: ImageRow): ArchivedImage {
   };
 }
 
+/** PostgreSQL's advisory locks of image contents: the two-key form (a key space apart from the one-key locks), this class and 32 bits of the sha256. */
+const CONTENT_LOCK_CLASS = 0x61746963; // "atic"
+
+/** The second key: the sha256's first 32 bits as a signed int4. Two contents sharing it only wait for each other. */
+const contentLockKey = (sha256: string): number => Number.parseInt(sha256.slice(0, 8), 16) | 0;
+
 export class ImageRecords implements ImageRecordsPort, ImageListing {
+  /** This process's holders of a content address, in line. */
+  private readonly held = new KeyedLock();
+
   constructor(private readonly sql: SqlClient) {}
 
-  async insert(row: ArchivedImage): Promise<void> {
-    await this.sql.run(
-      `INSERT INTO images (id, request_id, user_id, mime, bytes, width, height, sha256, created_at, expires_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      [row.id, row.requestId, row.userId, row.mime, row.bytes, row.width, row.height, row.sha256, row.createdAt, row.expiresAt],
-    );
+  /**
+   * Holds the content address for fn. In this process, holders queue in memory: on PostgreSQL
+   * a second holder of one address then waits without a pooled connection. Then:
+   * - PostgreSQL (instances sharing the rows): a transaction takes pg_advisory_xact_lock on the
+   *   address, fn's statements run in it, and the lock goes with the commit, so the next holder
+   *   (on any instance) sees fn's rows. The transaction stays open over fn's file calls, a
+   *   connection held per address being written or deleted (bounded by the blob store's timeout).
+   * - SQLite: an embedded server is the only process on its database (the server lock), so the
+   *   queue is the whole hold. No transaction: the one connection would stop every other
+   *   statement of the process for the length of a file write.
+   */
+  withContent<T>(sha256: string, fn: (rows: ContentRecords) => Promise<T>): Promise<T> {
+    return this.held.run(sha256, () => {
+      if (this.sql.dialect !== "postgres") return fn(contentRecords(this.sql, sha256));
+      return this.sql.transaction(async (tx) => {
+        await tx.get(`SELECT pg_advisory_xact_lock(${CONTENT_LOCK_CLASS}, CAST(? AS INTEGER))`, [contentLockKey(sha256)]);
+        return fn(contentRecords(tx, sha256));
+      });
+    });
+  }
+
+  /** A row as it is, without holding its content (tests, imports); the archive adds rows through withContent. */
+  insert(row: ArchivedImage): Promise<void> {
+    return insertRow(this.sql, row);
   }
 
   async get(id: string): Promise<ArchivedImage | null> {
@@ -83,6 +111,7 @@ export class ImageRecords implements ImageRecordsPort, ImageListing {
     });
   }
 
+  /** Whether any row references these bytes (a passing answer: the archive asks through withContent). */
   referenced(sha256: string): Promise<boolean> {
     return referencedBy(this.sql, sha256);
   }
@@ -95,8 +124,9 @@ export class ImageRecords implements ImageRecordsPort, ImageListing {
     );
   }
 
-  async removeContent(sha256: string): Promise<number> {
-    return (await this.sql.run("DELETE FROM images WHERE sha256 = ?", [sha256])).changes;
+  /** Deletes every row of these bytes, without holding them (the archive does it through withContent). */
+  removeContent(sha256: string): Promise<number> {
+    return removeContentIn(this.sql, sha256);
   }
 
   async listForUser(userId: number, now: number, limit: number, offset: number): Promise<GalleryImage[]> {
@@ -136,8 +166,33 @@ export class ImageRecords implements ImageRecordsPort, ImageListing {
   }
 }
 
+async function insertRow(q: SqlQueries, row: ArchivedImage): Promise<void> {
+  await q.run(
+    `INSERT INTO images (id, request_id, user_id, mime, bytes, width, height, sha256, created_at, expires_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [row.id, row.requestId, row.userId, row.mime, row.bytes, row.width, row.height, row.sha256, row.createdAt, row.expiresAt],
+  );
+}
+
 async function referencedBy(q: SqlQueries, sha256: string): Promise<boolean> {
   return (await q.get<{ one: number }>("SELECT 1 AS one FROM images WHERE sha256 = ? LIMIT 1", [sha256])) !== null;
+}
+
+async function removeContentIn(q: SqlQueries, sha256: string): Promise<number> {
+  return (await q.run("DELETE FROM images WHERE sha256 = ?", [sha256])).changes;
+}
+
+/** The statements of one held content address, on the holder's connection (its transaction on PostgreSQL). */
+function contentRecords(q: SqlQueries, sha256: string): ContentRecords {
+  return {
+    insert: (row) => {
+      // A row of other bytes would be added without their hold.
+      if (row.sha256 !== sha256) throw new Error(`a row of ${row.sha256} added while holding ${sha256}`);
+      return insertRow(q, row);
+    },
+    referenced: () => referencedBy(q, sha256),
+    removeAll: () => removeContentIn(q, sha256),
+  };
 }
 
 type GalleryRow = ImageRow & { prompt: string | null; model: string | null };
