@@ -8,7 +8,7 @@
  * redisAttemptLimiter.test.ts.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "../../src/core/attemptLimiter";
+import { AttemptLimiter, memoryAttemptCounters, type AttemptCounter, type AttemptCounters } from "../../src/core/attemptLimiter";
 import { redisAttemptCounters } from "../../src/core/redisAttemptLimiter";
 import { SignIn } from "../../src/core/signIn";
 import { SetupToken } from "../../src/core/setupToken";
@@ -192,5 +192,24 @@ describe.each(kinds)("attempts counted %s", (_, instances) => {
     expect(await codes.redeem(other, good[5]!, "1.1.1.1")).toMatchObject({ ok: false, reason: "throttled" });
     expect(await codes.redeem(other, good[5]!, "2.2.2.2")).toMatchObject({ ok: true, credits: 1 });
     expect(await store.credits.balance(user)).toBe(5);
+  });
+});
+
+describe("the in-memory limiter's sweep of keys whose window has passed", () => {
+  // Work is counted, not timed: each key the limiter looks at reads the clock once.
+  test("many live keys (addresses are cheap to vary): each attempt does a bounded share of the sweeping", async () => {
+    let reads = 0;
+    let now = 1_000_000;
+    const limiter = new AttemptLimiter(5, WINDOW_MS, () => (reads++, now));
+    const takes = 12_000;
+    for (let i = 0; i < takes; i++) expect(await limiter.take(`2001:db8::${i.toString(16)}`)).toBe(0);
+    // Swept on every attempt past 10 000 keys, this was some 22 million reads.
+    expect(reads).toBeLessThan(10 * takes);
+    expect(limiter.size).toBe(takes);
+    // Keys whose window has passed are still swept away.
+    now += WINDOW_MS + 1;
+    for (let i = 0; i < 2 * takes; i++) await limiter.take(`2001:db8:1::${i.toString(16)}`);
+    expect(limiter.size).toBe(2 * takes);
+    expect(reads).toBeLessThan(10 * 3 * takes);
   });
 });
