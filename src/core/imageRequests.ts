@@ -19,6 +19,7 @@ import { assertDecodable, ImageInputError, sniffImageMime } from "./imageInput";
 import { readDimensions } from "./image/dimensions";
 import type { ImageRequestKind } from "./imageRequest";
 import type { ArchivedImage, ImageKeeper } from "./imageArchive";
+import { settleLostCharge } from "./lostCharges";
 
 export interface ImageRequest {
   requestId: string;
@@ -87,8 +88,7 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
     await checkInputs(engine, req);
-    // A lock held past busyWaitMs ends in DatabaseBusyError: nothing was charged.
-    await store.whenWritable(() => store.credits.chargeForImage(chargeOf(req), deps.clock()), { maxWaitMs: deps.busyWaitMs });
+    await chargeImage(deps, req);
   } catch (e) {
     permit.release();
     throw e;
@@ -97,6 +97,22 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   // whatever the client does. The graceful stop waits for it.
   const work = generateCharged(deps, req, engine, permit.waitedMs).finally(() => permit.release());
   return deps.background.track(work);
+}
+
+/**
+ * Charges the request (one transaction). A lock held past busyWaitMs ends in
+ * DatabaseBusyError: nothing was charged. A connection lost around the COMMIT leaves the
+ * outcome unknown: the error goes to the client (503, nothing changed) and the charge, if it
+ * landed, is refunded in the background (core/lostCharges).
+ */
+export async function chargeImage(deps: ImageFlowDeps, req: ImageRequest): Promise<void> {
+  const { store } = deps;
+  try {
+    await store.whenWritable(() => store.credits.chargeForImage(chargeOf(req), deps.clock()), { maxWaitMs: deps.busyWaitMs });
+  } catch (e) {
+    if (store.isConnectionLost(e)) settleLostCharge(deps, { requestId: req.requestId, userId: req.userId, ...(req.task ? { taskRetentionMs: req.task.retentionMs } : {}) });
+    throw e;
+  }
 }
 
 /** The charge of a request (with its task row and key claim, when it is a task). */

@@ -289,6 +289,11 @@ export interface CreditLedger {
   chargeForImage(charge: ImageCharge, now: number): Promise<number>;
   /** The refund happens at most once per request, whoever asks; true if this call made it. */
   refundOnce(requestId: string, outcome: FailedOutcome, now: number): Promise<boolean>;
+  /**
+   * refundOnce for a charge whose COMMIT may or may not have landed: waits for that charge to
+   * end if it is still in flight, then refunds it once if it committed; writes nothing if not.
+   */
+  refundLostCharge(charge: { requestId: string; userId: number }, outcome: FailedOutcome, now: number): Promise<boolean>;
 }
 
 export interface RequestLog {
@@ -311,6 +316,11 @@ export interface FlowStore {
    * until it lands).
    */
   whenWritable<T>(write: () => T | Promise<T>, opts: { maxWaitMs: number }): Promise<T>;
+  /**
+   * The connection to the database failed (PostgreSQL: unreachable, or dropped mid-statement):
+   * a transaction that met it may have committed or not, its answer lost.
+   */
+  isConnectionLost(e: unknown): boolean;
 }
 
 /** What accounts (users and API keys) need from storage. */

@@ -15,7 +15,7 @@
 import type { ImageEngine, ImageInput, ImageJob } from "./engine";
 import type { ImageTaskObject, TaskEventSink } from "./tasks";
 import { resultFromStorage, type ImageResultBody } from "./imageResult";
-import { chargeOf, checkInputs, generateCharged, recordFailure, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
+import { chargeImage, checkInputs, generateCharged, recordFailure, TaskCanceled, type ImageFlowDeps, type ImageRequest } from "./imageRequests";
 import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
@@ -146,7 +146,7 @@ export class TaskRunner {
       queueLimits: { queueSize: deps.limits.queueSize, perUserQueueSize: deps.limits.perUserQueueSize },
     };
     const charged: ImageRequest = { ...req, task: { row, idempotency: sub.idempotency, retentionMs: deps.retentionMs } };
-    await deps.store.whenWritable(() => deps.store.credits.chargeForImage(chargeOf(charged), deps.clock()), { maxWaitMs: deps.busyWaitMs });
+    await chargeImage(deps, charged);
     // The answer shows the task as the runner left it: started at once when there is room.
     await this.kick();
     return (await deps.store.tasks.get(req.requestId))!;

@@ -62,6 +62,32 @@ async function claimIdempotencyKey(tx: SqlQueries, c: ImageCharge, now: number):
   if (claimed.changes !== 1) throw new IdempotencyKeyTaken(`the Idempotency-Key is held by another request`);
 }
 
+/**
+ * The refund of a pending request, inside the caller's transaction: the status transition
+ * (conditional on 'pending') guards it, so it happens at most once whoever asks. True when
+ * this call refunded.
+ */
+async function refundPending(tx: SqlQueries, requestId: string, failure: FailedOutcome, now: number): Promise<boolean> {
+  const req = await tx.get<{ user_id: number; credits_charged: number }>(
+    `UPDATE requests SET status = ?, error_code = ?, error_message = ?, error_detail = ?, queue_ms = COALESCE(?, queue_ms),
+            generation_ms = COALESCE(?, generation_ms), credits_refunded = credits_charged, finished_at = ?
+      WHERE id = ? AND status = 'pending' RETURNING user_id, credits_charged`,
+    [failure.status, failure.errorCode, failure.errorMessage, failure.errorDetail ?? null, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId],
+  );
+  if (!req) return false;
+  if (failure.task) {
+    await tx.run(`UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
+      failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, failure.task.expiresAt, requestId,
+    ]);
+  }
+  await tx.run("DELETE FROM task_inputs WHERE task_id = ?", [requestId]);
+  if (req.credits_charged > 0) {
+    await tx.run("UPDATE users SET credits = credits + ? WHERE id = ?", [req.credits_charged, req.user_id]);
+    await tx.run("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'refund', ?, ?, ?)", [req.user_id, req.credits_charged, requestId, now]);
+  }
+  return true;
+}
+
 /** The history's endpoint column keeps the route each kind of image request came in on. */
 const ENDPOINT_OF_KIND: Record<ImageCharge["kind"], string> = { generate: "/v1/images/generations", edit: "/v1/images/edits" };
 
@@ -196,25 +222,21 @@ export class CreditStore implements CreditLedger {
    * Returns true when this call refunded.
    */
   async refundOnce(requestId: string, failure: FailedOutcome, now: number): Promise<boolean> {
+    return this.sql.transaction((tx) => refundPending(tx, requestId, failure, now));
+  }
+
+  /**
+   * refundOnce for a charge whose COMMIT may or may not have landed (its connection broke
+   * around it): refunded once if it committed, nothing written if it did not. The user's row is
+   * locked first: on PostgreSQL a charge still in flight (its COMMIT not yet processed) holds
+   * that lock from its balance update until it ends, so this waits for it, and the request row
+   * the refund then reads is the charge's final word. Without the wait, a COMMIT that reached
+   * the server after this looked would leave the charge standing, with nobody left to refund it.
+   */
+  async refundLostCharge(charge: { requestId: string; userId: number }, failure: FailedOutcome, now: number): Promise<boolean> {
     return this.sql.transaction(async (tx) => {
-      const req = await tx.get<{ user_id: number; credits_charged: number }>(
-        `UPDATE requests SET status = ?, error_code = ?, error_message = ?, error_detail = ?, queue_ms = COALESCE(?, queue_ms),
-                generation_ms = COALESCE(?, generation_ms), credits_refunded = credits_charged, finished_at = ?
-          WHERE id = ? AND status = 'pending' RETURNING user_id, credits_charged`,
-        [failure.status, failure.errorCode, failure.errorMessage, failure.errorDetail ?? null, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId],
-      );
-      if (!req) return false;
-      if (failure.task) {
-        await tx.run(`UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
-          failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, failure.task.expiresAt, requestId,
-        ]);
-      }
-      await tx.run("DELETE FROM task_inputs WHERE task_id = ?", [requestId]);
-      if (req.credits_charged > 0) {
-        await tx.run("UPDATE users SET credits = credits + ? WHERE id = ?", [req.credits_charged, req.user_id]);
-        await tx.run("INSERT INTO ledger (user_id, kind, amount, request_id, created_at) VALUES (?, 'refund', ?, ?, ?)", [req.user_id, req.credits_charged, requestId, now]);
-      }
-      return true;
+      await tx.get(`SELECT id FROM users WHERE id = ?${forUpdate(tx)}`, [charge.userId]);
+      return refundPending(tx, charge.requestId, failure, now);
     });
   }
 

@@ -14,7 +14,7 @@ import { UsageStore } from "./usage";
 import { retryWhileBusy } from "./busy";
 import { Revisions } from "./revisions";
 import type { AccountStore, FlowStore } from "../core/store";
-import { SqliteClient, type SqlClient } from "./sql";
+import { isDatabaseUnreachable, SqliteClient, type SqlClient } from "./sql";
 import { InstanceStore } from "./instances";
 import { newInstanceId } from "./instanceId";
 import { checkpointInBackground, type BackgroundCheckpoints } from "./walCheckpoints";
@@ -87,6 +87,7 @@ export function createStore(backend: Db | SqlClient, latest: number, opts: { ins
     secrets: new ServerSecretStore(sql),
     usage: new UsageStore(sql, () => requests.flushChats()),
     whenWritable: (write, opts) => retryWhileBusy(write, opts),
+    isConnectionLost: isDatabaseUnreachable,
     async ready() {
       try {
         const row = await sql.get<{ v: number | null }>("SELECT MAX(version) AS v FROM schema_migrations");

@@ -100,6 +100,19 @@ for (const engine of bothEngines()) {
       expect(await ledgerRows(`race-${engine.name}`)).toEqual([{ kind: "charge", amount: -1 }, { kind: "refund", amount: 1 }]);
     });
 
+    test("a charge whose COMMIT may have been lost is settled: refunded once if it landed, nothing written if not", async () => {
+      const u = await user(3);
+      const LOST: FailedOutcome = { status: "failed", errorCode: "database_unavailable", errorMessage: "the charge was undone" };
+      await a.credits.chargeForImage(charge(`lost-${engine.name}`, u), 4_500);
+      const settles = await Promise.all([a, b, a].map((s) => writable(() => s.credits.refundLostCharge({ requestId: `lost-${engine.name}`, userId: u }, LOST, 4_501))));
+      expect(settles.filter(Boolean)).toHaveLength(1);
+      expect(await b.credits.refundLostCharge({ requestId: `never-${engine.name}`, userId: u }, LOST, 4_502)).toBe(false);
+      expect(await a.requests.get(`never-${engine.name}`)).toBeNull();
+      expect(await a.requests.get(`lost-${engine.name}`)).toMatchObject({ status: "failed", error_code: "database_unavailable", credits_refunded: 1 });
+      expect(await a.credits.balance(u)).toBe(3);
+      expect(await a.credits.ledgerSum(u)).toBe(3);
+    });
+
     test("async tasks: the charge writes the task, its inputs and the key claim; the queue reads, starts once and expires", async () => {
       const u = await user(5);
       const inputs = [{ role: "image" as const, param: "image", mime: "image/png" as const, width: 1, height: 1, bytes: new Uint8Array([137, 80, 78, 71, 0, 255]) }];
