@@ -8,7 +8,7 @@
  * Failures are thrown as they are (GateRejected, InsufficientCreditsError, ImageInputError,
  * EngineError…); http/errorMapping turns them into answers and history rows.
  */
-import { assertCanPay, type IdempotencyClaim, type ImageCharge, type NewTask } from "./store";
+import { assertCanPay, type IdempotencyClaim, type ImageCharge, type NewTask, type WriteAttempt } from "./store";
 import { resultForStorage } from "./imageResult";
 import { NoEngineError, type FlowDeps } from "./requestFlow";
 import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
@@ -206,7 +206,8 @@ async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: Im
   const t = outcome.image.trace;
   const task = req.task ? { result: resultForStorage(req.requestId, outcome, req.job, deps.clock()), expiresAt: deps.clock() + req.task.retentionMs } : undefined;
   const details = { queueMs: Math.round(outcome.queueMs), generationMs: outcome.generationMs, upstreamId: t?.upstreamId, accountId: t?.accountId, attempts: t?.attempts, upstreamLatencyMs: t?.upstreamLatencyMs, task };
-  const recorded = deps.background.track(deps.store.whenWritable(() => deps.store.requests.markSucceeded(req.requestId, details, deps.clock()), { maxWaitMs: Infinity }));
+  // A run after a lost connection that finds the row already succeeded is this one's (markSucceeded).
+  const recorded = deps.background.track(deps.store.whenWritable((attempt) => deps.store.requests.markSucceeded(req.requestId, details, deps.clock(), attempt), { maxWaitMs: Infinity }));
   const ok = await landsWithin(recorded, deps.busyWaitMs);
   if (ok === false) throw new Error(`request ${req.requestId} was no longer pending when it succeeded`);
   if (ok === "later") {
@@ -222,19 +223,22 @@ async function recordSuccess(deps: ImageFlowDeps, req: ImageRequest, outcome: Im
 export async function recordFailure(deps: ImageFlowDeps, req: ImageRequest, e: unknown, queueMs: number, generationMs: number | null): Promise<void> {
   const { store, logger } = deps;
   const failure = deps.describeFailure(e);
-  const refund = async () => {
+  // One time for every run: a run after a lost connection recognises its own refund by it (refundOnce).
+  const now = deps.clock();
+  const refund = async (attempt: WriteAttempt) => {
     if (e instanceof EngineError && e.trace) await store.requests.recordTrace(req.requestId, e.trace);
     const task = req.task
       ? {
           status: e instanceof TaskCanceled ? ("canceled" as const) : ("failed" as const),
           error: { message: failure.message, type: failure.type ?? "server_error", param: failure.param ?? null, code: failure.code },
-          expiresAt: deps.clock() + req.task.retentionMs,
+          expiresAt: now + req.task.retentionMs,
         }
       : undefined;
     return store.credits.refundOnce(
       req.requestId,
       { status: "failed", errorCode: failure.code, errorMessage: failure.message, errorDetail: failure.detail ?? null, queueMs: Math.round(queueMs), generationMs, task },
-      deps.clock(),
+      now,
+      attempt,
     );
   };
   const recorded: Promise<boolean> = deps.background.track(deps.store.whenWritable(refund, { maxWaitMs: Infinity }));

@@ -32,21 +32,17 @@ export interface LostCharge {
 /** Starts settling the charge in the background (tracked: a graceful stop waits for it); never rejects. */
 export function settleLostCharge(deps: Pick<ImageFlowDeps, "store" | "background" | "logger" | "clock">, charge: LostCharge): void {
   const { store, logger } = deps;
-  const outcome = (now: number): FailedOutcome => ({
+  const outcome = (at: number): FailedOutcome => ({
     status: "failed",
     errorCode: "database_unavailable",
     errorMessage: LOST_CHARGE_MESSAGE,
     ...(charge.taskRetentionMs !== undefined
-      ? { task: { status: "failed", error: { message: LOST_CHARGE_MESSAGE, type: "server_error", param: null, code: "database_unavailable" }, expiresAt: now + charge.taskRetentionMs } }
+      ? { task: { status: "failed", error: { message: LOST_CHARGE_MESSAGE, type: "server_error", param: null, code: "database_unavailable" }, expiresAt: at + charge.taskRetentionMs } }
       : {}),
   });
-  const settled = store.whenWritable(
-    () => {
-      const now = deps.clock();
-      return store.credits.refundLostCharge(charge, outcome(now), now);
-    },
-    { maxWaitMs: Infinity },
-  );
+  // One time for every run: a run after a lost connection recognises its own refund by it.
+  const now = deps.clock();
+  const settled = store.whenWritable((attempt) => store.credits.refundLostCharge(charge, outcome(now), now, attempt), { maxWaitMs: Infinity });
   deps.background.track(settled).then(
     (refunded) => logger.log(refunded ? "warn" : "info", "settled a charge whose commit was lost", { request_id: charge.requestId, user_id: charge.userId, refunded }),
     // Not a connection loss (those are retried): the row, if any, stays pending, refunded as

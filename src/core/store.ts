@@ -287,21 +287,39 @@ export interface CreditLedger {
   balance(userId: number): Promise<number | null>;
   /** −price credits, a charge row and a pending request, all or nothing; InsufficientCreditsError below the price. Returns the balance after. */
   chargeForImage(charge: ImageCharge, now: number): Promise<number>;
-  /** The refund happens at most once per request, whoever asks; true if this call made it. */
-  refundOnce(requestId: string, outcome: FailedOutcome, now: number): Promise<boolean>;
+  /**
+   * The refund happens at most once per request, whoever asks; true if this call made it. A run
+   * after one that may have landed (`retry`, from whenWritable) with the same `now` also counts
+   * the row already ended exactly as it would end it (status, error code, finished_at) as its own.
+   */
+  refundOnce(requestId: string, outcome: FailedOutcome, now: number, retry?: WriteAttempt): Promise<boolean>;
   /**
    * refundOnce for a charge whose COMMIT may or may not have landed: waits for that charge to
    * end if it is still in flight, then refunds it once if it committed; writes nothing if not.
    */
-  refundLostCharge(charge: { requestId: string; userId: number }, outcome: FailedOutcome, now: number): Promise<boolean>;
+  refundLostCharge(charge: { requestId: string; userId: number }, outcome: FailedOutcome, now: number, retry?: WriteAttempt): Promise<boolean>;
 }
 
 export interface RequestLog {
-  /** pending → succeeded (with a task's result, kept until expiresAt); false when the request was no longer pending. */
-  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): Promise<boolean>;
+  /**
+   * pending → succeeded (with a task's result, kept until expiresAt); false when the request was
+   * no longer pending. A run after one that may have landed (`retry`, from whenWritable) finding
+   * it already succeeded is true: only its own flow marks a request succeeded.
+   */
+  markSucceeded(id: string, outcome: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number, retry?: WriteAttempt): Promise<boolean>;
   recordTrace(id: string, trace: TraceFields): Promise<void>;
   /** Queues the row (written with the next batch): the answer never waits for it. */
   recordChat(record: ChatRecord, now: number): void;
+}
+
+/**
+ * What whenWritable tells each run of a write. A conditional update ("… WHERE status =
+ * 'pending'") run again after its COMMIT's answer was lost finds its own change made and
+ * changes nothing: told so, it re-reads the row rather than report that someone else ended it.
+ */
+export interface WriteAttempt {
+  /** An earlier run lost its connection (PostgreSQL) and may have committed. */
+  mayHaveLanded: boolean;
 }
 
 /** What the image and chat flows need from storage. */
@@ -315,7 +333,7 @@ export interface FlowStore {
    * serialization failure or deadlock); DatabaseBusyError after maxWaitMs (Infinity retries
    * until it lands).
    */
-  whenWritable<T>(write: () => T | Promise<T>, opts: { maxWaitMs: number }): Promise<T>;
+  whenWritable<T>(write: (attempt: WriteAttempt) => T | Promise<T>, opts: { maxWaitMs: number }): Promise<T>;
   /**
    * The connection to the database failed (PostgreSQL: unreachable, or dropped mid-statement):
    * a transaction that met it may have committed or not, its answer lost.

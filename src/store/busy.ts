@@ -6,7 +6,7 @@
  * asynchronously, with backoff, while every other request goes on.
  */
 
-import { DatabaseBusyError } from "../core/store";
+import { DatabaseBusyError, type WriteAttempt } from "../core/store";
 import { isDatabaseUnreachable, isPostgresConflict } from "./sql";
 
 /** busy_timeout of the server's connection while it serves (the CLI keeps SQLite's waiting). */
@@ -38,20 +38,23 @@ export interface BusyRetryOptions {
  * (isWriteConflict). Any other error is thrown at once. Backoff doubles from 2 ms to 250 ms, with jitter so that
  * waiting requests do not retry in lockstep.
  */
-export async function retryWhileBusy<T>(write: () => T | Promise<T>, opts: BusyRetryOptions): Promise<T> {
+export async function retryWhileBusy<T>(write: (attempt: WriteAttempt) => T | Promise<T>, opts: BusyRetryOptions): Promise<T> {
   const sleep = opts.sleep ?? ((ms: number) => Bun.sleep(ms));
   const now = opts.now ?? (() => performance.now());
   const started = now();
   let delay = 2;
+  // Once a run lost its connection, every later run is told: that one may have committed.
+  const attempt: WriteAttempt = { mayHaveLanded: false };
   for (;;) {
     try {
-      return await write();
+      return await write(attempt);
     } catch (e) {
       // The database unreachable: a request's own write (bounded wait) fails at once, so the
       // client gets its 503 now rather than after the wait; the record of finished work
       // (unbounded) keeps retrying, so a success or a refund lands once the database is back.
       const unreachable = isDatabaseUnreachable(e);
       if (unreachable ? opts.maxWaitMs !== Infinity : !isWriteConflict(e)) throw e;
+      if (unreachable) attempt.mayHaveLanded = true;
       const waited = now() - started;
       if (waited >= opts.maxWaitMs) throw new DatabaseBusyError(waited);
       await sleep(Math.min(delay * (0.5 + Math.random()), Math.max(1, opts.maxWaitMs - waited)));

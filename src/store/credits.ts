@@ -21,6 +21,7 @@ import {
   type FailedOutcome,
   type ImageCharge,
   type LedgerRow,
+  type WriteAttempt,
 } from "../core/store";
 
 export { InsufficientCreditsError } from "../core/store";
@@ -65,16 +66,23 @@ async function claimIdempotencyKey(tx: SqlQueries, c: ImageCharge, now: number):
 /**
  * The refund of a pending request, inside the caller's transaction: the status transition
  * (conditional on 'pending') guards it, so it happens at most once whoever asks. True when
- * this call refunded.
+ * this call refunded, also when a retry (`retry.mayHaveLanded`, the same `now`) finds the row
+ * ended exactly as this call ends it: its earlier run committed, its answer lost. (Another
+ * refund with the same status and error code in the same millisecond would be taken for it:
+ * only the answer could be wrong then, never the credits.)
  */
-async function refundPending(tx: SqlQueries, requestId: string, failure: FailedOutcome, now: number): Promise<boolean> {
+async function refundPending(tx: SqlQueries, requestId: string, failure: FailedOutcome, now: number, retry?: WriteAttempt): Promise<boolean> {
   const req = await tx.get<{ user_id: number; credits_charged: number }>(
     `UPDATE requests SET status = ?, error_code = ?, error_message = ?, error_detail = ?, queue_ms = COALESCE(?, queue_ms),
             generation_ms = COALESCE(?, generation_ms), credits_refunded = credits_charged, finished_at = ?
       WHERE id = ? AND status = 'pending' RETURNING user_id, credits_charged`,
     [failure.status, failure.errorCode, failure.errorMessage, failure.errorDetail ?? null, failure.queueMs ?? null, failure.generationMs ?? null, now, requestId],
   );
-  if (!req) return false;
+  if (!req) {
+    if (!retry?.mayHaveLanded) return false;
+    const ended = await tx.get<{ status: string; error_code: string | null; finished_at: number | null }>("SELECT status, error_code, finished_at FROM requests WHERE id = ?", [requestId]);
+    return ended?.status === failure.status && ended.error_code === failure.errorCode && ended.finished_at === now;
+  }
   if (failure.task) {
     await tx.run(`UPDATE tasks SET status = ?, error = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
       failure.task.status, JSON.stringify(failure.task.error), now, failure.task.expiresAt, failure.task.expiresAt, requestId,
@@ -221,8 +229,8 @@ export class CreditStore implements CreditLedger {
    * call (or a racing recovery, on this instance or another) changes nothing.
    * Returns true when this call refunded.
    */
-  async refundOnce(requestId: string, failure: FailedOutcome, now: number): Promise<boolean> {
-    return this.sql.transaction((tx) => refundPending(tx, requestId, failure, now));
+  async refundOnce(requestId: string, failure: FailedOutcome, now: number, retry?: WriteAttempt): Promise<boolean> {
+    return this.sql.transaction((tx) => refundPending(tx, requestId, failure, now, retry));
   }
 
   /**
@@ -233,10 +241,10 @@ export class CreditStore implements CreditLedger {
    * the refund then reads is the charge's final word. Without the wait, a COMMIT that reached
    * the server after this looked would leave the charge standing, with nobody left to refund it.
    */
-  async refundLostCharge(charge: { requestId: string; userId: number }, failure: FailedOutcome, now: number): Promise<boolean> {
+  async refundLostCharge(charge: { requestId: string; userId: number }, failure: FailedOutcome, now: number, retry?: WriteAttempt): Promise<boolean> {
     return this.sql.transaction(async (tx) => {
       await tx.get(`SELECT id FROM users WHERE id = ?${forUpdate(tx)}`, [charge.userId]);
-      return refundPending(tx, charge.requestId, failure, now);
+      return refundPending(tx, charge.requestId, failure, now, retry);
     });
   }
 

@@ -1,5 +1,5 @@
 import { isDatabaseUnreachable, type SqlClient, type SqlValue } from "./sql";
-import type { ChatRecord, RequestLog, TraceFields } from "../core/store";
+import type { ChatRecord, RequestLog, TraceFields, WriteAttempt } from "../core/store";
 import { BatchWriter } from "../core/batchWriter";
 import { isWriteConflict } from "./busy";
 import { DAY_MS } from "../core/utcDays";
@@ -115,8 +115,12 @@ export class RequestStore implements RequestLog {
     return this.sql.get<RequestRow>("SELECT * FROM requests WHERE id = ?", [id]);
   }
 
-  /** A charged image request that succeeded: the charge stands. */
-  async markSucceeded(id: string, t: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number): Promise<boolean> {
+  /**
+   * A charged image request that succeeded: the charge stands. False when it was no longer
+   * pending; a retry (`retry.mayHaveLanded`) that finds it succeeded is true: its earlier run
+   * committed (only the request's own flow marks it succeeded), its answer lost.
+   */
+  async markSucceeded(id: string, t: { queueMs: number; generationMs: number; task?: { result: string; expiresAt: number } } & TraceFields, now: number, retry?: WriteAttempt): Promise<boolean> {
     return this.sql.transaction(async (tx) => {
       // Conditional on 'pending': a racing refund (or another instance's recovery) wins or loses as a whole.
       const changed =
@@ -127,7 +131,7 @@ export class RequestStore implements RequestLog {
             [t.queueMs, t.generationMs, t.upstreamId ?? null, t.accountId ?? null, t.attempts ?? null, t.upstreamLatencyMs ?? null, now, id],
           )
         ).changes === 1;
-      if (!changed) return false;
+      if (!changed) return retry?.mayHaveLanded === true && (await tx.get<{ status: string }>("SELECT status FROM requests WHERE id = ?", [id]))?.status === "succeeded";
       if (t.task) {
         await tx.run(`UPDATE tasks SET status = 'succeeded', result = ?, finished_at = ?, expires_at = ${TASK_EXPIRES_AT_SQL} WHERE id = ? AND status IN ('queued', 'running')`, [
           t.task.result, now, t.task.expiresAt, t.task.expiresAt, id,

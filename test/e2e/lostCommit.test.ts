@@ -4,7 +4,9 @@
  * PostgreSQL sits behind a proxy (test/support/lostCommit.ts) that loses one chosen COMMIT:
  * - the charge's: the client is told 503 "nothing was changed", so whatever committed is
  *   undone (refunded once) in the background, and a client that retries pays once;
- * (the cases of later fixes are added below).
+ * - the success's or the refund's: whenWritable runs it again, which finds the row already
+ *   ended by its own earlier run: the image is delivered (charged once), the refund reported
+ *   as made (once).
  * These run on PostgreSQL on both passes: SQLite has no connection to lose.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -12,6 +14,8 @@ import { startPostgres, type TestPostgres } from "../support/postgresServer";
 import { startLostCommitProxy, type LostCommitMode, type LostCommitProxy } from "../support/lostCommit";
 import { startTestServer, type TestServer } from "../support/server";
 import { until } from "../support/until";
+import { ControlledEngine } from "../support/images";
+import { UpstreamFailed } from "../../src/core/engine";
 
 let pg: TestPostgres;
 let proxy: LostCommitProxy;
@@ -115,4 +119,76 @@ test("an async task's charge COMMIT is lost (committed, its answer lost): 503, a
     expect(await server.balance(userId)).toBe(4);
   }
   expect(await ledgerSum(userId)).toBe(await server.balance(userId));
+});
+
+test("the success's COMMIT is lost (committed, its answer lost): the retried record finds it done, and the client gets its image, charged once", async () => {
+  // A server of its own: the statement's text (the marker) goes over a connection only the
+  // first time that connection prepares it, so no success may have been recorded before.
+  const own = await startTestServer({
+    config: (c) => {
+      c.database.url = proxy.urlFor(pg.url);
+      c.server.log_requests = false;
+    },
+  });
+  try {
+    const { userId, key } = await own.userWithKey({ credits: 5 });
+    const lostBefore = proxy.lost;
+    proxy.arm("UPDATE requests SET status = 'succeeded'", "reply");
+    const res = await fetch(`${own.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-image", prompt: "a lighthouse (lost commit: success)", size: "64x64" }),
+    });
+    expect(proxy.lost).toBe(lostBefore + 1);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { data: { b64_json?: string }[] }).data[0]?.b64_json).toBeString();
+    await own.services.background.idle();
+    const id = res.headers.get("x-request-id")!;
+    expect(await pg.client().get<Row>("SELECT status, error_code, credits_charged, credits_refunded FROM requests WHERE id = ?", [id])).toEqual({
+      status: "succeeded", error_code: null, credits_charged: 1, credits_refunded: 0,
+    });
+    expect(await own.balance(userId)).toBe(4);
+    expect(await ledgerSum(userId)).toBe(4);
+  } finally {
+    await own.close();
+  }
+});
+
+test("a refund's COMMIT is lost (committed, its answer lost): the retried refund finds it done and reports it refunded, once", async () => {
+  // A server of its own, for the same reason as above (the marker is the refund's statement text).
+  const failing = new ControlledEngine();
+  failing.behave = async () => {
+    throw new UpstreamFailed("the upstream failed");
+  };
+  const own = await startTestServer({
+    config: (c) => {
+      c.database.url = proxy.urlFor(pg.url);
+      c.server.log_requests = false;
+    },
+    customize: (s) => s.engines.registerBuiltinImage(failing),
+  });
+  try {
+    const { userId, key } = await own.userWithKey({ credits: 5 });
+    const lostBefore = proxy.lost;
+    proxy.arm("credits_refunded = credits_charged", "reply");
+    const res = await fetch(`${own.url}/v1/images/generations`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "builtin-image", prompt: "a lighthouse (lost commit: refund)", size: "64x64" }),
+    });
+    expect(res.status).toBe(502);
+    await own.services.background.idle();
+    expect(proxy.lost).toBe(lostBefore + 1);
+    const id = res.headers.get("x-request-id")!;
+    const line = own.logs.map((l) => JSON.parse(l) as { msg: string; request_id?: string; refunded?: boolean }).find((l) => l.msg === "image request failed" && l.request_id === id);
+    expect(line?.refunded).toBe(true);
+    expect(await pg.client().all<{ kind: string; amount: number }>("SELECT kind, amount FROM ledger WHERE request_id = ? ORDER BY id", [id])).toEqual([
+      { kind: "charge", amount: -1 },
+      { kind: "refund", amount: 1 },
+    ]);
+    expect(await own.balance(userId)).toBe(5);
+    expect(await ledgerSum(userId)).toBe(5);
+  } finally {
+    await own.close();
+  }
 });

@@ -113,6 +113,28 @@ for (const engine of bothEngines()) {
       expect(await a.credits.ledgerSum(u)).toBe(3);
     });
 
+    test("a success or refund run again after its connection was lost finds its own change and says so; a plain second call, or another outcome, still does not", async () => {
+      const u = await user(4);
+      const [ok, bad, swept] = ["ok", "bad", "swept"].map((n) => `again-${n}-${engine.name}`) as [string, string, string];
+      for (const id of [ok, bad, swept]) await a.credits.chargeForImage(charge(id, u), 4_600);
+      const lost = { mayHaveLanded: true };
+      // The first run committed (its answer lost); whenWritable runs it again, saying so.
+      expect(await a.requests.markSucceeded(ok, { queueMs: 1, generationMs: 2 }, 4_601)).toBe(true);
+      expect(await a.requests.markSucceeded(ok, { queueMs: 1, generationMs: 2 }, 4_602, lost)).toBe(true);
+      expect(await a.requests.markSucceeded(ok, { queueMs: 1, generationMs: 2 }, 4_602)).toBe(false);
+      expect(await b.credits.refundOnce(bad, FAILED, 4_603)).toBe(true);
+      expect(await b.credits.refundOnce(bad, FAILED, 4_603, lost)).toBe(true);
+      expect(await b.credits.refundOnce(bad, FAILED, 4_603)).toBe(false);
+      // Ended by someone else (a sweep's interrupted refund): the retry did not do it.
+      expect(await b.credits.refundInterrupted(swept, "the instance running the request stopped", 4_604)).toBe(true);
+      expect(await a.requests.markSucceeded(swept, { queueMs: 1, generationMs: 2 }, 4_605, lost)).toBe(false);
+      expect(await a.credits.refundOnce(swept, FAILED, 4_605, lost)).toBe(false);
+      expect(await a.credits.refundOnce(ok, FAILED, 4_605, lost)).toBe(false);
+      expect(await a.credits.balance(u)).toBe(3);
+      expect(await a.credits.ledgerSum(u)).toBe(3);
+      expect(await ledgerRows(bad)).toEqual([{ kind: "charge", amount: -1 }, { kind: "refund", amount: 1 }]);
+    });
+
     test("async tasks: the charge writes the task, its inputs and the key claim; the queue reads, starts once and expires", async () => {
       const u = await user(5);
       const inputs = [{ role: "image" as const, param: "image", mime: "image/png" as const, width: 1, height: 1, bytes: new Uint8Array([137, 80, 78, 71, 0, 255]) }];
@@ -238,3 +260,21 @@ for (const engine of bothEngines()) {
     });
   });
 }
+
+test("whenWritable tells each run whether an earlier one lost its connection (and may have committed)", async () => {
+  const seen: boolean[] = [];
+  const lostConnection = Object.assign(new Error("Connection closed"), { code: "ERR_POSTGRES_CONNECTION_CLOSED" });
+  const conflict = Object.assign(new Error("could not serialize access"), { errno: "40001" });
+  const errors = [conflict, lostConnection, conflict];
+  const result = await retryWhileBusy(
+    (attempt) => {
+      seen.push(attempt.mayHaveLanded);
+      const e = errors.shift();
+      if (e) throw e;
+      return "landed";
+    },
+    { maxWaitMs: Infinity, sleep: async () => {} },
+  );
+  expect(result).toBe("landed");
+  expect(seen).toEqual([false, false, true, true]);
+});
