@@ -185,7 +185,6 @@ export async function startServer(config: Config, logger: Logger, options: Start
       stopping ??= (async () => {
         logger.info("shutting down", { inflight: inFlight.count });
         services.tasks.stop();
-        const livenessStopped = services.liveness.stop();
         services.metrics.stop();
         const sweepStopped = services.imageSweeper.stop();
         const graceful = server.stop(false);
@@ -194,6 +193,12 @@ export async function startServer(config: Config, logger: Logger, options: Start
         const answered = inFlight.count === 0 ? undefined : new Promise<void>((resolve) => (allAnswered = resolve));
         await Promise.race([Promise.all([graceful, answered, services.background.idle(), services.taskEvents.stop(), sweepStopped]), deadline]);
         clearTimeout(graceTimer);
+        // The heartbeat goes on until the drain is over (or the grace has run out): an instance
+        // that stopped beating first would see its lease run out mid-drain, and another instance
+        // would refund, as interrupted, the requests and tasks it is still finishing (their
+        // images then made for nothing, their clients answered 500). What the grace cut off is
+        // refunded that way once this instance has stopped.
+        const livenessStopped = services.liveness.stop();
         await server.stop(true);
         await livenessStopped;
         await services.upstreams.close();

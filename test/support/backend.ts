@@ -23,6 +23,14 @@ export function embeddedOnly(reason: string) {
   };
 }
 
+/** `scaledOnly("instances sharing one database").test(name, fn)`: skipped on the embedded pass, with why. */
+export function scaledOnly(reason: string) {
+  return {
+    test: (name: string, fn: () => unknown, timeout?: number) => test.skipIf(!scaled)(`${name} [scaled only: ${reason}]`, fn as () => void, timeout),
+    describe: (name: string, fn: () => void) => describe.skipIf(!scaled)(`${name} [scaled only: ${reason}]`, fn),
+  };
+}
+
 let redis: Promise<TestRedis> | null = null;
 
 /** The test process's one redis-server (scaled pass); stopped when the process exits. */
