@@ -18,7 +18,7 @@ COPY src ./src
 #   docker build --build-arg ATELIER_COMMIT=$(git rev-parse --short HEAD) -t atelier .
 ARG ATELIER_COMMIT=unknown
 RUN bun run build \
- && mkdir -p /out/data \
+ && mkdir -m 700 -p /out/data \
  && cp dist/atelier /out/atelier \
  && /out/atelier --help >/dev/null
 
@@ -33,7 +33,8 @@ LABEL org.opencontainers.image.title="Atelier" \
       org.opencontainers.image.revision="${ATELIER_COMMIT}" \
       org.opencontainers.image.base.name="gcr.io/distroless/base-debian12:nonroot"
 COPY --from=build /out/atelier /usr/local/bin/atelier
-# The volume's mount point must belong to the non-root user (65532) so a fresh volume is writable.
+# The volume's mount point must belong to the non-root user (65532) so a fresh volume is writable,
+# and be 0700 (made so above) like a data directory atelier creates itself.
 COPY --from=build --chown=65532:65532 /out/data /data
 ENV ATELIER_DATA=/data \
     ATELIER_HOST=0.0.0.0 \

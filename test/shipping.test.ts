@@ -110,6 +110,8 @@ describe("shipping", () => {
     expect(dockerfile).toMatch(/^USER (?!root|0)\S+/m);
     expect(dockerfile).toMatch(/^VOLUME \["\/data"\]/m);
     expect(dockerfile).toMatch(/ATELIER_DATA=\/data/);
+    // The volume's mount point is private like a data directory atelier makes (store/privateFiles.ts).
+    expect(dockerfile).toContain("mkdir -m 700 -p /out/data");
     expect(dockerfile).toMatch(/^EXPOSE 8080$/m);
     expect(dockerfile).toMatch(/^HEALTHCHECK .*"healthcheck"\]$/m);
     for (const m of dockerfile.matchAll(/^COPY (?!--from)(.+) \S+$/gm)) {

@@ -5,13 +5,15 @@
  */
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { PRIVATE_FILE } from "../store/privateFiles";
 
 export const lockPath = (dataDir: string) => join(dataDir, "atelier.lock");
 
 /** Written by `serve` once it listens; removed when it stops. */
 export function holdServerLock(dataDir: string): () => void {
   const file = lockPath(dataDir);
-  writeFileSync(file, `${process.pid}\n`);
+  // 0600 like everything else Atelier writes in the data directory (store/privateFiles.ts).
+  writeFileSync(file, `${process.pid}\n`, { mode: PRIVATE_FILE });
   return () => {
     try {
       if (readFileSync(file, "utf8").trim() === String(process.pid)) rmSync(file, { force: true });

@@ -4,9 +4,9 @@
  * lets them interleave writes, and every read goes to the file, so changes are seen at once.
  */
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { migrations, type Migration } from "./migrations";
+import { ensurePrivateFile, makePrivateDir, tightenFile } from "./privateFiles";
 
 export type Db = Database;
 
@@ -21,7 +21,7 @@ export function databasePath(dataDir: string): string {
 /** ":memory:" gives a private in-memory database (used to print the OpenAPI document). */
 export function openDatabase(dataDir: string, list: Migration[] = migrations): Db {
   const memory = dataDir === ":memory:";
-  if (!memory) mkdirSync(dataDir, { recursive: true });
+  if (!memory) privateDatabaseFiles(dataDir);
   const db = new Database(memory ? ":memory:" : databasePath(dataDir), { create: true, strict: true });
   if (!memory) db.exec("PRAGMA journal_mode = WAL");
   db.exec("PRAGMA busy_timeout = 5000");
@@ -29,6 +29,19 @@ export function openDatabase(dataDir: string, list: Migration[] = migrations): D
   db.exec("PRAGMA synchronous = NORMAL");
   migrate(db, list);
   return db;
+}
+
+/**
+ * The data directory (when missing) 0700 and the database 0600 before SQLite opens it: SQLite
+ * creates a new file 0644 (less the umask) but gives the -wal and -shm files it makes later the
+ * database's own mode, so a 0600 database keeps them 0600 too. Ones an older Atelier left
+ * 0644 are tightened here.
+ */
+function privateDatabaseFiles(dataDir: string): void {
+  makePrivateDir(dataDir);
+  const file = databasePath(dataDir);
+  ensurePrivateFile(file);
+  for (const suffix of ["-wal", "-shm"]) tightenFile(file + suffix);
 }
 
 export function schemaVersion(db: Db): number {

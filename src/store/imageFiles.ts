@@ -8,6 +8,7 @@ import { mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/pr
 import { dirname, join, relative, sep } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { ImageBlobStore } from "../core/imageArchive";
+import { PRIVATE_DIR, PRIVATE_FILE } from "./privateFiles";
 
 /** Temporary files start with this; the sweep's listing skips them and removes stale ones. */
 const TMP_PREFIX = ".tmp-";
@@ -24,11 +25,12 @@ export class FileImageBlobs implements ImageBlobStore {
   async write(key: string, bytes: Uint8Array): Promise<void> {
     const path = this.pathOf(key);
     const dir = dirname(path);
-    await mkdir(dir, { recursive: true });
+    // Folders 0700 like the files (0600): listing them would show which images are kept.
+    await mkdir(dir, { recursive: true, mode: PRIVATE_DIR });
     const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString("hex")}`);
     // Written and fsynced off the event loop: done synchronously, a 4 MiB image held every
     // other request for 12.7 ms on this machine's disk (bench/archive-write.ts).
-    const file = await open(tmp, "wx", 0o600);
+    const file = await open(tmp, "wx", PRIVATE_FILE);
     try {
       try {
         await file.writeFile(bytes);

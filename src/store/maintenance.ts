@@ -6,7 +6,9 @@
  * (inspectStore). Nothing here migrates: a check must not change what it checks.
  */
 import { Database } from "bun:sqlite";
+import { closeSync, openSync } from "node:fs";
 import { latestVersion } from "./database";
+import { PRIVATE_FILE } from "./privateFiles";
 import { SqliteClient, type SqlDialect, type SqlQueries } from "./sql";
 
 /** The schema version and the ledger invariant of a database, on either engine. */
@@ -61,8 +63,11 @@ export interface DatabaseReport extends StoreReport {
  * Writes a consistent copy of the database at `file` to `target` (which must not exist) with
  * `VACUUM INTO`: one read transaction, so it sees a single committed state while a server keeps
  * writing (WAL lets both go on), and the copy is compacted and has no -wal file of its own.
+ * The copy holds the same secrets as the database: `target` is created 0600 first (VACUUM INTO
+ * fills an empty file), since SQLite would create it 0644 less the umask.
  */
 export function copyDatabaseInto(file: string, target: string): void {
+  closeSync(openSync(target, "wx", PRIVATE_FILE));
   const db = new Database(file, { readwrite: true, strict: true });
   try {
     db.exec("PRAGMA busy_timeout = 5000");

@@ -3,10 +3,11 @@
  * server runs, and putting such a copy back while none does. Kept image files (data_dir/images)
  * and webhook-secrets.key are files beside the database, not in it: copy them too.
  */
-import { copyFileSync, existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { databasePath } from "../../store/database";
 import { copyDatabaseInto, inspectDatabase, sqliteOnlyRefusal } from "../../store/maintenance";
+import { makePrivateDir, PRIVATE_FILE, tightenFile } from "../../store/privateFiles";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
 import { runningServerPid } from "../serverLock";
 import { configWithoutUpstreamSecrets, storeDialect, type Io } from "../shared";
@@ -61,7 +62,7 @@ export async function backupCommand(argv: string[], io: Io): Promise<number> {
   if (!existsSync(source)) throw new CliError(`no database at ${source}: check --data (or ATELIER_DATA)`);
   if (existsSync(target) && !values.force) throw new CliError(`${target} exists; pass --force to replace it`);
   if (target === source) throw new CliError(`${target} is the database itself`);
-  mkdirSync(dirname(target), { recursive: true });
+  makePrivateDir(dirname(target));
   // VACUUM INTO a temporary name, then rename: a reader never sees a half-written backup.
   const partial = `${target}.partial-${process.pid}`;
   rmSync(partial, { force: true });
@@ -90,11 +91,13 @@ export async function restoreCommand(argv: string[], io: Io): Promise<number> {
   if (!existsSync(backup)) throw new CliError(`no file ${backup}`);
   const report = await verifiedBackup(backup);
   if (report.ledgerMismatches.length > 0) io.err(`warning: users ${report.ledgerMismatches.join(", ")} have a balance that differs from their ledger (see atelier doctor)`);
-  mkdirSync(dataDir, { recursive: true });
+  makePrivateDir(dataDir);
   const target = databasePath(dataDir);
   // Copy next to the target first, so the final step is one rename on the same file system.
   const incoming = `${target}.restoring-${process.pid}`;
   copyFileSync(backup, incoming);
+  // copyFile gives the copy the backup's mode, and a backup an older Atelier wrote is 0644.
+  chmodSync(incoming, PRIVATE_FILE);
   let aside: string | undefined;
   try {
     if (existsSync(target)) {
@@ -102,6 +105,8 @@ export async function restoreCommand(argv: string[], io: Io): Promise<number> {
       // The -wal file holds committed pages of the old database: it moves with it (same suffix).
       renameSync(target, aside);
       for (const suffix of ["-wal", "-shm"]) if (existsSync(target + suffix)) renameSync(target + suffix, aside + suffix);
+      // Still the old database with all its secrets; one an older Atelier wrote may be 0644.
+      for (const suffix of ["", "-wal", "-shm"]) tightenFile(aside + suffix);
     }
     renameSync(incoming, target);
   } finally {

@@ -13,6 +13,7 @@ import { databasePath } from "../../store/database";
 import { inspectDatabase, inspectStore, type StoreReport } from "../../store/maintenance";
 import { causeWithoutSecret, describePostgresUrl } from "../../store/postgresDatabase";
 import { postgresMigrations } from "../../store/postgresMigrations";
+import { looseDirMode, PRIVATE_FILE } from "../../store/privateFiles";
 import { PostgresClient } from "../../store/sql";
 import { S3ImageBlobs, s3BlobSettingsOf } from "../../store/s3ImageBlobs";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
@@ -22,9 +23,9 @@ import { configFrom, type Io } from "../shared";
 const USAGE = `Usage: atelier doctor [--timeout-ms N]
 
 Checks the configuration, the database (integrity, migrations, credits against the ledger), the
-data directory (writable, free space), the image bucket with [storage] kind = "s3" (reachable,
-credentials accepted) and each upstream account (reachable, credentials accepted), prints a
-table, and exits 1 when a check fails.
+data directory (writable, free space, closed to other users), the image bucket with [storage]
+kind = "s3" (reachable, credentials accepted) and each upstream account (reachable, credentials
+accepted), prints a table, and exits 1 when a check fails.
 
   --timeout-ms N   time limit for each upstream call (default 5000)
 
@@ -130,12 +131,13 @@ function dataDirCheck(dataDir: string): Check {
   try {
     accessSync(dataDir, constants.W_OK);
     const probe = join(dataDir, `.doctor-${process.pid}`);
-    writeFileSync(probe, "");
+    writeFileSync(probe, "", { mode: PRIVATE_FILE });
     rmSync(probe);
     const fs = statfsSync(dataDir);
     const free = fs.bavail * fs.bsize;
-    const detail = `${dataDir} writable, ${(free / MiB / 1024).toFixed(1)} GiB free`;
-    return { check: "data directory", status: free < FREE_FAIL ? "fail" : free < FREE_WARN ? "warn" : "ok", detail };
+    const loose = looseDirMode(dataDir);
+    const detail = `${dataDir} writable, ${(free / MiB / 1024).toFixed(1)} GiB free${loose ? `; mode ${loose}: other local users can list it (chmod 700 it)` : ""}`;
+    return { check: "data directory", status: free < FREE_FAIL ? "fail" : free < FREE_WARN || loose ? "warn" : "ok", detail };
   } catch (e) {
     return { check: "data directory", status: "fail", detail: `${dataDir}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` };
   }

@@ -2,6 +2,7 @@
 import { createLogger } from "../../logger";
 import { startServer } from "../../server";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
+import { looseDirMode } from "../../store/privateFiles";
 import { holdServerLock } from "../serverLock";
 import { configFrom, type Io } from "../shared";
 
@@ -24,6 +25,9 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
   const server = await startServer(config, logger);
   // data_dir/atelier.lock names this process while it serves: `atelier restore` refuses to run under it.
   const releaseLock = holdServerLock(config.server.data_dir);
+  // Told, not changed: the folder may serve more than Atelier (store/privateFiles.ts, looseDirMode).
+  const loose = looseDirMode(config.server.data_dir);
+  if (loose) logger.warn("the data directory is open to other local users; chmod 700 it", { data_dir: config.server.data_dir, mode: loose });
   // One stop serves every signal: a second SIGINT (an impatient Ctrl-C) neither logs again nor cuts the grace period short.
   let signalled = false;
   const stop = (signal: string) => {
