@@ -1,16 +1,18 @@
 /**
  * `atelier doctor` as an operator runs it: a good setup passes, and each kind of problem — a
- * broken config, a dead upstream, a refused key, a balance that left its ledger — fails it with
+ * broken config, a dead upstream, a refused key, a balance that left its ledger, a Redis that
+ * does not answer — fails it with
  * a row that names the problem and never shows a secret.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { databasePath } from "../../src/store/database";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/fakeUpstreams";
 import { ATELIER_FROM_SOURCE, runAtelier } from "../support/process";
 import { startPostgres } from "../support/postgresServer";
+import { startRedis } from "../support/redisServer";
 import { tempDir } from "../support/tempDirs";
 
 let openai: FakeOpenAI;
@@ -140,4 +142,50 @@ test("with [database] url the PostgreSQL store is checked (schema version, ledge
   } finally {
     await pg.stop();
   }
+}, 60_000);
+
+test("with [redis] url Redis must answer PING: ok while it runs; a wrong password, a frozen server and a stopped one fail (exit 1) without showing the password", async () => {
+  const password = "Redis-pw-7Qx";
+  const redis = await startRedis({ password });
+  // A data directory of its own: the ledger test above left one balance off its ledger in the shared one.
+  const data = tempDir("atelier-doctor-redis-");
+  expect((await runAtelier(ATELIER_FROM_SOURCE, ["user", "add", "rae@example.com", "--credits", "5", "--data", data])).code).toBe(0);
+  const withRedis = (name: string, url: string) => {
+    const file = configWith(name, [{ id: "main", key: "sk-good-secret" }]);
+    appendFileSync(file, `\n[redis]\nurl = "${url}"\n`);
+    return file;
+  };
+  const good = withRedis("redis-good", redis.url);
+  const where = `redis://127\\.0\\.0\\.1:${redis.port}`;
+  try {
+    const ok = await doctor(good, data);
+    expect(ok.stderr).toBe("");
+    expect(ok.code).toBe(0);
+    expect(row(ok.stdout, "redis")).toMatch(new RegExp(`^redis\\s+ok\\s+${where} answered PING in \\d+ ms$`));
+    expect(ok.stdout).not.toContain(password);
+
+    // The port answers but Redis refuses the password: the server could not use it either.
+    const wrong = await doctor(withRedis("redis-wrong", `redis://:wrong-${password}@127.0.0.1:${redis.port}`), data);
+    expect(wrong.code).toBe(1);
+    expect(row(wrong.stdout, "redis")).toMatch(new RegExp(`^redis\\s+fail\\s+${where}: the port accepts connections, but Redis closed this one: .*password`));
+    expect(wrong.stdout + wrong.stderr).not.toContain(password);
+
+    // Frozen: the connection opens and nothing answers; doctor's own time limit (2000 ms) ends the wait.
+    redis.pause();
+    const started = performance.now();
+    const frozen = await doctor(good, data).finally(() => redis.resume());
+    expect(performance.now() - started).toBeLessThan(15_000);
+    expect(frozen.code).toBe(1);
+    expect(row(frozen.stdout, "redis")).toMatch(new RegExp(`^redis\\s+fail\\s+${where}: no answer within 2000 ms; until it answers, the server is not ready`));
+  } finally {
+    await redis.stop();
+  }
+
+  const down = await doctor(good, data);
+  expect(down.code).toBe(1);
+  expect(row(down.stdout, "redis")).toMatch(new RegExp(`^redis\\s+fail\\s+${where}: unreachable: ECONNREFUSED; until it answers, the server is not ready and refuses image and chat requests \\(503\\)$`));
+  expect(down.stderr).toContain("1 check failed");
+  // The other checks are unaffected.
+  expect(row(down.stdout, "upstream oa-main/main")).toMatch(/\sok\s/);
+  expect(down.stdout + down.stderr).not.toContain(password);
 }, 60_000);

@@ -31,8 +31,9 @@ async function freePort(): Promise<number> {
   });
 }
 
-function spawnRedis(port: number) {
-  return Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"], {
+function spawnRedis(port: number, password: string | undefined) {
+  const auth = password === undefined ? [] : ["--requirepass", password];
+  return Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", ...auth], {
     stdout: "ignore",
     stderr: "inherit",
   });
@@ -53,10 +54,11 @@ async function untilAnswering(url: string, port: number): Promise<void> {
   }
 }
 
-export async function startRedis(): Promise<TestRedis> {
+/** With a password, the server requires it (requirepass) and url carries it (redis://:password@…). */
+export async function startRedis(opts: { password?: string } = {}): Promise<TestRedis> {
   const port = await freePort();
-  let proc = spawnRedis(port);
-  const url = `redis://127.0.0.1:${port}`;
+  let proc = spawnRedis(port, opts.password);
+  const url = opts.password === undefined ? `redis://127.0.0.1:${port}` : `redis://:${encodeURIComponent(opts.password)}@127.0.0.1:${port}`;
   const clients: RedisClient[] = [];
   await untilAnswering(url, port);
   return {
@@ -71,7 +73,7 @@ export async function startRedis(): Promise<TestRedis> {
     async restart() {
       proc.kill("SIGKILL");
       await proc.exited;
-      proc = spawnRedis(port);
+      proc = spawnRedis(port, opts.password);
       await untilAnswering(url, port);
     },
     client() {

@@ -17,6 +17,7 @@ import { looseDirMode, PRIVATE_FILE } from "../../store/privateFiles";
 import { PostgresClient } from "../../store/sql";
 import { S3ImageBlobs, s3BlobSettingsOf } from "../../store/s3ImageBlobs";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
+import { describeRedisUrl, probeRedis } from "../redisProbe";
 import { runningServerPid } from "../serverLock";
 import { configFrom, type Io } from "../shared";
 
@@ -24,10 +25,12 @@ const USAGE = `Usage: atelier doctor [--timeout-ms N]
 
 Checks the configuration, the database (integrity, migrations, credits against the ledger), the
 data directory (writable, free space, closed to other users), the image bucket with [storage]
-kind = "s3" (reachable, credentials accepted) and each upstream account (reachable, credentials
-accepted), prints a table, and exits 1 when a check fails.
+kind = "s3" (reachable, credentials accepted), Redis with [redis] url (answers PING) and each
+upstream account (reachable, credentials accepted), prints a table, and exits 1 when a check
+fails.
 
-  --timeout-ms N   time limit for each upstream call (default 5000)
+  --timeout-ms N   time limit for each call to an upstream, PostgreSQL, Redis or the bucket
+                   (default 5000)
 
 ${COMMON_HELP}`;
 
@@ -60,6 +63,7 @@ export async function doctorCommand(argv: string[], io: Io): Promise<number> {
     checks.push(...(await databaseChecks(config, timeoutMs)));
     checks.push(dataDirCheck(config.server.data_dir));
     if (config.storage.kind === "s3") checks.push(await imageBucketCheck(config.storage, timeoutMs));
+    if (config.redis.url !== undefined) checks.push(await redisCheck(config.redis.url, timeoutMs));
     checks.push(...(await Promise.all(config.upstreams.flatMap((u) => u.accounts.map((a) => upstreamCheck(u, a, timeoutMs))))));
   }
   for (const line of table(checks)) io.out(line);
@@ -154,6 +158,17 @@ async function imageBucketCheck(storage: Config["storage"], timeoutMs: number): 
     // The message names the call and S3's error code (e.g. SignatureDoesNotMatch), never a credential.
     return { check: "image storage", status: "fail", detail: `${blobs.describe()}: ${(e as Error).message}` };
   }
+}
+
+/**
+ * [redis] url: the server's /readyz answers 503 and every image and chat request gets 503
+ * (gate_unavailable) while Redis does not answer, so a Redis that does not is a failure.
+ */
+async function redisCheck(url: string, timeoutMs: number): Promise<Check> {
+  const where = describeRedisUrl(url);
+  const r = await probeRedis(url, timeoutMs);
+  if (r.ok) return { check: "redis", status: "ok", detail: `${where} answered PING in ${r.ms} ms` };
+  return { check: "redis", status: "fail", detail: `${where}: ${r.why}; until it answers, the server is not ready and refuses image and chat requests (503)` };
 }
 
 type UpstreamConfig = Config["upstreams"][number];
