@@ -12,6 +12,18 @@ import { MAX_MODEL_PRICE } from "./core/limits";
 
 const MiB = 1024 * 1024;
 
+/*
+ * Every duration that ends up in a timer has a maximum: setTimeout holds at most 2^31 - 1 ms
+ * (core/timerDelay), and a longer value fires after 1 ms instead (a queue timeout that refuses
+ * at once, a shutdown grace that drops in-flight requests, a sweep that spins). The maxima are
+ * the longest sane settings, well inside that: an hour for a wait, a single call, a poll or a
+ * heartbeat; a day for one request's work, a cooldown and the shutdown grace; a week for the
+ * image sweep. Durations kept as timestamps (hours, days) are bounded too, so that an expiry
+ * stays an exact integer. test/config.test.ts holds every duration key to this.
+ */
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+
 const Server = T.Object(
   {
     host: T.String({ default: "0.0.0.0", description: "Address to listen on." }),
@@ -21,11 +33,11 @@ const Server = T.Object(
     max_body_bytes: T.Integer({ minimum: 1024, default: 180 * MiB, description: "Largest accepted request body." }),
     max_inflight_body_bytes: T.Integer({ minimum: 1024, default: 512 * MiB, description: "Total request-body bytes buffered at once across all requests." }),
     max_form_body_bytes: T.Integer({ minimum: 1024, default: 64 * 1024, description: "Largest body on routes outside /v1 (workbench forms), which anyone may call without a key." }),
-    body_grace_ms: T.Integer({ minimum: 100, default: 10_000, description: "Time a request body may take before the minimum rate applies." }),
+    body_grace_ms: T.Integer({ minimum: 100, maximum: HOUR_MS, default: 10_000, description: "Time a request body may take before the minimum rate applies." }),
     min_body_bytes_per_s: T.Integer({ minimum: 1, default: 64 * 1024, description: "After the grace period, a body must keep arriving at this average rate or the request ends with 408." }),
     idle_timeout_s: T.Integer({ minimum: 1, maximum: 255, default: 255 }),
-    stream_heartbeat_ms: T.Integer({ minimum: 10, default: 15_000, description: "Longest silence on a streamed image or chat answer before a comment line keeps proxies from closing it." }),
-    shutdown_grace_ms: T.Integer({ minimum: 0, default: 30_000 }),
+    stream_heartbeat_ms: T.Integer({ minimum: 10, maximum: HOUR_MS, default: 15_000, description: "Longest silence on a streamed image or chat answer before a comment line keeps proxies from closing it." }),
+    shutdown_grace_ms: T.Integer({ minimum: 0, maximum: DAY_MS, default: 30_000 }),
     builtin_image: T.Boolean({ default: true, description: "Offer the built-in offline renderer as model builtin-image." }),
     builtin_chat: T.Boolean({ default: true, description: "Offer the built-in chat wiring check as model builtin-chat." }),
     builtin_image_price: T.Integer({ minimum: 0, maximum: MAX_MODEL_PRICE, default: 1, description: "Credits one builtin-image request costs (0: free)." }),
@@ -44,8 +56,8 @@ const Limits = T.Object(
     generation_concurrency: T.Integer({ minimum: 1, default: 4 }),
     per_user_concurrency: T.Integer({ minimum: 1, default: 2 }),
     queue_size: T.Integer({ minimum: 0, default: 32 }),
-    queue_timeout_ms: T.Integer({ minimum: 0, default: 60_000 }),
-    generation_timeout_ms: T.Integer({ minimum: 1, default: 300_000 }),
+    queue_timeout_ms: T.Integer({ minimum: 0, maximum: HOUR_MS, default: 60_000 }),
+    generation_timeout_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 300_000 }),
     chat_concurrency: T.Integer({ minimum: 1, default: 16 }),
     async_concurrency: T.Integer({ minimum: 1, default: 2, description: "Async image tasks running at once, server-wide (apart from the synchronous requests' slots)." }),
     async_per_user_concurrency: T.Integer({ minimum: 1, default: 1, description: "Async image tasks running at once for one user." }),
@@ -82,15 +94,15 @@ const Upstream = T.Object(
     id: T.String({ minLength: 1 }),
     kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("comfyui"), T.Literal("fal"), T.Literal("replicate"), T.Literal("bfl"), T.Literal("gemini")]),
     base_url: T.String({ minLength: 1 }),
-    timeout_ms: T.Integer({ minimum: 1, default: 120_000 }),
+    timeout_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 120_000 }),
     max_attempts: T.Integer({ minimum: 1, default: 3 }),
-    deadline_ms: T.Optional(T.Integer({ minimum: 1, description: "Overall limit for one request across waiting and all attempts (default: limits.generation_timeout_ms)." })),
-    rate_limit_cooldown_max_ms: T.Integer({ minimum: 1, default: 60_000, description: "Cap of the 429 cooldown when the upstream sends no retry-after, and of the delay a gemini upstream names in its 429 body (RetryInfo)." }),
+    deadline_ms: T.Optional(T.Integer({ minimum: 1, maximum: DAY_MS, description: "Overall limit for one request across waiting and all attempts (default: limits.generation_timeout_ms)." })),
+    rate_limit_cooldown_max_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 60_000, description: "Cap of the 429 cooldown when the upstream sends no retry-after, and of the delay a gemini upstream names in its 429 body (RetryInfo)." }),
     failure_threshold: T.Integer({ minimum: 1, default: 3, description: "Consecutive failures that cool an account down." }),
-    failure_cooldown_ms: T.Integer({ minimum: 1, default: 5_000, description: "First failure cooldown; doubles per further failure." }),
-    failure_cooldown_max_ms: T.Integer({ minimum: 1, default: 300_000 }),
+    failure_cooldown_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 5_000, description: "First failure cooldown; doubles per further failure." }),
+    failure_cooldown_max_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 300_000 }),
     max_download_bytes: T.Integer({ minimum: 1024, default: 64 * MiB, description: "Largest image downloaded from an upstream `url` answer." }),
-    download_timeout_ms: T.Integer({ minimum: 1, default: 30_000, description: "Time limit for downloading an upstream `url` answer." }),
+    download_timeout_ms: T.Integer({ minimum: 1, maximum: HOUR_MS, default: 30_000, description: "Time limit for downloading an upstream `url` answer." }),
     accounts: T.Array(Account, { minItems: 1 }),
   },
   { additionalProperties: false },
@@ -120,7 +132,8 @@ const Workbench = T.Object(
     registration: T.Union([T.Literal("open"), T.Literal("closed")], { default: "open" }),
     initial_credits: T.Integer({ minimum: 0, default: 10 }),
     min_password_length: T.Integer({ minimum: 8, default: 10 }),
-    session_ttl_hours: T.Integer({ minimum: 1, default: 24 * 14 }),
+    // At most 400 days: browsers keep no cookie longer.
+    session_ttl_hours: T.Integer({ minimum: 1, maximum: 400 * 24, default: 24 * 14 }),
     secure_cookies: T.Union([T.Literal("auto"), T.Literal("always"), T.Literal("never")], { default: "auto" }),
     top_up_message: T.String({
       maxLength: 500,
@@ -135,6 +148,7 @@ const Tasks = T.Object(
   {
     retention_hours: T.Integer({
       minimum: 1,
+      maximum: 10 * 365 * 24,
       default: 24,
       description: "How long a finished task (async, streamed or idempotent) stays readable with its result; then GET answers 404 task_expired. A task sent with an Idempotency-Key stays at least as long as its key (24 hours), so that a repeat finds it.",
     }),
@@ -155,11 +169,11 @@ const Storage = T.Object(
     access_key_id: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the access key id (use ${ENV})." })),
     secret_access_key: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the secret access key (use ${ENV}); never logged or shown." })),
     prefix: T.String({ default: "", description: "kind = \"s3\": put in front of every object key, e.g. \"atelier/\"." }),
-    timeout_ms: T.Integer({ minimum: 100, default: 10_000, description: "kind = \"s3\": the longest one call to the bucket may take before it counts as failed." }),
-    retention_days: T.Integer({ minimum: 0, default: 30, description: "Days a generated image is kept; 0 keeps it until max_bytes evicts it." }),
+    timeout_ms: T.Integer({ minimum: 100, maximum: HOUR_MS, default: 10_000, description: "kind = \"s3\": the longest one call to the bucket may take before it counts as failed." }),
+    retention_days: T.Integer({ minimum: 0, maximum: 10 * 365, default: 30, description: "Days a generated image is kept; 0 keeps it until max_bytes evicts it." }),
     max_bytes: T.Integer({ minimum: 0, default: 0, description: "Total size of kept images; past it the oldest expire first. 0: no limit." }),
     url_ttl_s: T.Integer({ minimum: 1, maximum: 7 * 86_400, default: 3_600, description: "How long a `response_format: \"url\"` link works (OpenAI's last 60 minutes)." }),
-    sweep_interval_s: T.Integer({ minimum: 1, default: 600, description: "How often expired images are deleted and files and rows are reconciled." }),
+    sweep_interval_s: T.Integer({ minimum: 1, maximum: 7 * 86_400, default: 600, description: "How often expired images are deleted and files and rows are reconciled." }),
   },
   { additionalProperties: false, default: {} },
 );
@@ -168,6 +182,7 @@ const Database = T.Object(
   {
     busy_wait_ms: T.Integer({
       minimum: 0,
+      maximum: HOUR_MS,
       default: 10_000,
       description:
         "How long a request waits (without blocking the server) for another process's write lock on the database before answering 503 database_busy. Records of finished work keep retrying after that.",
@@ -199,7 +214,7 @@ const Webhooks = T.Object(
     }),
     attempt_timeout_ms: T.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: "Time limit of one delivery attempt." }),
     concurrency: T.Integer({ minimum: 1, maximum: 256, default: 8, description: "Delivery attempts in flight at once." }),
-    poll_interval_ms: T.Integer({ minimum: 10, default: 1_000, description: "Longest pause between two looks for due deliveries." }),
+    poll_interval_ms: T.Integer({ minimum: 10, maximum: HOUR_MS, default: 1_000, description: "Longest pause between two looks for due deliveries." }),
   },
   { additionalProperties: false, default: {} },
 );

@@ -2,7 +2,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { ConfigError, loadConfig, unresolvedUpstreamSecrets } from "../src/config";
+import type { TSchema } from "@sinclair/typebox";
+import { ConfigError, ConfigSchema, loadConfig, unresolvedUpstreamSecrets } from "../src/config";
+import { MAX_TIMER_MS } from "../src/core/timerDelay";
 
 const dir = mkdtempSync(join(tmpdir(), "atelier-config-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -218,5 +220,67 @@ describe("[storage] kind", () => {
     const typed = errorOf('[storage]\nkind = "s3"\nbucket = "x"\naccess_key_id = 12345678\nsecret_access_key = 987654321\n');
     expect(typed).toContain("storage.access_key_id");
     expect(typed).not.toContain("12345678");
+  });
+});
+
+describe("durations", () => {
+  const UNIT_MS = { ms: 1, s: 1_000, hours: 3_600_000, days: 86_400_000 } as const;
+  type Unit = keyof typeof UNIT_MS;
+  interface DurationKey {
+    /** "limits.queue_timeout_ms", "upstreams[].timeout_ms" */
+    path: string;
+    schema: TSchema;
+    unit: Unit;
+  }
+
+  /** Every key named for a duration (…_ms, …_s, …_hours, …_days; not a rate, …_per_s), found by walking the schema so none is left out. */
+  function durationKeys(schema: TSchema, path: string): DurationKey[] {
+    if (schema.type === "array") return durationKeys(schema.items as TSchema, `${path}[]`);
+    const found: DurationKey[] = [];
+    for (const [key, child] of Object.entries((schema.properties as Record<string, TSchema> | undefined) ?? {})) {
+      const at = path ? `${path}.${key}` : key;
+      const unit = /_(ms|s|hours|days)$/.exec(key)?.[1] as Unit | undefined;
+      if (unit && !key.endsWith("_per_s")) found.push({ path: at, schema: child.type === "array" ? (child.items as TSchema) : child, unit });
+      else found.push(...durationKeys(child, at));
+    }
+    return found;
+  }
+  const durations = durationKeys(ConfigSchema, "");
+
+  test("every duration has a maximum; one in ms or s (they go to timers) stays within setTimeout's 2^31 - 1 ms", () => {
+    expect(durations.map((d) => d.path)).toContain("storage.sweep_interval_s");
+    expect(durations.length).toBeGreaterThan(25);
+    for (const { path, schema, unit } of durations) {
+      expect({ path, maximum: typeof schema.maximum }).toEqual({ path, maximum: "number" });
+      const maxMs = (schema.maximum as number) * UNIT_MS[unit];
+      // Hours and days become expiry timestamps, not timers: bounded to keep them exact.
+      const bound = unit === "ms" || unit === "s" ? MAX_TIMER_MS : 10 * 366 * UNIT_MS.days;
+      expect({ path, maxMs, within: maxMs <= bound }).toEqual({ path, maxMs, within: true });
+    }
+  });
+
+  /** A file setting the key to `value` (an upstream entry around upstreams[] keys). */
+  function withValue(path: string, value: number): string {
+    const [section, key] = path.split(".") as [string, string];
+    if (section === "upstreams[]") return `[[upstreams]]\nid = "o"\nkind = "openai"\nbase_url = "http://127.0.0.1:9"\n${key} = ${value}\n[[upstreams.accounts]]\nid = "a"\n`;
+    return `[${section}]\n${key} = ${value}\n`;
+  }
+
+  test("one past its maximum is refused at start, naming the key, the maximum and the value; the maximum itself loads", () => {
+    for (const { path, schema } of durations) {
+      if (path === "webhooks.retry_delays_ms") continue; // an array: below
+      const max = schema.maximum as number;
+      expect(errorOf(withValue(path, max + 1))).toEndWith(`${path.replace("[]", "[0]")}: Expected integer to be less or equal to ${max}, got ${max + 1}`);
+      // The lease must stay at least two heartbeats, so the longest heartbeat comes with a longer lease.
+      const lease = path === "instance.heartbeat_ms" ? `lease_ms = ${2 * max}\n` : "";
+      expect(() => loadConfig({ file: file(withValue(path, max) + lease), env: {} })).not.toThrow();
+    }
+    expect(errorOf(`[webhooks]\nretry_delays_ms = [1000, 604800001]\n`)).toContain("webhooks.retry_delays_ms[1]: Expected integer to be less or equal to 604800000");
+  });
+
+  test("the values that overflowed a timer are refused: a queue timeout, a shutdown grace, a sweep interval", () => {
+    expect(errorOf(`[limits]\nqueue_timeout_ms = 3000000000\n`)).toEndWith("limits.queue_timeout_ms: Expected integer to be less or equal to 3600000, got 3000000000");
+    expect(errorOf(`[server]\nshutdown_grace_ms = 3000000000\n`)).toEndWith("server.shutdown_grace_ms: Expected integer to be less or equal to 86400000, got 3000000000");
+    expect(errorOf(`[storage]\nsweep_interval_s = 2600000\n`)).toEndWith("storage.sweep_interval_s: Expected integer to be less or equal to 604800, got 2600000");
   });
 });

@@ -22,6 +22,7 @@ import type { Clock } from "./clock";
 import type { ImageMime } from "./engine";
 import { sha256Hex } from "./digest";
 import { newId } from "./ids";
+import { timerDelay } from "./timerDelay";
 
 export interface ArchivedImage {
   id: string;
@@ -286,7 +287,8 @@ export class ImageSweeper {
         .catch((e) => this.logger.error("image sweep failed", { error: String(e) }))
         .finally(() => {
           this.running = null;
-          if (this.timer) this.timer = setTimeout(tick, this.intervalMs);
+          // Capped (core/timerDelay): an interval past the timers' reach would re-run the sweep at once, in a loop.
+          if (this.timer) this.timer = setTimeout(tick, timerDelay(this.intervalMs));
         });
     };
     this.timer = setTimeout(tick, 0);

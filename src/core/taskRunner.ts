@@ -20,6 +20,7 @@ import { NoEngineError } from "./requestFlow";
 import type { ModelDirectory } from "./imageRequest";
 import { describeSource, type CatalogModel } from "./models";
 import { assertAsyncRoom, assertCanPay, type IdempotencyClaim, type StoredJob, type TaskInput, type TaskRow } from "./store";
+import { timerDelay } from "./timerDelay";
 
 export { TaskQueueFull } from "./store";
 
@@ -225,7 +226,7 @@ export class TaskRunner {
    */
   followProgress(taskId: string): { report: (fraction: number) => void } {
     // Forgotten once the task can no longer be running (the engine's deadline has passed).
-    const forget = setTimeout(() => this.progress.delete(taskId), this.deps.generationTimeoutMs + 60_000);
+    const forget = setTimeout(() => this.progress.delete(taskId), timerDelay(this.deps.generationTimeoutMs + 60_000));
     forget.unref?.();
     return { report: (fraction) => void this.progress.set(taskId, fraction) };
   }

@@ -9,6 +9,7 @@
  * cancelled (work usually ends in the order it started), and a lane holding many more
  * cancelled entries than live ones (a slow request at its head) is compacted.
  */
+import { timerDelay } from "./timerDelay";
 
 export interface Scheduled {
   /** The callback will not run (a no-op once it has run or was cancelled). */
@@ -71,7 +72,8 @@ export function runAfter(ms: number, fire: () => void): Scheduled {
 function arm(due: number): void {
   if (timer) clearTimeout(timer);
   armedFor = due;
-  timer = setTimeout(fireDue, Math.max(0, due - performance.now()));
+  // Capped (core/timerDelay): an entry further off than the timers reach is re-armed for by fireDue.
+  timer = setTimeout(fireDue, timerDelay(due - performance.now()));
 }
 
 /** Runs every entry that is due, then arms the timer for the earliest one left. */

@@ -13,6 +13,7 @@ import { scanJsonBody, scanJsonBytes, type UploadParam } from "./jsonUploads";
 import { byDeadline } from "./slowBodyWatch";
 import { releaseBytes } from "../core/image/release";
 import { signalOf, type ClientSignal } from "../core/clientSignal";
+import { timerDelay } from "../core/timerDelay";
 
 const serverBusy = () => tooManyRequests("The server is receiving too many large request bodies at once; retry shortly.", "server_busy", 1000);
 
@@ -194,7 +195,9 @@ export function guardBody(request: Request, rules: BodyRules, budget: BodyBudget
       const deadline = startedAt + rules.graceMs + ((received + 1) / rules.minBytesPerSecond) * 1000;
       let timer: ReturnType<typeof setTimeout> | undefined;
       const tooSlow = new Promise<"too slow">((resolve) => {
-        timer = setTimeout(() => resolve("too slow"), Math.max(0, deadline - performance.now()));
+        // Capped (core/timerDelay): at a low minimum rate a large body's deadline is weeks off,
+        // past what a timer holds, and uncapped the timer would fire at once (408 mid-upload).
+        timer = setTimeout(() => resolve("too slow"), timerDelay(deadline - performance.now()));
       });
       try {
         const result = await Promise.race([source.read(), tooSlow]);

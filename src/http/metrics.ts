@@ -21,6 +21,7 @@ import type { Store } from "../store";
 import { notFound, unauthorized } from "./errors";
 import { metaOf } from "./requestMeta";
 import { RequestMetrics } from "./requestMetrics";
+import { timerDelay } from "../core/timerDelay";
 
 export interface MetricsSettings {
   /** The bearer token a scrape must send; without one, /metrics answers 404. */
@@ -196,7 +197,7 @@ export class Metrics {
 
   start(): void {
     void this.checkLedger();
-    this.timer ??= setInterval(() => void this.checkLedger(), this.settings.ledgerCheckIntervalMs);
+    this.timer ??= setInterval(() => void this.checkLedger(), timerDelay(this.settings.ledgerCheckIntervalMs));
     (this.timer as { unref?: () => void }).unref?.();
   }
 

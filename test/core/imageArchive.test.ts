@@ -6,7 +6,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ImageArchive, blobKey, parseBlobKey, type ArchivedImage, type ArchiveSettings, type ImageBlobStore } from "../../src/core/imageArchive";
+import { ImageArchive, ImageSweeper, blobKey, parseBlobKey, type ArchivedImage, type ArchiveSettings, type ImageBlobStore } from "../../src/core/imageArchive";
 import { sha256Hex } from "../../src/core/digest";
 import { ImageLinks } from "../../src/core/imageLinks";
 import { createStore, type Store } from "../../src/store";
@@ -219,5 +219,17 @@ describe("links", () => {
     expect(await links.check(file, null, signature)).toEqual({ ok: false, reason: "malformed" });
     now += 3_600_000;
     expect(await links.check(file, expires, signature)).toEqual({ ok: false, reason: "expired" });
+  });
+});
+
+describe("the sweeper", () => {
+  test("an interval past the timers' reach (2^31 - 1 ms) sweeps once at start, not in a loop", async () => {
+    let sweeps = 0;
+    const sweep = async () => (sweeps++, { expired: 0, orphanFiles: 0, orphanRows: 0 });
+    const sweeper = new ImageSweeper({ sweep }, 3_000_000_000, { error: () => {} });
+    sweeper.start();
+    await Bun.sleep(60);
+    await sweeper.stop();
+    expect(sweeps).toBe(1);
   });
 });

@@ -66,3 +66,22 @@ describe("runAfter", () => {
     expect(live).toBe(2);
   });
 });
+
+describe("a deadline past the timers' reach", () => {
+  test("waits (no overflow to 1 ms, no spinning re-arm); a nearer one still runs", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      const ran: string[] = [];
+      const far = runAfter(3_000_000_000, () => ran.push("far"));
+      runAfter(20, () => ran.push("near"));
+      await Bun.sleep(60);
+      far.cancel();
+      expect(ran).toEqual(["near"]);
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
+});
