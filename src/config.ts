@@ -2,7 +2,7 @@
  * Configuration: an optional TOML file plus environment overrides, validated with TypeBox.
  * One place owns every limit and default; other modules read the typed Config.
  */
-import { Type as T, type Static } from "@sinclair/typebox";
+import { Type as T, type Static, type TSchema } from "@sinclair/typebox";
 import { Value, ValueErrorType, type ValueError } from "@sinclair/typebox/value";
 import { dirname, resolve } from "node:path";
 import { comfyModelSettings, withWorkflowLoaded } from "./engines/comfyui/workflow";
@@ -23,6 +23,13 @@ const MiB = 1024 * 1024;
  */
 const HOUR_MS = 3_600_000;
 const DAY_MS = 24 * HOUR_MS;
+
+/**
+ * Marks a value that may be or hold a secret (a key, a password, a URL with credentials): a
+ * config error never echoes it, nor any value whose part of the schema contains one (a string
+ * written where [database] or an account belongs is most likely the secret itself).
+ */
+const SECRET = { secret: true } as const;
 
 const Server = T.Object(
   {
@@ -80,9 +87,9 @@ const Chat = T.Object(
 const Account = T.Object(
   {
     id: T.String({ minLength: 1 }),
-    api_key: T.Optional(T.String()),
+    api_key: T.Optional(T.String(SECRET)),
     username: T.Optional(T.String()),
-    password: T.Optional(T.String()),
+    password: T.Optional(T.String(SECRET)),
     weight: T.Integer({ minimum: 1, default: 1 }),
     max_concurrency: T.Integer({ minimum: 1, default: 2 }),
   },
@@ -93,7 +100,7 @@ const Upstream = T.Object(
   {
     id: T.String({ minLength: 1 }),
     kind: T.Union([T.Literal("openai"), T.Literal("sdwebui"), T.Literal("comfyui"), T.Literal("fal"), T.Literal("replicate"), T.Literal("bfl"), T.Literal("gemini")]),
-    base_url: T.String({ minLength: 1 }),
+    base_url: T.String({ minLength: 1, ...SECRET }),
     timeout_ms: T.Integer({ minimum: 1, maximum: DAY_MS, default: 120_000 }),
     max_attempts: T.Integer({ minimum: 1, default: 3 }),
     deadline_ms: T.Optional(T.Integer({ minimum: 1, maximum: DAY_MS, description: "Overall limit for one request across waiting and all attempts (default: limits.generation_timeout_ms)." })),
@@ -164,10 +171,10 @@ const Storage = T.Object(
     }),
     dir: T.Optional(T.String({ description: "Where generated images are kept (default: data_dir/images), content-addressed in sharded folders." })),
     bucket: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the bucket." })),
-    endpoint: T.Optional(T.String({ description: "kind = \"s3\": http(s) address of the S3-compatible service (default: AWS S3 for the region)." })),
+    endpoint: T.Optional(T.String({ ...SECRET, description: "kind = \"s3\": http(s) address of the S3-compatible service (default: AWS S3 for the region)." })),
     region: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the bucket's region (default us-east-1)." })),
-    access_key_id: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the access key id (use ${ENV})." })),
-    secret_access_key: T.Optional(T.String({ minLength: 1, description: "kind = \"s3\": the secret access key (use ${ENV}); never logged or shown." })),
+    access_key_id: T.Optional(T.String({ minLength: 1, ...SECRET, description: "kind = \"s3\": the access key id (use ${ENV})." })),
+    secret_access_key: T.Optional(T.String({ minLength: 1, ...SECRET, description: "kind = \"s3\": the secret access key (use ${ENV}); never logged or shown." })),
     prefix: T.String({ default: "", description: "kind = \"s3\": put in front of every object key, e.g. \"atelier/\"." }),
     timeout_ms: T.Integer({ minimum: 100, maximum: HOUR_MS, default: 10_000, description: "kind = \"s3\": the longest one call to the bucket may take before it counts as failed." }),
     retention_days: T.Integer({ minimum: 0, maximum: 10 * 365, default: 30, description: "Days a generated image is kept; 0 keeps it until max_bytes evicts it." }),
@@ -189,6 +196,7 @@ const Database = T.Object(
     }),
     url: T.Optional(
       T.String({
+        ...SECRET,
         pattern: "^postgres(ql)?://",
         description:
           "postgres:// or postgresql:// URL of the PostgreSQL database that holds the store (users, keys, credits, history) for every instance sharing it (also ATELIER_DATABASE_URL, which wins over the file; write a password as ${ENV_VAR}). Unset: SQLite in data_dir.",
@@ -205,7 +213,7 @@ const Webhooks = T.Object(
       description: "Let webhooks go to loopback, private, link-local and other non-public addresses (a receiver on the same host or network).",
     }),
     secret_key: T.Optional(
-      T.String({ description: "Base64 of the 32-byte key that encrypts webhook signing secrets at rest (default: data_dir/webhook-secrets.key, created on first use)." }),
+      T.String({ ...SECRET, description: "Base64 of the 32-byte key that encrypts webhook signing secrets at rest (default: data_dir/webhook-secrets.key, created on first use)." }),
     ),
     retry_delays_ms: T.Array(T.Integer({ minimum: 0, maximum: 7 * 24 * 3_600_000 }), {
       maxItems: 30,
@@ -240,6 +248,7 @@ const Metrics = T.Object(
   {
     token: T.Optional(
       T.String({
+        ...SECRET,
         minLength: 16,
         description: "The bearer token a Prometheus scrape of /metrics must send (write it as \"${ENV_VAR}\"). Without it /metrics answers 404.",
       }),
@@ -258,6 +267,7 @@ const Redis = T.Object(
   {
     url: T.Optional(
       T.String({
+        ...SECRET,
         pattern: "^rediss?://",
         description:
           "redis:// or rediss:// address of a Redis server that holds the image and chat concurrency gates (slots and queue) and the upstream pools' in-flight counts, cooldowns and probes for every instance sharing it (also ATELIER_REDIS_URL). Unset: each process keeps them in memory.",
@@ -381,12 +391,42 @@ function describeProblem(error: ValueError): string {
   return `${error.message}${got}`;
 }
 
-/** ", got <value>" for the error message; never for secrets, and short. */
+/**
+ * ", got <value>" for the error message, short. Nothing for a value where a secret belongs or
+ * whose part of the schema holds one (holdsSecret); a table or an array is named, not shown
+ * (it may hold a secret written in the wrong place); credentials in a URL are blanked.
+ */
 function shownValue(error: ValueError): string {
   if (error.value === undefined) return " (missing)";
-  if (/(api_key|password|secret|secret_access_key|access_key_id|token|redis\/url|database\/url)$/i.test(error.path)) return ""; // a Redis or PostgreSQL URL may carry a password
-  const text = JSON.stringify(error.value) ?? String(error.value);
+  if (holdsSecret(error.schema)) return "";
+  if (Array.isArray(error.value)) return ", got an array";
+  if (error.value !== null && typeof error.value === "object") return ", got a table";
+  // Blanked before it is cut: a cut could leave the password without the "@" that marks it.
+  const text = withoutCredentials(JSON.stringify(error.value) ?? String(error.value));
   return `, got ${text.length > 60 ? `${text.slice(0, 57)}...` : text}`;
+}
+
+/** Whether the schema is marked SECRET or has a part that is (a table, an array, a choice). */
+function holdsSecret(schema: TSchema): boolean {
+  if ((schema as { secret?: unknown }).secret === true) return true;
+  const parts: unknown[] = [
+    ...Object.values((schema.properties as Record<string, TSchema> | undefined) ?? {}),
+    ...Object.values((schema.patternProperties as Record<string, TSchema> | undefined) ?? {}),
+    ...((schema.anyOf as TSchema[] | undefined) ?? []),
+    ...((schema.allOf as TSchema[] | undefined) ?? []),
+    schema.items,
+    schema.additionalProperties,
+  ];
+  return parts.some((part) => part !== null && typeof part === "object" && holdsSecret(part as TSchema));
+}
+
+/**
+ * `scheme://user:password@host` → `scheme://***@host` wherever it occurs in the text. The user
+ * part runs to the last "@" before a space or a quote, so an unencoded "@" or "/" in a password
+ * does not leave the rest of it behind.
+ */
+function withoutCredentials(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s"'@]*@(?:[^\s"'@]*@)*/gi, "$1***@");
 }
 
 export function loadConfig(sources: ConfigSources = {}): Config {
@@ -487,7 +527,7 @@ function checkReferences(config: Config): void {
   }
   const publicUrl = config.server.public_url;
   if (publicUrl !== undefined && !isHttpUrl(publicUrl)) {
-    throw new ConfigError(`server.public_url: must be an absolute http:// or https:// URL, got ${JSON.stringify(publicUrl)}`);
+    throw new ConfigError(`server.public_url: must be an absolute http:// or https:// URL, got ${withoutCredentials(JSON.stringify(publicUrl))}`);
   }
   const upstreamIds = new Set<string>();
   config.upstreams.forEach((u, i) => {

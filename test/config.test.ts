@@ -284,3 +284,39 @@ describe("durations", () => {
     expect(errorOf(`[storage]\nsweep_interval_s = 2600000\n`)).toEndWith("storage.sweep_interval_s: Expected integer to be less or equal to 604800, got 2600000");
   });
 });
+
+describe("secrets in config errors", () => {
+  test("a value where a table holding a secret belongs is not echoed: the error names the key and the type only", () => {
+    const cases: [string, string, string][] = [
+      ['database = "postgres://atelier:Hunter2Secret@db:5432/atelier"\n', "database: Expected object", "Hunter2Secret"],
+      ['redis = "redis://:RedisPw99@cache:6379"\n', "redis: Expected object", "RedisPw99"],
+      ['[[upstreams]]\nid = "u"\nkind = "openai"\nbase_url = "https://api.example.com/v1"\naccounts = ["sk-live-ABCDEF123456"]\n', "upstreams[0].accounts[0]: Expected object", "sk-live-ABCDEF123456"],
+      ['[[upstreams]]\nid = "u"\nkind = "openai"\nbase_url = "https://api.example.com/v1"\naccounts = "sk-live-ABCDEF123456"\n', "upstreams[0].accounts: Expected array", "sk-live-ABCDEF123456"],
+      ['upstreams = "https://user:UpPass77@api.example.com/v1"\n', "upstreams: Expected array", "UpPass77"],
+      ['storage = "S3SecretKeyValue"\n', "storage: Expected object", "S3SecretKeyValue"],
+      ['metrics = "metrics-token-0123456789"\n', "metrics: Expected object", "metrics-token-0123456789"],
+      ["[webhooks]\nsecret_key = 12345678901\n", "webhooks.secret_key: Expected string", "12345678901"],
+      ["[metrics]\ntoken = 12345678901\n", "metrics.token: Expected string", "12345678901"],
+      ['[[upstreams]]\nid = "u"\nkind = "openai"\nbase_url = 12345678901\n[[upstreams.accounts]]\nid = "a"\n', "upstreams[0].base_url: Expected string", "12345678901"],
+    ];
+    for (const [toml, expected, secret] of cases) {
+      const message = errorOf(toml);
+      expect({ toml, message: message.slice(message.indexOf(".toml: ") + 7) }).toEqual({ toml, message: expected });
+      expect(message).not.toContain(secret);
+    }
+  });
+
+  test("credentials in an echoed URL are blanked; a table or an array is named, not shown", () => {
+    const choice = errorOf('[workbench]\nregistration = "https://admin:PwInUrl99@example.com/signup"\n');
+    expect(choice).toEndWith('workbench.registration: must be one of "open", "closed", got "https://***@example.com/signup"');
+    // The blanking comes before the cut to 60 characters, which would otherwise keep the password and drop its "@".
+    const long = errorOf(`[server]\nport = "postgres://atelier:${"p".repeat(40)}Hunter2Secret@db/atelier"\n`);
+    expect(long).toContain('server.port: Expected integer, got "postgres://***@db/atelier"');
+    // An "@" in the password, unencoded, does not leave its tail behind.
+    expect(errorOf('[server]\nport = "redis://:Pw@Tail99@cache:6379"\n')).toEndWith('got "redis://***@cache:6379"');
+    const publicUrl = errorOf('[server]\npublic_url = "ftp://user:PwInUrl99@files.example.com"\n');
+    expect(publicUrl).toEndWith('server.public_url: must be an absolute http:// or https:// URL, got "ftp://***@files.example.com"');
+    expect(errorOf('[server]\nhost = { url = "x", password = "PwInTable99" }\n')).toEndWith("server.host: Expected string, got a table");
+    expect(errorOf('[server]\nhost = ["sk-live-ABCDEF123456"]\n')).toEndWith("server.host: Expected string, got an array");
+  });
+});
