@@ -477,12 +477,27 @@ export function loadConfig(sources: ConfigSources = {}): Config {
   if (config.storage.dir !== undefined) config.storage.dir = resolve(config.storage.dir);
   checkReferences(config);
   checkStorage(config.storage);
+  checkBodyBudget(config.server);
   if (config.instance.lease_ms < 2 * config.instance.heartbeat_ms) {
     throw new ConfigError(`instance.lease_ms: must be at least two heartbeats (2 × heartbeat_ms = ${2 * config.instance.heartbeat_ms}), got ${config.instance.lease_ms}`);
   }
   checkComfyModels(config, file);
   if (deferred?.length) deferredSecrets.set(config, deferred);
   return config;
+}
+
+/**
+ * The in-flight budget must hold the largest body a route accepts: a body larger than the
+ * budget is never admitted, so it would get 429 server_busy ("retry shortly") for ever.
+ */
+function checkBodyBudget(server: Config["server"]): void {
+  for (const key of ["max_body_bytes", "max_form_body_bytes"] as const) {
+    if (server.max_inflight_body_bytes < server[key]) {
+      throw new ConfigError(
+        `server.max_inflight_body_bytes: must be at least ${key} (${server[key]}), got ${server.max_inflight_body_bytes} (a body larger than the budget is never admitted: 429 server_busy for ever)`,
+      );
+    }
+  }
 }
 
 const S3_KEYS = ["bucket", "endpoint", "region", "access_key_id", "secret_access_key"] as const;

@@ -320,3 +320,18 @@ describe("secrets in config errors", () => {
     expect(errorOf('[server]\nhost = ["sk-live-ABCDEF123456"]\n')).toEndWith("server.host: Expected string, got an array");
   });
 });
+
+describe("[server] body sizes", () => {
+  test("an in-flight budget below the largest body a route accepts is refused (such a body would get 429 for ever); equal is fine", () => {
+    expect(errorOf("[server]\nmax_body_bytes = 1048576\nmax_inflight_body_bytes = 4096\n")).toBe(
+      "server.max_inflight_body_bytes: must be at least max_body_bytes (1048576), got 4096 (a body larger than the budget is never admitted: 429 server_busy for ever)",
+    );
+    expect(errorOf("[server]\nmax_body_bytes = 4096\nmax_form_body_bytes = 8192\nmax_inflight_body_bytes = 4096\n")).toStartWith(
+      "server.max_inflight_body_bytes: must be at least max_form_body_bytes (8192), got 4096",
+    );
+    // The default budget (512 MiB) is below a raised max_body_bytes too.
+    expect(errorOf("[server]\nmax_body_bytes = 1073741824\n")).toStartWith("server.max_inflight_body_bytes: must be at least max_body_bytes (1073741824), got 536870912");
+    const equal = loadConfig({ file: file("[server]\nmax_body_bytes = 1048576\nmax_form_body_bytes = 1048576\nmax_inflight_body_bytes = 1048576\n"), env: {} });
+    expect(equal.server.max_inflight_body_bytes).toBe(1_048_576);
+  });
+});

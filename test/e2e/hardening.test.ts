@@ -22,6 +22,7 @@ beforeAll(async () => {
     toml: `
 [server]
 max_inflight_body_bytes = ${4 * 1024 * 1024}
+max_body_bytes = ${4 * 1024 * 1024} # the budget must hold the largest body (src/config.ts)
 max_form_body_bytes = ${MAX_FORM_BODY}
 body_grace_ms = ${GRACE_MS}
 min_body_bytes_per_s = ${MIN_RATE}
