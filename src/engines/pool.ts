@@ -140,6 +140,11 @@ const RECENT_FAILURES = 5;
 /** Longest failure text kept per account, logged, or stored as a disabled reason. */
 const FAILURE_MESSAGE_CHARS = 300;
 const RATE_LIMIT_BASE_MS = 1000;
+/**
+ * The longest rest an upstream's own retry-after can ask for: past a day it is a mistake or an
+ * attack (`Retry-After: 99999999999999999999`), and an account must come back without a restart.
+ */
+export const MAX_RETRY_AFTER_MS = 86_400_000;
 const SNAPSHOT_THROTTLE_MS = 500;
 /** Longest an account enabled by another process (`atelier upstreams enable`) stays unused. */
 const FLAGS_CHECK_MS = 100;
@@ -492,7 +497,7 @@ export class AccountPool {
       if (f.kind === "rate_limited") {
         const { count: streak } = await this.state.failed(a.cfg.id, "rate_limited");
         const backoff = Math.min(RATE_LIMIT_BASE_MS * 2 ** (streak - 1), this.settings.rateLimitCooldownMaxMs);
-        const ms = f.retryAfterMs !== undefined ? f.retryAfterMs : backoff;
+        const ms = f.retryAfterMs !== undefined ? Math.min(f.retryAfterMs, MAX_RETRY_AFTER_MS) : backoff;
         await this.state.coolDown(a.cfg.id, ms, false, now);
         this.logger?.warn("upstream account rate limited; cooling down", { ...fields, cooling_ms: ms });
         return;

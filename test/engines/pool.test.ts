@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { AccountPool, AttemptFailure, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
+import { AccountPool, AttemptFailure, MAX_RETRY_AFTER_MS, type AttemptContext, type PoolSettings } from "../../src/engines/pool";
 import { EngineTimeout, UpstreamFailed, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable, type UpstreamTrace } from "../../src/core/engine";
 import { createStore } from "../../src/store";
 import { CancelScope } from "../../src/core/cancelScope";
@@ -142,6 +142,12 @@ describe("failures", () => {
     const a = pool.snapshot().find((s) => s.accountId === "a")!;
     expect(a.state).toBe("cooling");
     expect(a.coolingUntil).toBe(now() + 2000);
+  });
+
+  test("429 with a retry-after of years: the account rests a day at most", async () => {
+    const { pool, now } = setup();
+    await pool.run(scripted({ a: [new AttemptFailure("rate_limited", "slow down", 1e21, 429)] }).attempt);
+    expect(pool.snapshot().find((s) => s.accountId === "a")!.coolingUntil).toBe(now() + MAX_RETRY_AFTER_MS);
   });
 
   test("429 without a hint: 1 s, then doubling per consecutive 429, capped", async () => {
