@@ -46,10 +46,11 @@ export async function startServer(config: Config, logger: Logger, options: Start
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
   options.customize?.(services);
-  // Embedded (SQLite), this is the only server on the file (the server lock): whatever is still
-  // pending was interrupted. Sharing PostgreSQL, other live instances may be running theirs: only
-  // this instance's own (a previous run under its [instance] id) are refunded at start, the rest
-  // by the heartbeat's sweep once their owner's lease has run out.
+  // Embedded (SQLite), this is the only server on the file (`serve` took the data directory's
+  // lock, cli/serverLock, before it got here): whatever is still pending was interrupted.
+  // Sharing PostgreSQL, other live instances may be running theirs: only this instance's own (a
+  // previous run under its [instance] id) are refunded at start, the rest by the heartbeat's
+  // sweep once their owner's lease has run out.
   const recovered = storeDialect(config) === "postgres" ? [] : await store.credits.recoverInterrupted(services.clock(), services.tasks.retentionMs);
   recovered.push(...(await services.liveness.start()));
   if (recovered.length > 0) logger.warn("refunded requests interrupted by a previous stop", { count: recovered.length, request_ids: recovered });

@@ -85,7 +85,7 @@ test("backup under write load, restore refused under a running server, restored 
   // Restoring under the running server is refused, and its database is untouched.
   const refused = await cli(source, "restore", file);
   expect(refused.code).toBe(1);
-  expect(refused.stderr).toContain(`(pid ${server.proc.pid}) is running`);
+  expect(refused.stderr).toContain(`in use by another atelier process (pid ${server.proc.pid})`);
 
   writing = false;
   await Promise.all([granting, ...generating]);

@@ -10,8 +10,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
+import { lockDataDir } from "../../src/cli/serverLock";
 import { databasePath } from "../../src/store/database";
 import { copyDatabaseInto } from "../../src/store/maintenance";
 import { copyDatabaseFileToPostgres } from "../../src/store/copyToPostgres";
@@ -342,11 +342,17 @@ describe("refusals and failures leave the target without a row", () => {
     "refused while a server runs on the data directory",
     async () => {
       const dir = copyOfDeployment();
-      // This test process stands in for the server: a live pid in the lock file.
-      writeFileSync(join(dir, "atelier.lock"), `${process.pid}\n`);
-      const r = await attempt(dir);
+      // This test process stands in for the server: it holds the data directory's lock.
+      const held = lockDataDir(dir);
+      if (!("lock" in held)) throw new Error("the copy's data directory is locked already");
+      let r;
+      try {
+        r = await attempt(dir);
+      } finally {
+        held.lock.release();
+      }
       expect(r.code).toBe(1);
-      expect(r.stderr).toContain(`a server (pid ${process.pid}) is running on`);
+      expect(r.stderr).toContain(`the data directory ${dir} is in use by another atelier process (pid ${process.pid})`);
       expect(r.rows).toBe(0);
     },
     TIMEOUT_MS,

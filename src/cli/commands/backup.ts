@@ -9,7 +9,7 @@ import { databasePath } from "../../store/database";
 import { copyDatabaseInto, inspectDatabase, sqliteOnlyRefusal } from "../../store/maintenance";
 import { makePrivateDir, PRIVATE_FILE, tightenFile } from "../../store/privateFiles";
 import { CliError, COMMON_HELP, parseCommand, UsageError } from "../args";
-import { runningServerPid } from "../serverLock";
+import { holdDataDir } from "../serverLock";
 import { configWithoutUpstreamSecrets, storeDialect, type Io } from "../shared";
 
 const BACKUP_USAGE = `Usage: atelier backup <file> [--force]
@@ -86,33 +86,37 @@ export async function restoreCommand(argv: string[], io: Io): Promise<number> {
   const refused = sqliteOnlyRefusal("restore", storeDialect(config));
   if (refused) throw new CliError(refused);
   const dataDir = config.server.data_dir;
-  const pid = runningServerPid(dataDir);
-  if (pid !== undefined) throw new CliError(`a server (pid ${pid}) is running on ${dataDir}; stop it first, then restore`);
   if (!existsSync(backup)) throw new CliError(`no file ${backup}`);
-  const report = await verifiedBackup(backup);
-  if (report.ledgerMismatches.length > 0) io.err(`warning: users ${report.ledgerMismatches.join(", ")} have a balance that differs from their ledger (see atelier doctor)`);
-  makePrivateDir(dataDir);
-  const target = databasePath(dataDir);
-  // Copy next to the target first, so the final step is one rename on the same file system.
-  const incoming = `${target}.restoring-${process.pid}`;
-  copyFileSync(backup, incoming);
-  // copyFile gives the copy the backup's mode, and a backup an older Atelier wrote is 0644.
-  chmodSync(incoming, PRIVATE_FILE);
+  // Held to the end: a server started meanwhile would open the database being replaced.
+  const lock = holdDataDir(dataDir, "stop it first, then restore");
   let aside: string | undefined;
+  const target = databasePath(dataDir);
   try {
-    if (existsSync(target)) {
-      aside = `${target}.before-restore-${new Date().toISOString().replace(/[:.]/g, "-")}`;
-      // The -wal file holds committed pages of the old database: it moves with it (same suffix).
-      renameSync(target, aside);
-      for (const suffix of ["-wal", "-shm"]) if (existsSync(target + suffix)) renameSync(target + suffix, aside + suffix);
-      // Still the old database with all its secrets; one an older Atelier wrote may be 0644.
-      for (const suffix of ["", "-wal", "-shm"]) tightenFile(aside + suffix);
+    const report = await verifiedBackup(backup);
+    if (report.ledgerMismatches.length > 0) io.err(`warning: users ${report.ledgerMismatches.join(", ")} have a balance that differs from their ledger (see atelier doctor)`);
+    makePrivateDir(dataDir);
+    // Copy next to the target first, so the final step is one rename on the same file system.
+    const incoming = `${target}.restoring-${process.pid}`;
+    copyFileSync(backup, incoming);
+    // copyFile gives the copy the backup's mode, and a backup an older Atelier wrote is 0644.
+    chmodSync(incoming, PRIVATE_FILE);
+    try {
+      if (existsSync(target)) {
+        aside = `${target}.before-restore-${new Date().toISOString().replace(/[:.]/g, "-")}`;
+        // The -wal file holds committed pages of the old database: it moves with it (same suffix).
+        renameSync(target, aside);
+        for (const suffix of ["-wal", "-shm"]) if (existsSync(target + suffix)) renameSync(target + suffix, aside + suffix);
+        // Still the old database with all its secrets; one an older Atelier wrote may be 0644.
+        for (const suffix of ["", "-wal", "-shm"]) tightenFile(aside + suffix);
+      }
+      renameSync(incoming, target);
+    } finally {
+      rmSync(incoming, { force: true });
     }
-    renameSync(incoming, target);
+    io.out(`restored ${backup} into ${target} (schema version ${report.schemaVersion}, ${report.users} users)`);
   } finally {
-    rmSync(incoming, { force: true });
+    lock.release();
   }
-  io.out(`restored ${backup} into ${target} (schema version ${report.schemaVersion}, ${report.users} users)`);
   if (aside) io.out(`the previous database is kept as ${aside}`);
   return 0;
 }

@@ -18,7 +18,7 @@ import { PostgresClient } from "../../store/sql";
 import { S3ImageBlobs, s3BlobSettingsOf } from "../../store/s3ImageBlobs";
 import { COMMON_HELP, noPositionals, parseCommand, positiveInteger } from "../args";
 import { describeRedisUrl, probeRedis } from "../redisProbe";
-import { runningServerPid } from "../serverLock";
+import { dataDirHolder } from "../serverLock";
 import { configFrom, type Io } from "../shared";
 
 const USAGE = `Usage: atelier doctor [--timeout-ms N]
@@ -89,9 +89,11 @@ async function sqliteChecks(dataDir: string): Promise<Check[]> {
   } catch (e) {
     return [{ check: "database", status: "fail", detail: `${file}: ${(e as Error).message}` }];
   }
-  const server = runningServerPid(dataDir);
+  // Informational: a server (or a restore or migrate-store) holding the data directory's lock.
+  const holder = dataDirHolder(dataDir);
+  const inUse = holder === undefined ? "" : holder.pid === undefined ? " (in use by a running atelier process)" : ` (in use by atelier pid ${holder.pid})`;
   return [
-    { check: "database integrity", status: r.integrity === "ok" ? "ok" : "fail", detail: r.integrity === "ok" ? `${file}${server ? ` (server pid ${server} running)` : ""}` : r.integrity },
+    { check: "database integrity", status: r.integrity === "ok" ? "ok" : "fail", detail: r.integrity === "ok" ? `${file}${inUse}` : r.integrity },
     ...storeChecks(r, r.latestVersion),
   ];
 }

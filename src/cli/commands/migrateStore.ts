@@ -9,7 +9,7 @@ import { copyDatabaseFileToPostgres, StoreCopyError, type CopyReport } from "../
 import { databasePath } from "../../store/database";
 import { causeWithoutSecret, describePostgresUrl, openPostgres } from "../../store/postgresDatabase";
 import { CliError, COMMON_HELP, noPositionals, parseCommand, UsageError } from "../args";
-import { runningServerPid } from "../serverLock";
+import { holdDataDir } from "../serverLock";
 import { configWithoutUpstreamSecrets, type Io } from "../shared";
 
 const USAGE = `Usage: atelier migrate-store [--to postgres://USER:PASSWORD@HOST:PORT/DATABASE]
@@ -58,26 +58,30 @@ export async function migrateStoreCommand(argv: string[], io: Io): Promise<numbe
   const config = configWithoutUpstreamSecrets(values);
   const url = targetUrl(values.to ?? config.database.url);
   const dataDir = config.server.data_dir;
-  const pid = runningServerPid(dataDir);
-  if (pid !== undefined) throw new CliError(`a server (pid ${pid}) is running on ${dataDir}; stop it first, then copy`);
   const file = databasePath(dataDir);
   if (!existsSync(file)) throw new CliError(`no database at ${file}: check --data (or ATELIER_DATA)`);
+  // Held to the end: rows a server started meanwhile wrote after the copy began would be left behind.
+  const lock = holdDataDir(dataDir, "stop it first, then copy");
 
   const where = describePostgresUrl(url);
-  const target = await openPostgres(url, { max: 1 });
   try {
-    io.out(`copying ${file} into PostgreSQL at ${where}`);
-    let report: CopyReport;
+    const target = await openPostgres(url, { max: 1 });
     try {
-      report = await copyDatabaseFileToPostgres(file, target);
-    } catch (e) {
-      if (e instanceof StoreCopyError) throw new CliError(e.message);
-      throw new CliError(`the copy failed and was rolled back, nothing was kept: ${causeWithoutSecret(e, url)}`);
+      io.out(`copying ${file} into PostgreSQL at ${where}`);
+      let report: CopyReport;
+      try {
+        report = await copyDatabaseFileToPostgres(file, target);
+      } catch (e) {
+        if (e instanceof StoreCopyError) throw new CliError(e.message);
+        throw new CliError(`the copy failed and was rolled back, nothing was kept: ${causeWithoutSecret(e, url)}`);
+      }
+      printReport(report, io);
+      io.out(`done: schema version ${report.schemaVersion}; point the instances at it with [database] url (or ATELIER_DATABASE_URL)`);
+      return 0;
+    } finally {
+      await target.close();
     }
-    printReport(report, io);
-    io.out(`done: schema version ${report.schemaVersion}; point the instances at it with [database] url (or ATELIER_DATABASE_URL)`);
-    return 0;
   } finally {
-    await target.close();
+    lock.release();
   }
 }
