@@ -117,12 +117,19 @@ export interface ChatJob {
  */
 export interface ChatDelta {
   content?: string;
+  /** Text to append to the model's refusal (OpenAI's `delta.refusal`). */
+  refusal?: string;
   toolCalls?: { index: number; id?: string; type?: "function"; function?: { name?: string; arguments?: string } }[];
 }
 
 export interface ChatResult {
-  /** The reply text; null when the reply is only tool calls. */
+  /** The reply text; null when the reply is only tool calls or a refusal. */
   content: string | null;
+  /**
+   * Why the model declined, when it did (OpenAI's `message.refusal`, e.g. for a json_schema it
+   * will not fill): the clients' structured-output helpers read it instead of parsing content.
+   */
+  refusal?: string;
   toolCalls?: ChatToolCall[];
   finishReason: "stop" | "length" | "content_filter" | "tool_calls";
   /** Token counts, when the engine knows them (a streaming upstream may not send them). */

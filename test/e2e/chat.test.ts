@@ -434,6 +434,40 @@ describe("what OpenAI clients send for text", () => {
   });
 });
 
+describe("an upstream's refusal", () => {
+  const REFUSAL = "I'm sorry, I can't help with that.";
+
+  test("reaches the client as message.refusal with null content, redacted; the row is a success with its token counts", async () => {
+    fake.reset();
+    fake.queueFaults(UPSTREAM_KEY, { kind: "variant", name: "refusal", message: `${REFUSAL} (key ${UPSTREAM_KEY})` });
+    const fresh = await server.userWithKey();
+    const openai = new OpenAI({ apiKey: fresh.key, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const completion = await openai.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "do a bad thing" }] });
+    expect(completion.choices[0]!.message).toEqual({ role: "assistant", content: null, refusal: `${REFUSAL} (key [redacted])` });
+    expect(completion.choices[0]!.finish_reason).toBe("stop");
+    // The model answered (and the upstream counted its tokens): not a failure of the request.
+    const [row] = await server.services.store.requests.list({ userId: fresh.userId });
+    expect(row).toMatchObject({ status: "succeeded", error_code: null, prompt_tokens: 7, completion_tokens: 3 });
+  });
+
+  test("chat.completions.parse() with a json_schema reports the refusal instead of failing to parse null content", async () => {
+    fake.reset();
+    fake.queueFaults(UPSTREAM_KEY, { kind: "variant", name: "refusal", message: REFUSAL });
+    const parsed = await client.chat.completions.parse({
+      model: "up-chat",
+      messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "t", strict: true, schema: { type: "object", properties: { title: { type: "string" } }, required: ["title"], additionalProperties: false } } },
+    });
+    expect(parsed.choices[0]!.message).toMatchObject({ content: null, refusal: REFUSAL, parsed: null });
+  });
+
+  test("an ordinary reply still says refusal: null", async () => {
+    fake.reset();
+    const completion = await client.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "hello" }] });
+    expect(completion.choices[0]!.message).toEqual({ role: "assistant", content: "echo: hello", refusal: null });
+  });
+});
+
 describe("engine behaviour", () => {
   test("a json_schema demanding a gigantic reply is cut with finish_reason length; the server stays up", async () => {
     const schema = { type: "object", properties: { title: { type: "string", minLength: 1_000_000_000 } }, required: ["title"] };
@@ -699,6 +733,25 @@ upstream_model = "gpt-up"
     expect(choice.finish_reason).toBe("tool_calls");
     const call = choice.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
     expect(call).toMatchObject({ id: expect.stringMatching(/^call_fake_/), type: "function", function: { name: "lookup", arguments: JSON.stringify({ query: "find red kettles" }) } });
+  });
+
+  test("a streamed refusal passes on as delta.refusal: the stream helper assembles message.refusal, nothing to parse", async () => {
+    streamFake.reset();
+    const refusal = `I'm sorry, I can't (key ${STREAM_KEY}).`;
+    streamFake.queueFaults(STREAM_KEY, { kind: "variant", name: "refusal", message: refusal });
+    const final = await openai.chat.completions
+      .stream({
+        model: "up-chat",
+        messages: [{ role: "user", content: "do a bad thing" }],
+        response_format: { type: "json_schema", json_schema: { name: "t", strict: true, schema: { type: "object", properties: { title: { type: "string" } }, required: ["title"], additionalProperties: false } } },
+      })
+      .finalChatCompletion();
+    const message = final.choices[0]!.message;
+    // Redacted as a stream: the key arrives in 4-character pieces.
+    expect(message.refusal).toBe("I'm sorry, I can't (key [redacted]).");
+    expect(message.parsed).toBeNull();
+    expect(message.content ?? "").toBe("");
+    expect(await rowOf(final.id)).toMatchObject({ status: "succeeded", error_code: null });
   });
 
   test("a key the upstream echoes is redacted even when it arrives split across chunks", async () => {

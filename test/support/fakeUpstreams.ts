@@ -41,7 +41,10 @@ export type Fault =
   | { kind: "delay"; ms: number }
   /** A streamed image request: one partial image, then `event: error` (OpenAI fake). */
   | { kind: "stream-error"; message?: string }
-  /** A 200 answer of the fake's named kind (Gemini fake: "safety", "blocked", "no-image"). */
+  /**
+   * A 200 answer of the fake's named kind (Gemini fake: "safety", "blocked", "no-image"; OpenAI
+   * fake's chat: "no-usage", "huge-chunk", "refusal" with the refusal text as `message`).
+   */
   | { kind: "variant"; name: string; message?: string };
 
 export interface ReceivedPart {
@@ -274,6 +277,8 @@ export function startFakeOpenAI(): FakeOpenAI {
       if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "gpt-image-1", object: "model", created: 1, owned_by: "fake" }] });
       if (path === "/v1/chat/completions") {
         const reply = fakeChatReply(req.json ?? {}, ++n);
+        // "refusal:<text>": the model declines, as OpenAI answers it (content null, message.refusal; streamed as delta.refusal).
+        if (variant?.startsWith("refusal:")) Object.assign(reply, { content: null, toolCalls: undefined, refusal: variant.slice("refusal:".length), finishReason: "stop" });
         // streamMode "json": an upstream that ignores `stream` and answers one JSON document.
         if (req.json?.stream === true && streamMode !== "json") {
           const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;
@@ -287,7 +292,7 @@ export function startFakeOpenAI(): FakeOpenAI {
           object: "chat.completion",
           created: 1,
           model: String(req.json?.model),
-          choices: [{ index: 0, message: { role: "assistant", content: reply.content, ...(reply.toolCalls ? { tool_calls: reply.toolCalls } : {}) }, finish_reason: reply.finishReason }],
+          choices: [{ index: 0, message: { role: "assistant", content: reply.content, refusal: reply.refusal ?? null, ...(reply.toolCalls ? { tool_calls: reply.toolCalls } : {}) }, finish_reason: reply.finishReason }],
           usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
         });
       }
@@ -337,6 +342,7 @@ export function startFakeOpenAI(): FakeOpenAI {
 
 interface FakeChatReply {
   content: string | null;
+  refusal?: string;
   toolCalls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
   finishReason: "stop" | "tool_calls";
 }
@@ -361,8 +367,8 @@ function fakeChatReply(json: Record<string, unknown>, n: number): FakeChatReply 
 
 /**
  * A streamed chat answer as OpenAI sends it: `data: <chat.completion.chunk>` lines (the role
- * first, the content in pieces of 4 characters or the tool call as a name and then argument
- * fragments, the finish reason), a usage chunk when stream_options.include_usage, then
+ * first, the content (or a refusal, as delta.refusal) in pieces of 4 characters or the tool
+ * call as a name and then argument fragments, the finish reason), a usage chunk when stream_options.include_usage, then
  * `data: [DONE]`. With `failure` it sends two pieces and then `data: {"error": …}` and ends;
  * without `usage` (the fault variant "no-usage") it leaves the usage chunk out.
  */
@@ -374,8 +380,10 @@ function streamedChat(
 ): Response {
   const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) =>
     ({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1, model: String(json.model), choices: [{ index: 0, delta, finish_reason: finish }], ...extra });
-  const chunks: unknown[] = [chunk({ role: "assistant", content: "" })];
-  if (reply.toolCalls) {
+  const chunks: unknown[] = [chunk(reply.refusal === undefined ? { role: "assistant", content: "" } : { role: "assistant", content: null, refusal: "" })];
+  if (reply.refusal !== undefined) {
+    for (let i = 0; i < reply.refusal.length; i += 4) chunks.push(chunk({ refusal: reply.refusal.slice(i, i + 4) }));
+  } else if (reply.toolCalls) {
     reply.toolCalls.forEach((call, index) => {
       chunks.push(chunk({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } }] }));
       for (let i = 0; i < call.function.arguments.length; i += 5) chunks.push(chunk({ tool_calls: [{ index, function: { arguments: call.function.arguments.slice(i, i + 5) } }] }));

@@ -1,6 +1,6 @@
 /**
- * A streamed `openai` chat answer passed on as it arrives: each chunk's text and tool call
- * fragments go to the job's onDelta (redacted as a stream, so a key split across chunks is
+ * A streamed `openai` chat answer passed on as it arrives: each chunk's text, refusal and tool
+ * call fragments go to the job's onDelta (redacted as a stream, so a key split across chunks is
  * still removed), and the whole reply is assembled for the flow's result and history row.
  *
  * Once a piece has been passed on, no other attempt may follow (the client would get the reply
@@ -24,8 +24,10 @@ interface ToolCallState {
 
 export async function replyFromChunks(events: AsyncGenerator<ServerSentEvent>, onDelta: (delta: ChatDelta) => void, redactor: SecretRedactor): Promise<Reply> {
   const text = redactor.answerStream();
+  const refusing = redactor.answerStream();
   const calls = new Map<number, ToolCallState>();
   let content = "";
+  let refusal = "";
   let passedOn = false;
   let finishReason: ChatResult["finishReason"] | undefined;
   let usage: ChatResult["usage"];
@@ -48,6 +50,11 @@ export async function replyFromChunks(events: AsyncGenerator<ServerSentEvent>, o
         content += out;
         if (out) send({ content: out });
       }
+      if (event.refusal !== undefined) {
+        const out = refusing.push(event.refusal);
+        refusal += out;
+        if (out) send({ refusal: out });
+      }
       const pieces = event.toolCalls.map((p) => toolCallDelta(p, calls, redactor)).filter((d) => d !== null);
       if (pieces.length) send({ toolCalls: pieces });
       if (event.finishReason) finishReason = event.finishReason;
@@ -62,17 +69,21 @@ export async function replyFromChunks(events: AsyncGenerator<ServerSentEvent>, o
 
   const rest = text.end();
   content += rest;
+  const refusalRest = refusing.end();
+  refusal += refusalRest;
   const tail: NonNullable<ChatDelta["toolCalls"]> = [];
   for (const [index, call] of calls) {
     const args = call.redacting.end();
     call.arguments += args;
     if (args) tail.push({ index, function: { arguments: args } });
   }
-  if (rest || tail.length) send({ ...(rest ? { content: rest } : {}), ...(tail.length ? { toolCalls: tail } : {}) });
+  if (rest || refusalRest || tail.length) send({ ...(rest ? { content: rest } : {}), ...(refusalRest ? { refusal: refusalRest } : {}), ...(tail.length ? { toolCalls: tail } : {}) });
 
   const toolCalls: ChatToolCall[] = [...calls.values()].map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
   return {
-    content: content === "" && toolCalls.length ? null : content,
+    // No text beside tool calls or a refusal is null, as in a whole answer (parse.ts).
+    content: content === "" && (toolCalls.length || refusal) ? null : content,
+    ...(refusal ? { refusal } : {}),
     ...(toolCalls.length ? { toolCalls } : {}),
     finishReason: finishReason ?? "stop",
     ...(usage ? { usage } : {}),
@@ -97,5 +108,7 @@ function toolCallDelta(piece: ChatToolCallPiece, calls: Map<number, ToolCallStat
 /** An upstream that answered one JSON document to a streamed request: its reply passed on as one piece. */
 export function passOnWhole(reply: Reply, onDelta: (delta: ChatDelta) => void): void {
   const toolCalls = reply.toolCalls?.map((c, index) => ({ index, id: c.id, type: "function" as const, function: { name: c.function.name, arguments: c.function.arguments } }));
-  if (reply.content || toolCalls) onDelta({ ...(reply.content ? { content: reply.content } : {}), ...(toolCalls ? { toolCalls } : {}) });
+  if (reply.content || reply.refusal || toolCalls) {
+    onDelta({ ...(reply.content ? { content: reply.content } : {}), ...(reply.refusal ? { refusal: reply.refusal } : {}), ...(toolCalls ? { toolCalls } : {}) });
+  }
 }

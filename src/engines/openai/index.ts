@@ -66,10 +66,11 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
   /** A whole chat answer as our reply (a malformed one fails the attempt), with our secrets removed. */
   private readonly readReply = (answer: unknown): ChatResult => this.redactedReply(parseChatAnswer(answer));
 
-  /** The reply's text and its tool calls (names and arguments) with our secrets removed. */
+  /** The reply's text, refusal and tool calls (names and arguments) with our secrets removed. */
   private redactedReply(reply: ChatResult): ChatResult {
     // The reply is parseChatAnswer's own object: redacted in place.
     if (reply.content !== null) reply.content = this.redactor.answer(reply.content);
+    if (reply.refusal !== undefined) reply.refusal = this.redactor.answer(reply.refusal);
     if (reply.toolCalls) reply.toolCalls = reply.toolCalls.map((c) => ({ ...c, function: { name: this.redactor.answer(c.function.name), arguments: this.redactor.answer(c.function.arguments) } }));
     return reply;
   }

@@ -70,10 +70,14 @@ export function parseChatAnswer(answer: unknown): ChatResult {
   if (!isPlainObject(choice) || !isPlainObject(choice.message)) throw new AttemptFailure("failed", "upstream chat answer has no choices[0].message");
   const content = choice.message.content;
   if (typeof content !== "string" && content !== null && content !== undefined) throw new AttemptFailure("failed", "upstream chat answer's message content is not text");
+  const refusal = choice.message.refusal;
+  if (typeof refusal !== "string" && refusal !== null && refusal !== undefined) throw new AttemptFailure("failed", "upstream chat answer's message refusal is not text");
   const toolCalls = parseToolCalls(choice.message.tool_calls);
   const usage = isPlainObject(answer) ? parseUsage(answer.usage) : undefined;
-  // A reply of tool calls only has no text (null, as OpenAI answers it); any other reply has some.
-  const reply: ChatResult = { content: typeof content === "string" ? content : toolCalls ? null : "", finishReason: finishReasonOf(choice.finish_reason) };
+  const refused = typeof refusal === "string" && refusal !== "";
+  // A reply of tool calls only, or a refusal, has no text (null, as OpenAI answers it); any other reply has some.
+  const reply: ChatResult = { content: typeof content === "string" ? content : toolCalls || refused ? null : "", finishReason: finishReasonOf(choice.finish_reason) };
+  if (refused) reply.refusal = refusal;
   if (toolCalls) reply.toolCalls = toolCalls;
   if (usage) reply.usage = usage;
   return reply;
@@ -106,13 +110,13 @@ function parseToolCalls(value: unknown): ChatToolCall[] | undefined {
 
 /**
  * One event of a streamed chat answer (OpenAI's `chat.completion.chunk`s, then `[DONE]`): the
- * pieces of choices[0].delta, its finish reason, the usage chunk, or an error the upstream
+ * pieces of choices[0].delta (text, refusal, tool call fragments), its finish reason, the usage chunk, or an error the upstream
  * sent instead of the next chunk.
  */
 export type ChatStreamEvent =
   | { kind: "done" }
   | { kind: "error"; message: string }
-  | { kind: "chunk"; content?: string; toolCalls: ChatToolCallPiece[]; finishReason?: ChatResult["finishReason"]; usage?: ChatResult["usage"] };
+  | { kind: "chunk"; content?: string; refusal?: string; toolCalls: ChatToolCallPiece[]; finishReason?: ChatResult["finishReason"]; usage?: ChatResult["usage"] };
 
 /** A fragment of a tool call as streamed: `index` says which; id and name come with its first fragment. */
 export interface ChatToolCallPiece {
@@ -139,10 +143,12 @@ export function parseChatStreamEvent(sse: ServerSentEvent): ChatStreamEvent {
   const choice = Array.isArray(data.choices) ? (data.choices.find((c) => isPlainObject(c) && (c.index ?? 0) === 0) as unknown) : undefined;
   const delta = isPlainObject(choice) && isPlainObject(choice.delta) ? choice.delta : {};
   if (delta.content !== undefined && delta.content !== null && typeof delta.content !== "string") throw new AttemptFailure("failed", "upstream streamed chat content that is not text");
+  if (delta.refusal !== undefined && delta.refusal !== null && typeof delta.refusal !== "string") throw new AttemptFailure("failed", "upstream streamed a chat refusal that is not text");
   const toolCalls = Array.isArray(delta.tool_calls) ? delta.tool_calls.map(parseToolCallPiece) : [];
   return {
     kind: "chunk",
     ...(typeof delta.content === "string" && delta.content !== "" ? { content: delta.content } : {}),
+    ...(typeof delta.refusal === "string" && delta.refusal !== "" ? { refusal: delta.refusal } : {}),
     toolCalls,
     ...(isPlainObject(choice) && typeof choice.finish_reason === "string" ? { finishReason: finishReasonOf(choice.finish_reason) } : {}),
     ...(usage ? { usage } : {}),

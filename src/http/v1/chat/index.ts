@@ -48,9 +48,9 @@ export function historyPromptOf(messages: ChatMessage[]): string {
   return lastUser.slice(0, end);
 }
 
-/** choices[0].message in OpenAI's shape: tool_calls only when the model made some. */
+/** choices[0].message in OpenAI's shape: refusal always (null unless the model declined), tool_calls only when the model made some. */
 function replyMessage(result: ChatResult) {
-  const message = { role: "assistant" as const, content: result.content, refusal: null };
+  const message = { role: "assistant" as const, content: result.content, refusal: result.refusal ?? null };
   return result.toolCalls?.length ? { ...message, tool_calls: result.toolCalls } : message;
 }
 

@@ -199,8 +199,10 @@ export const ChatCompletion = t.Object(
         index: Integer({ description: "Always 0: one choice per request." }),
         message: t.Object({
           role: t.Literal("assistant"),
-          content: t.Union([t.String(), t.Null()], { description: "The reply text (a JSON document when response_format asked for JSON); null when the reply is only tool calls." }),
-          refusal: t.Null(),
+          content: t.Union([t.String(), t.Null()], { description: "The reply text (a JSON document when response_format asked for JSON); null when the reply is only tool calls or a refusal." }),
+          refusal: t.Union([t.String(), t.Null()], {
+            description: "Why the model declined to answer, as the upstream said it (e.g. a json_schema it will not fill); null otherwise. The openai clients' `parse()` then leaves `parsed` null.",
+          }),
           tool_calls: t.Optional(t.Array(ToolCallSchema, { description: "The functions the model calls (finish_reason `tool_calls`); answer each with a `tool` message." })),
         }),
         logprobs: t.Null(),

@@ -4,7 +4,7 @@
  * true })` iterates it unmodified. The body is `text/event-stream` of unnamed `data:` lines:
  *
  *   data: {"id","object":"chat.completion.chunk","created","model","choices":[{"index":0,"delta":{"role":"assistant","content":""},…}]}
- *   data: … one chunk per piece of the reply: delta.content, or delta.tool_calls fragments …
+ *   data: … one chunk per piece of the reply: delta.content, delta.refusal, or delta.tool_calls fragments …
  *   data: {… "choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}
  *   data: {… "choices":[],"usage":{…}}        (only with stream_options.include_usage, when the engine reported usage)
  *   data: [DONE]
@@ -59,7 +59,7 @@ export async function streamChatAnswer(deps: ChatStreamDeps, req: ChatRequest, s
     if (opened) return;
     opened = true;
     stream.startHeartbeat();
-    stream.data(chunk({ role: "assistant", content: "" }));
+    stream.data(chunk({ role: "assistant", content: "", refusal: null }));
     announce();
   };
   const onDelta = (delta: ChatDelta) => {
@@ -104,6 +104,7 @@ export async function streamChatAnswer(deps: ChatStreamDeps, req: ChatRequest, s
 function wireDelta(delta: ChatDelta): Record<string, unknown> {
   return {
     ...(delta.content !== undefined ? { content: delta.content } : {}),
+    ...(delta.refusal !== undefined ? { refusal: delta.refusal } : {}),
     ...(delta.toolCalls ? { tool_calls: delta.toolCalls } : {}),
   };
 }
