@@ -46,13 +46,15 @@ export class EventStream {
   }
 
   /**
-   * From now on a comment line goes out after every heartbeatMs of silence. One goes out at
-   * once: the runtime sends the status line and headers (x-request-id, the task's id) only
-   * with the first bytes, and a client should not wait for the first partial to get them.
+   * From now on a comment line goes out after every heartbeatMs of silence. With `announce`,
+   * one goes out at once: the runtime sends the status line and headers (x-request-id, the
+   * task's id) only with the first bytes, and a client should not wait for the first partial
+   * to get them. A caller that writes an event right away needs none.
    */
-  startHeartbeat(): void {
+  startHeartbeat(announce = true): void {
     this.beating = true;
-    this.write(": started\n\n");
+    if (announce) this.write(": started\n\n");
+    else this.rearm();
   }
 
   close(): void {

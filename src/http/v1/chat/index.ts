@@ -137,6 +137,8 @@ export function chatRoutes(deps: ChatDeps) {
             "OpenAI-compatible upstreams, whose tool calls come back in `message.tool_calls` (builtin-chat answers 400 `tools_unsupported`). " +
             "`stream: true` answers 400 `stream_unsupported` unless the server enables `[chat] allow_streaming`, then server-sent " +
             "`chat.completion.chunk` events ending in `data: [DONE]` (or `data: {\"error\": …}` if the engine fails mid-reply); " +
+            "a failure before the reply's first piece (an upstream's 429 or refusal, every attempt failing, the deadline) is the JSON error " +
+            "with its status and headers, as without `stream`; " +
             "`n` must be 1. At most [limits] chat_concurrency chat requests run at once; more get 429 `concurrency_limit_exceeded` with retry-after.",
           security: bearerSecurity,
           operationId: "createChatCompletion",

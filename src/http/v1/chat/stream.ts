@@ -9,10 +9,18 @@
  *   data: {… "choices":[],"usage":{…}}        (only with stream_options.include_usage, when the engine reported usage)
  *   data: [DONE]
  *
+ * The answer is held until the reply's first piece (or its end): that is where an engine stops
+ * retrying (engines/openai/chatStream: once a piece is passed on, no other attempt may follow),
+ * so every failure before it — a 429 from the upstream, a request it refuses, every attempt
+ * failing, the deadline — is the same JSON error, status and headers (retry-after) as without
+ * `stream`, and the openai clients raise (and retry by) its proper class. OpenAI answers
+ * request-level failures before streaming too. Nothing is sent while waiting (the status is
+ * not decided yet, so no heartbeat either): [limits] generation_timeout_ms bounds that wait,
+ * and the server's idle timeout is off for this route as for any long POST.
+ *
  * A failure after the stream began (the upstream broke mid-reply, the deadline passed) ends it
  * with `data: {"error":{message,type,param,code}}` and no `[DONE]`; the openai clients raise it
- * as an APIError. A failure before the engine starts (validation, tools for builtin-chat, 429 at
- * the chat gate) is the usual JSON error with its status. A comment line goes out after every
+ * as an APIError. From the first piece on, a comment line goes out after every
  * [server] stream_heartbeat_ms of silence.
  *
  * A client that goes away aborts the engine (and so the upstream request), unlike an image
@@ -20,7 +28,7 @@
  * status, token counts when the engine reported them (else null), client_disconnected.
  */
 import { runChatRequest, type ChatFlowDeps, type ChatOutcome, type ChatRequest } from "../../../core/chatRequests";
-import type { ChatDelta, EngineLookup } from "../../../core/engine";
+import type { ChatDelta } from "../../../core/engine";
 import type { Logger } from "../../../logger";
 import { apiErrorOf } from "../../errorMapping";
 import { serverError } from "../../errors";
@@ -51,25 +59,24 @@ export async function streamChatAnswer(deps: ChatStreamDeps, req: ChatRequest, s
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
   });
 
-  // The stream opens when the engine starts: before any piece of the reply, after every check that answers JSON.
+  // The stream opens with the reply's first piece (see above); until then a failure is thrown to the route's JSON error.
   let opened = false;
-  let announce!: () => void;
-  const started = new Promise<void>((resolve) => (announce = resolve));
+  const firstPiece = Promise.withResolvers<void>();
   const open = () => {
     if (opened) return;
     opened = true;
-    stream.startHeartbeat();
+    // The role chunk goes out at once with the status line and headers: no comment needed to send them.
+    stream.startHeartbeat(false);
     stream.data(chunk({ role: "assistant", content: "", refusal: null }));
-    announce();
+    firstPiece.resolve();
   };
   const onDelta = (delta: ChatDelta) => {
     open();
     stream.data(chunk(wireDelta(delta)));
   };
 
-  const flow = { ...deps.flow, engines: announcingStart(deps.flow.engines, open) };
-  const outcome = runChatRequest(flow, { ...req, onDelta }, signal);
-  await Promise.race([started, outcome.then(noop, noop)]);
+  const outcome = runChatRequest(deps.flow, { ...req, onDelta }, signal);
+  await Promise.race([firstPiece.promise, outcome.then(noop, noop)]);
   if (!opened) {
     try {
       await outcome;
@@ -77,6 +84,8 @@ export async function streamChatAnswer(deps: ChatStreamDeps, req: ChatRequest, s
       stream.close();
       throw e;
     }
+    // A reply without a single piece (empty text): still a stream, of the role and the end.
+    open();
   }
 
   outcome
@@ -106,21 +115,6 @@ function wireDelta(delta: ChatDelta): Record<string, unknown> {
     ...(delta.content !== undefined ? { content: delta.content } : {}),
     ...(delta.refusal !== undefined ? { refusal: delta.refusal } : {}),
     ...(delta.toolCalls ? { tool_calls: delta.toolCalls } : {}),
-  };
-}
-
-/** The engine lookup, telling when a chat reaches its engine (after the gate admitted it). */
-function announcingStart(engines: EngineLookup, started: () => void): EngineLookup {
-  return {
-    imageEngine: (model) => engines.imageEngine(model),
-    chatEngine(model) {
-      const engine = engines.chatEngine(model);
-      if (!engine) return undefined;
-      return {
-        chat: (job) => (started(), engine.chat(job)),
-        ...(engine.requestProblem ? { requestProblem: engine.requestProblem.bind(engine) } : {}),
-      };
-    },
   };
 }
 
