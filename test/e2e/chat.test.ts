@@ -419,6 +419,21 @@ describe("what OpenAI clients send for text", () => {
     expect(row).toMatchObject({ model: "up-chat", status: "succeeded", prompt: "Weather in Oslo?" });
   });
 
+  test("an upstream tool call without an id gets one of ours, which the next turn can answer; asked once", async () => {
+    fake.reset();
+    fake.queueFaults(UPSTREAM_KEY, { kind: "variant", name: "empty-call-id" });
+    const tools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "lookup" } }];
+    // The default retries: a 5xx here would have asked the upstream three times.
+    const retrying = new OpenAI({ apiKey: user.key, baseURL: `${server.url}/v1` });
+    const first = await retrying.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "find kettles" }], tools });
+    expect(fake.received).toHaveLength(1);
+    const call = first.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.id).toMatch(/^call_[0-9A-Za-z]{24}$/);
+    expect(call).toMatchObject({ type: "function", function: { name: "lookup" } });
+    const second = await client.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "find kettles" }, first.choices[0]!.message, { role: "tool", tool_call_id: call.id, content: "none" }], tools });
+    expect(second.choices[0]!.message.content).toBe("echo: none");
+  });
+
   test("builtin-chat refuses tools with a 400 instead of ignoring them, before any slot or history row", async () => {
     const fresh = await server.userWithKey();
     const tools = [{ type: "function", function: { name: "get_weather" } }];
@@ -752,6 +767,16 @@ upstream_model = "gpt-up"
     expect(message.parsed).toBeNull();
     expect(message.content ?? "").toBe("");
     expect(await rowOf(final.id)).toMatchObject({ status: "succeeded", error_code: null });
+  });
+
+  test("a streamed tool call without an id gets one of ours on its first fragment", async () => {
+    streamFake.reset();
+    streamFake.queueFaults(STREAM_KEY, { kind: "variant", name: "empty-call-id" });
+    const tools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "lookup" } }];
+    const final = await openai.chat.completions.stream({ model: "up-chat", messages: [{ role: "user", content: "find kettles" }], tools }).finalChatCompletion();
+    const call = final.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call).toMatchObject({ id: expect.stringMatching(/^call_[0-9A-Za-z]{24}$/), function: { name: "lookup", arguments: JSON.stringify({ query: "find kettles" }) } });
+    expect(streamFake.received).toHaveLength(1);
   });
 
   test("a key the upstream echoes is redacted even when it arrives split across chunks", async () => {

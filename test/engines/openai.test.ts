@@ -535,3 +535,17 @@ describe("reading server-sent events", () => {
     await expect(parse(Array(30).fill(`data: ${"x".repeat(500)}\n\n`))).rejects.toBeInstanceOf(AttemptFailure);
   });
 });
+
+describe("tool calls in a whole chat answer", () => {
+  const answer = (call: Record<string, unknown>) => ({ choices: [{ message: { role: "assistant", content: null, tool_calls: [call] }, finish_reason: "tool_calls" }] });
+
+  test("a missing, empty or non-text id is replaced by one of ours; an empty function name fails the attempt", async () => {
+    const { parseChatAnswer } = await import("../../src/engines/openai/parse");
+    const fn = { name: "lookup", arguments: "{}" };
+    expect(parseChatAnswer(answer({ id: "call_up", type: "function", function: fn })).toolCalls![0]!.id).toBe("call_up");
+    const made = [undefined, null, "", 7].map((id) => parseChatAnswer(answer({ id, type: "function", function: fn })).toolCalls![0]!.id);
+    for (const id of made) expect(id).toMatch(/^call_[0-9A-Za-z]{24}$/);
+    expect(new Set(made).size).toBe(made.length);
+    expect(() => parseChatAnswer(answer({ id: "call_up", type: "function", function: { name: "", arguments: "{}" } }))).toThrow(AttemptFailure);
+  });
+});

@@ -43,7 +43,7 @@ export type Fault =
   | { kind: "stream-error"; message?: string }
   /**
    * A 200 answer of the fake's named kind (Gemini fake: "safety", "blocked", "no-image"; OpenAI
-   * fake's chat: "no-usage", "huge-chunk", "refusal" with the refusal text as `message`).
+   * fake's chat: "no-usage", "huge-chunk", "empty-call-id", "refusal" with the refusal text as `message`).
    */
   | { kind: "variant"; name: string; message?: string };
 
@@ -279,6 +279,8 @@ export function startFakeOpenAI(): FakeOpenAI {
         const reply = fakeChatReply(req.json ?? {}, ++n);
         // "refusal:<text>": the model declines, as OpenAI answers it (content null, message.refusal; streamed as delta.refusal).
         if (variant?.startsWith("refusal:")) Object.assign(reply, { content: null, toolCalls: undefined, refusal: variant.slice("refusal:".length), finishReason: "stop" });
+        // "empty-call-id": tool calls whose id is "" (some OpenAI-compatible servers send that).
+        if (variant?.startsWith("empty-call-id")) for (const call of reply.toolCalls ?? []) call.id = "";
         // streamMode "json": an upstream that ignores `stream` and answers one JSON document.
         if (req.json?.stream === true && streamMode !== "json") {
           const failure = variant?.startsWith("stream-error:") ? variant.slice("stream-error:".length) : undefined;

@@ -11,7 +11,7 @@ import type { ChatDelta, ChatResult, ChatToolCall } from "../../core/engine";
 import { MAX_UPSTREAM_MESSAGE_CHARS, type AnswerStream, type SecretRedactor } from "../redact";
 import { AttemptFailure } from "../pool";
 import type { ServerSentEvent } from "../upstreamHttp";
-import { parseChatStreamEvent, type ChatToolCallPiece } from "./parse";
+import { parseChatStreamEvent, toolCallIdOf, type ChatToolCallPiece } from "./parse";
 
 type Reply = Omit<ChatResult, "trace">;
 
@@ -90,13 +90,17 @@ export async function replyFromChunks(events: AsyncGenerator<ServerSentEvent>, o
   };
 }
 
-/** A tool call fragment as passed on: the first one of a call carries its id, type and (redacted) name; arguments are redacted as a stream. */
+/**
+ * A tool call fragment as passed on: the first one of a call carries its id (one of ours when
+ * the upstream sent none, as for a whole answer: parse.ts toolCallIdOf), type and (redacted)
+ * name; arguments are redacted as a stream.
+ */
 function toolCallDelta(piece: ChatToolCallPiece, calls: Map<number, ToolCallState>, redactor: SecretRedactor): NonNullable<ChatDelta["toolCalls"]>[number] | null {
   let call = calls.get(piece.index);
   const first = !call;
   if (!call) {
-    if (!piece.id || !piece.name) throw new AttemptFailure("failed", "upstream streamed a tool call whose first fragment has no id or function name");
-    call = { id: piece.id, name: redactor.answer(piece.name), arguments: "", redacting: redactor.answerStream() };
+    if (!piece.name) throw new AttemptFailure("failed", "upstream streamed a tool call whose first fragment has no function name");
+    call = { id: toolCallIdOf(piece.id), name: redactor.answer(piece.name), arguments: "", redacting: redactor.answerStream() };
     calls.set(piece.index, call);
   }
   const args = piece.arguments ? call.redacting.push(piece.arguments) : "";

@@ -6,6 +6,7 @@ import type { ChatResult, ChatToolCall } from "../../core/engine";
 import type { ServerSentEvent } from "../upstreamHttp";
 import { AttemptFailure } from "../pool";
 import { isPlainObject } from "../../core/values";
+import { newId } from "../../core/ids";
 
 const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"]);
 
@@ -94,16 +95,30 @@ export function parseUsage(usage: unknown): ChatResult["usage"] {
   return { promptTokens: count(usage.prompt_tokens), completionTokens: count(usage.completion_tokens) };
 }
 
-/** message.tool_calls: function calls with an id, a name and the arguments text; anything else is a failed attempt. */
+/**
+ * A tool call's id as the upstream gave it, or one of ours when it gave none, "" (some
+ * OpenAI-compatible servers do) or no text: the client needs one to answer the call with a
+ * `tool` message, and our answer's schema requires it. The streamed path does the same.
+ */
+export function toolCallIdOf(id: unknown): string {
+  return typeof id === "string" && id !== "" ? id : newToolCallId();
+}
+
+/** An id in OpenAI's form (`call_` and random characters), unique enough to tell a reply's calls apart. */
+export function newToolCallId(): string {
+  return newId("call_");
+}
+
+/** message.tool_calls: function calls with a name and the arguments text (an id made up if missing); anything else is a failed attempt. */
 function parseToolCalls(value: unknown): ChatToolCall[] | undefined {
   if (value === undefined || value === null) return undefined;
   if (!Array.isArray(value)) throw new AttemptFailure("failed", "upstream chat answer's tool_calls is not an array");
   const calls = value.map((c): ChatToolCall => {
     const fn = isPlainObject(c) ? c.function : undefined;
-    if (!isPlainObject(c) || typeof c.id !== "string" || !isPlainObject(fn) || typeof fn.name !== "string" || typeof fn.arguments !== "string") {
-      throw new AttemptFailure("failed", "upstream chat answer has a tool call without an id, a function name or arguments text");
+    if (!isPlainObject(c) || !isPlainObject(fn) || typeof fn.name !== "string" || fn.name === "" || typeof fn.arguments !== "string") {
+      throw new AttemptFailure("failed", "upstream chat answer has a tool call without a function name or arguments text");
     }
-    return { id: c.id, type: "function", function: { name: fn.name, arguments: fn.arguments } };
+    return { id: toolCallIdOf(c.id), type: "function", function: { name: fn.name, arguments: fn.arguments } };
   });
   return calls.length ? calls : undefined;
 }
