@@ -70,7 +70,21 @@ export interface GeneratedImage {
   width: number;
   height: number;
   revisedPrompt?: string;
+  /** The upstream's token counts, when it reported them (OpenAI's GPT image models do). */
+  usage?: ImageUsage;
   trace?: UpstreamTrace;
+}
+
+/**
+ * OpenAI's image `usage` object, in its own field names: it is passed to the client as it came
+ * (the answer's `usage`, the completed stream event's), checked but not reinterpreted.
+ */
+export interface ImageUsage {
+  input_tokens: number;
+  output_tokens: number;
+  total_tokens: number;
+  input_tokens_details: { text_tokens: number; image_tokens: number };
+  output_tokens_details?: { text_tokens: number; image_tokens: number };
 }
 
 /** A function call the assistant asked for (OpenAI's `tool_calls[]` item). */

@@ -2,7 +2,7 @@
  * The answer to a successful image request, in OpenAI's shape: the synchronous 200 body, which
  * is also a task's `result` and what an Idempotency-Key replays.
  */
-import type { ImageMime, ImageJob } from "./engine";
+import type { ImageMime, ImageJob, ImageUsage } from "./engine";
 import type { ImageOutcome } from "./imageRequests";
 import type { ImageKeeper } from "./imageArchive";
 import { toBase64 } from "./bytes";
@@ -26,6 +26,8 @@ export interface ImageResultBody {
   size: string;
   quality: string;
   output_format: "png" | "jpeg" | "webp";
+  /** The upstream's token usage, when it reported one (OpenAI's GPT image models). */
+  usage?: ImageUsage;
 }
 
 /**
@@ -53,6 +55,7 @@ export function imageResultBody(
     quality: job.quality,
     output_format: OUTPUT_FORMAT[generated.mime],
     ...(outcome.stored ? { image_id: outcome.stored.id } : {}),
+    ...(generated.usage ? { usage: generated.usage } : {}),
   };
 }
 

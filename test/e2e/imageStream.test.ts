@@ -10,7 +10,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import OpenAI, { toFile } from "openai";
 import { loadConfig } from "../../src/config";
 import { UpstreamFailed, type ImageEngine, type ImageJob } from "../../src/core/engine";
-import { FAKE_PARTIAL_COLOR, startFakeOpenAI, startFakeWebUI } from "../support/fakeUpstreams";
+import { FAKE_IMAGE_USAGE, FAKE_PARTIAL_COLOR, startFakeOpenAI, startFakeWebUI } from "../support/fakeUpstreams";
 import { makePng, readPng } from "../support/images";
 import { until } from "../support/until";
 import { startTestServer, type TestServer } from "../support/server";
@@ -128,6 +128,8 @@ describe("generations with the official client", () => {
     // The kept image's id, as in the JSON answer.
     expect((completed as { image_id?: string }).image_id).toMatch(/^img_/);
     expect(events[0]).not.toHaveProperty("generation_time_ms");
+    // An engine that counts no tokens: no usage rather than made-up counts.
+    expect(completed).not.toHaveProperty("usage");
     // The partials are real intermediate pictures: different from each other and from the final one.
     expect(new Set(events.map((e) => e.b64_json)).size).toBe(3);
 
@@ -158,6 +160,8 @@ describe("generations with the official client", () => {
       expect(Array.from(img.data.subarray(0, 4))).toEqual(FAKE_PARTIAL_COLOR(k));
     });
     expect(decode(events[2]!.b64_json).width).toBe(1024);
+    // The upstream's token usage, which openai-node's ImageGenCompletedEvent has.
+    expect((events[2] as OpenAI.Images.ImageGenCompletedEvent).usage).toEqual(FAKE_IMAGE_USAGE);
     expect(fakeOpenAI.received[0]!.json).toMatchObject({ model: "gpt-image-1", stream: true, partial_images: 2 });
     expect(await server.balance(u.userId)).toBe(0);
   });
@@ -168,6 +172,7 @@ describe("generations with the official client", () => {
     const events = await collect(await client(u.key).images.generate({ model: "oa-image", prompt: "a red fox", size: "256x256" as "1024x1024", stream: true, partial_images: 3 }));
     expect(events.map((e) => e.type)).toEqual(["image_generation.completed"]);
     expect(decode(events[0]!.b64_json).width).toBe(256);
+    expect((events[0] as OpenAI.Images.ImageGenCompletedEvent).usage).toEqual(FAKE_IMAGE_USAGE);
   });
 
   test("a Stable Diffusion WebUI: its progress previews arrive as partials", async () => {

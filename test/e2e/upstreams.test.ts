@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI, { APIError, toFile } from "openai";
 import { enableUpstreamAccount, showUpstreams } from "../../src/cli/upstreams";
-import { startFakeOpenAI, startFakeWebUI, type FakeUpstream } from "../support/fakeUpstreams";
+import { FAKE_IMAGE_USAGE, startFakeOpenAI, startFakeWebUI, type FakeUpstream } from "../support/fakeUpstreams";
 import { dataUrl, makePng, readPng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 import { tempDir } from "../support/tempDirs";
@@ -142,6 +142,8 @@ describe("happy paths through the official openai client", () => {
     const res = await client(u.key).images.generate({ model: "gpt-image-1", prompt: "a fox", size: "96x64" as "1024x1024" });
     const png = readPng(new Uint8Array(Buffer.from(res.data![0]!.b64_json!, "base64")));
     expect([png.width, png.height]).toEqual([96, 64]);
+    // The upstream's token usage passes through (openai-node's ImagesResponse.usage).
+    expect(res.usage).toEqual(FAKE_IMAGE_USAGE);
     const got = openai.received.slice(before);
     expect(got).toHaveLength(1);
     expect(got[0]!.path).toBe("/v1/images/generations");

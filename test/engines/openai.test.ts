@@ -536,6 +536,19 @@ describe("reading server-sent events", () => {
   });
 });
 
+describe("image usage", () => {
+  test("a well-formed usage object passes with its counts only; a malformed one is left out", async () => {
+    const { parseImageUsage } = await import("../../src/engines/openai/parse");
+    const details = { input_tokens_details: { text_tokens: 10, image_tokens: 40 } };
+    expect(parseImageUsage({ total_tokens: 100, input_tokens: 50, output_tokens: 50, ...details, extra: "dropped" })).toEqual({ total_tokens: 100, input_tokens: 50, output_tokens: 50, ...details });
+    const withOutput = { total_tokens: 3, input_tokens: 1, output_tokens: 2, ...details, output_tokens_details: { text_tokens: 0, image_tokens: 2 } };
+    expect(parseImageUsage(withOutput)).toEqual(withOutput);
+    for (const bad of [undefined, null, "lots", { total_tokens: 1 }, { total_tokens: 1, input_tokens: -1, output_tokens: 2, ...details }, { total_tokens: 1, input_tokens: 1, output_tokens: "2", ...details }, { total_tokens: 1.5, input_tokens: 1, output_tokens: 2, ...details }, { total_tokens: 3, input_tokens: 1, output_tokens: 2 }]) {
+      expect(parseImageUsage(bad)).toBeUndefined();
+    }
+  });
+});
+
 describe("tool calls in a whole chat answer", () => {
   const answer = (call: Record<string, unknown>) => ({ choices: [{ message: { role: "assistant", content: null, tool_calls: [call] }, finish_reason: "tool_calls" }] });
 

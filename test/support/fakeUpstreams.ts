@@ -319,7 +319,7 @@ export function startFakeOpenAI(): FakeOpenAI {
           item.url = `${origin}${file}`;
         } else item.b64_json = Buffer.from(png).toString("base64");
         if (behaviour.revised !== undefined) item.revised_prompt = behaviour.revised;
-        return Response.json({ created: 1, data: [item] });
+        return Response.json({ created: 1, data: [item], usage: FAKE_IMAGE_USAGE });
       }
       return Response.json({ error: { message: `no route ${req.path}` } }, { status: 404 });
     },
@@ -428,6 +428,9 @@ function streamedChat(
   return new Response(body, { headers: { "content-type": "text/event-stream" } });
 }
 
+/** The usage the OpenAI fake reports with every image (its JSON answers and its completed events), as gpt-image-1 does. */
+export const FAKE_IMAGE_USAGE = { total_tokens: 100, input_tokens: 50, output_tokens: 50, input_tokens_details: { text_tokens: 10, image_tokens: 40 } };
+
 /** The colour of the fake's k-th partial image (the final image is a gradient). */
 export const FAKE_PARTIAL_COLOR = (k: number): [number, number, number, number] => [40 * (k + 1), 10, 200, 255];
 
@@ -442,8 +445,7 @@ function streamedImage(prefix: "image_generation" | "image_edit", size: { width:
   }
   if (failure) event("error", { type: "error", error: { message: failure, type: "server_error", param: null, code: null } });
   else {
-    const usage = { total_tokens: 100, input_tokens: 50, output_tokens: 50, input_tokens_details: { text_tokens: 10, image_tokens: 40 } };
-    event(`${prefix}.completed`, { type: `${prefix}.completed`, b64_json: Buffer.from(png).toString("base64"), ...common, usage });
+    event(`${prefix}.completed`, { type: `${prefix}.completed`, b64_json: Buffer.from(png).toString("base64"), ...common, usage: FAKE_IMAGE_USAGE });
   }
   const encoder = new TextEncoder();
   const body = new ReadableStream<Uint8Array>({

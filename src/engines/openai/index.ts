@@ -10,7 +10,8 @@
  * - generation with references → POST /images/edits (multipart, one `image[]` part each),
  *   because the generations endpoint takes no images;
  * - edit → POST /images/edits with `image` (one) or `image[]` (several) and `mask`;
- * - a `url` answer is downloaded (bounded) and returned as bytes; `revised_prompt` passes through;
+ * - a `url` answer is downloaded (bounded) and returned as bytes; `revised_prompt` and the
+ *   answer's (or completed event's) `usage` pass through;
  * - a streamed job with partial images (partialImages 1–3) is sent with `stream: true` and
  *   `partial_images`: the upstream's `*.partial_image` events become progress partials and its
  *   `*.completed` event the image. An upstream that answers JSON instead (it does not stream) is
@@ -21,7 +22,7 @@
  * every error text goes through the redactor first: an upstream may echo our key.
  */
 import type { UpstreamConfig } from "../../config";
-import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageJob } from "../../core/engine";
+import type { ChatEngine, ChatJob, ChatResult, GeneratedImage, ImageEngine, ImageJob, ImageUsage } from "../../core/engine";
 import { AccountAuth } from "../credentials";
 import type { AccountPool, AttemptContext } from "../pool";
 import { MAX_UPSTREAM_MESSAGE_CHARS, SecretRedactor } from "../redact";
@@ -129,7 +130,7 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
         const partial = shown < partials ? upstreamPartial(event.b64) : null;
         if (partial) reportProgress(job, { fraction: ++shown / (partials + 1), partial });
       } else if (event.kind === "completed") {
-        return checkUpstreamImage(decodeBase64Image(event.b64), job.prompt);
+        return withUsage(checkUpstreamImage(decodeBase64Image(event.b64), job.prompt), event.usage);
       } else if (event.kind === "error") {
         const message = this.redactor.message(event.message, MAX_UPSTREAM_MESSAGE_CHARS);
         throw new AttemptFailure(event.refused ? "rejected" : "failed", event.refused ? message : `the upstream stream failed: ${message}`);
@@ -139,9 +140,15 @@ export class OpenAIEngine implements ImageEngine, ChatEngine {
   }
 
   private async imageFromAnswer(answer: unknown, ctx: AttemptContext, prompt: string): Promise<GeneratedImage> {
-    const { image, revisedPrompt } = parseImageAnswer(answer);
+    const { image, revisedPrompt, usage } = parseImageAnswer(answer);
     const revised = revisedPrompt === undefined ? prompt : this.redactor.answer(revisedPrompt);
     const bytes = "b64" in image ? decodeBase64Image(image.b64) : await this.transport.download(ctx, image.url);
-    return checkUpstreamImage(bytes, revised);
+    return withUsage(checkUpstreamImage(bytes, revised), usage);
   }
+}
+
+/** The image with the upstream's usage, when it reported one (the client's answer passes it on). */
+function withUsage(image: GeneratedImage, usage: ImageUsage | undefined): GeneratedImage {
+  if (usage) image.usage = usage;
+  return image;
 }

@@ -2,7 +2,7 @@
  * `openai` answers read back into our shapes. A missing or mistyped field is a failed attempt
  * (the pool retries elsewhere); nothing here redacts or downloads, the engine does.
  */
-import type { ChatResult, ChatToolCall } from "../../core/engine";
+import type { ChatResult, ChatToolCall, ImageUsage } from "../../core/engine";
 import type { ServerSentEvent } from "../upstreamHttp";
 import { AttemptFailure } from "../pool";
 import { isPlainObject } from "../../core/values";
@@ -10,20 +10,53 @@ import { newId } from "../../core/ids";
 
 const FINISH_REASONS = new Set(["stop", "length", "content_filter", "tool_calls"]);
 
-/** data[0] of an image answer: where the bytes are, and the revised prompt if one came. */
+/** data[0] of an image answer: where the bytes are, the revised prompt and the answer's usage if they came. */
 export interface ImageAnswer {
   image: { b64: string } | { url: string };
   revisedPrompt?: string;
+  usage?: ImageUsage;
 }
 
 export function parseImageAnswer(answer: unknown): ImageAnswer {
   const first = isPlainObject(answer) && Array.isArray(answer.data) ? (answer.data[0] as unknown) : undefined;
   if (!isPlainObject(first)) throw new AttemptFailure("failed", "upstream image answer has no data[0]");
   const revisedPrompt = typeof first.revised_prompt === "string" && first.revised_prompt.length > 0 ? first.revised_prompt : undefined;
-  const withRevised = revisedPrompt === undefined ? {} : { revisedPrompt };
-  if (typeof first.b64_json === "string") return { image: { b64: first.b64_json }, ...withRevised };
-  if (typeof first.url === "string") return { image: { url: first.url }, ...withRevised };
+  const usage = parseImageUsage(isPlainObject(answer) ? answer.usage : undefined);
+  const extras = { ...(revisedPrompt === undefined ? {} : { revisedPrompt }), ...(usage ? { usage } : {}) };
+  if (typeof first.b64_json === "string") return { image: { b64: first.b64_json }, ...extras };
+  if (typeof first.url === "string") return { image: { url: first.url }, ...extras };
   throw new AttemptFailure("failed", "upstream image answer has neither b64_json nor url");
+}
+
+/**
+ * An image answer's `usage` in OpenAI's shape (openai-node's ImagesResponse.Usage, which its
+ * completed stream event requires whole), copied field by field; undefined when there is none
+ * or any count is not a non-negative integer: bad bookkeeping fails no image, and a client is
+ * better served by no usage than by a half one.
+ */
+export function parseImageUsage(value: unknown): ImageUsage | undefined {
+  if (!isPlainObject(value)) return undefined;
+  const { input_tokens, output_tokens, total_tokens } = value;
+  if (!isCount(input_tokens) || !isCount(output_tokens) || !isCount(total_tokens)) return undefined;
+  const input = tokenDetails(value.input_tokens_details);
+  if (!input) return undefined;
+  const usage: ImageUsage = { input_tokens, output_tokens, total_tokens, input_tokens_details: input };
+  if (value.output_tokens_details !== undefined) {
+    const output = tokenDetails(value.output_tokens_details);
+    if (!output) return undefined;
+    usage.output_tokens_details = output;
+  }
+  return usage;
+}
+
+/** A token count as our answer's schema takes it: a whole number, not negative. */
+function isCount(v: unknown): v is number {
+  return Number.isSafeInteger(v) && (v as number) >= 0;
+}
+
+function tokenDetails(value: unknown): ImageUsage["input_tokens_details"] | undefined {
+  if (!isPlainObject(value) || !isCount(value.text_tokens) || !isCount(value.image_tokens)) return undefined;
+  return { text_tokens: value.text_tokens, image_tokens: value.image_tokens };
 }
 
 /**
@@ -33,7 +66,7 @@ export function parseImageAnswer(answer: unknown): ImageAnswer {
  */
 export type ImageStreamEvent =
   | { kind: "partial"; b64: string }
-  | { kind: "completed"; b64: string }
+  | { kind: "completed"; b64: string; usage?: ImageUsage }
   | { kind: "error"; message: string; refused: boolean }
   | { kind: "other" };
 
@@ -60,7 +93,8 @@ export function parseImageStreamEvent(sse: ServerSentEvent): ImageStreamEvent {
   }
   if (type === "image_generation.completed" || type === "image_edit.completed") {
     if (typeof data.b64_json !== "string") throw new AttemptFailure("failed", `upstream ${type} event has no b64_json`);
-    return { kind: "completed", b64: data.b64_json };
+    const usage = parseImageUsage(data.usage);
+    return { kind: "completed", b64: data.b64_json, ...(usage ? { usage } : {}) };
   }
   return { kind: "other" };
 }

@@ -168,6 +168,25 @@ export const IMAGE_EDIT_MULTIPART_ENCODING = {
 /** The text fields of a multipart edit, validated like JSON after `n` is turned into a number. */
 export const MultipartTextFields = t.Object({ ...commonFields, output_compression: t.Optional(Integer({ minimum: 0, maximum: 100 })) });
 
+const tokenDetails = (description: string) =>
+  t.Object({ text_tokens: Integer({ minimum: 0 }), image_tokens: Integer({ minimum: 0 }) }, { description });
+
+/** OpenAI's image `usage` (openai-node ImagesResponse.Usage), as the upstream reported it. */
+const imageUsageSchema = () =>
+  t.Object(
+    {
+      input_tokens: Integer({ minimum: 0, description: "Tokens of the input: the prompt's text and any input images." }),
+      output_tokens: Integer({ minimum: 0, description: "Tokens the model generated." }),
+      total_tokens: Integer({ minimum: 0 }),
+      input_tokens_details: tokenDetails("The input tokens by kind."),
+      output_tokens_details: t.Optional(tokenDetails("The output tokens by kind, when the upstream reported them.")),
+    },
+    {
+      description:
+        "The upstream's token usage, passed on when it reported one (OpenAI's GPT image models do); absent for engines that count no tokens (builtin-image, Stable Diffusion, …). The streamed completed event carries the same.",
+    },
+  );
+
 /**
  * Made per app: Elysia's response compilation mutates the schema it validates with (nested
  * objects gain `additionalProperties: false`), which would leak into the OpenAPI document of
@@ -206,6 +225,7 @@ export const imageResponseSchema = () => t.Object(
         examples: ["img_4fQ8sJ2kLm9XbT1vYc0pRz7a"],
       }),
     ),
+    usage: t.Optional(imageUsageSchema()),
   },
   { description: "The generated image." },
 );

@@ -7,7 +7,7 @@
  *   data: {"type":…,"b64_json":…,"partial_image_index":0,"size","quality","background","output_format","created_at"}
  *   … one per partial image the engine shows, at most `partial_images` (0–3) …
  *   event: image_generation.completed          (image_edit.completed)
- *   data: {"type":…,"b64_json":…,"size","quality","background","output_format","created_at","generation_time_ms"}
+ *   data: {"type":…,"b64_json":…,"size","quality","background","output_format","created_at","generation_time_ms","usage"?}
  *
  * or, when the generation fails after the charge (the flow has refunded it by then),
  * `event: error` with `{"type":"error","error":{message,type,param,code}}`, which the clients
@@ -109,6 +109,8 @@ export async function streamImageAnswer(deps: ImageStreamDeps, req: ImageRequest
           // Ours, beside OpenAI's fields (clients ignore them), as in the JSON answer: the request id and the kept image.
           id: req.requestId,
           ...(done.stored ? { image_id: done.stored.id } : {}),
+          // OpenAI's token usage, when the upstream reported it (an engine that counts no tokens has none).
+          ...(image.usage ? { usage: image.usage } : {}),
         });
       },
       (e: unknown) => {
