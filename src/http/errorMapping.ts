@@ -104,7 +104,8 @@ export function apiErrorOf(e: unknown, wording: ErrorWording = DEFAULT_ERROR_WOR
 function apiErrorOfEngine(e: EngineError): ApiError {
   if (e instanceof UpstreamRateLimited) {
     const seconds = Math.max(1, Math.ceil(e.retryAfterMs / 1000));
-    return tooManyRequests(`The image service behind this model is rate limiting requests; retry after ${seconds} s.`, "upstream_rate_limited", e.retryAfterMs);
+    // Chat and image models both map here: the wording names neither.
+    return tooManyRequests(`The upstream service behind this model is rate limiting requests; retry after ${seconds} s.`, "upstream_rate_limited", e.retryAfterMs);
   }
   if (e instanceof UpstreamRejected) return badRequest(`The upstream rejected the request: ${e.message}`, null, "upstream_rejected");
   if (e instanceof UpstreamUnavailable || e instanceof NoEngineError) {
@@ -113,7 +114,9 @@ function apiErrorOfEngine(e: EngineError): ApiError {
   if (e instanceof UpstreamFailed) {
     return new ApiError(502, "upstream_error", "The upstream service failed to answer after every attempt; retry later. The x-request-id identifies the request for the administrator.", null, "upstream_error");
   }
-  if (e instanceof EngineTimeout) return new ApiError(504, "upstream_error", "The engine did not finish in time; retry later, or ask for a smaller size or lower quality.", null, "timeout");
+  if (e instanceof EngineTimeout) {
+    return new ApiError(504, "upstream_error", "The engine did not finish in time; retry later, or ask for less: a smaller size or lower quality for an image, a shorter reply for a chat.", null, "timeout");
+  }
   if (e instanceof EngineOutputInvalid) return new ApiError(502, "upstream_error", "The engine returned a result that is not a usable image; retry later.", null, "invalid_engine_output");
   return new ApiError(502, "upstream_error", "The engine failed; retry later. The x-request-id identifies the request for the administrator.", null, "engine_error");
 }
