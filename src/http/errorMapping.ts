@@ -151,7 +151,9 @@ export function toApiError(error: unknown, request: Request, logger: Logger, all
       // Only where and which rule: the values could be anything, a freshly created key included.
       const first = error.valueError;
       logger.error("response failed its schema", { request_id: metaOf(request).id, path: first?.path ?? null, rule: first?.message ?? null });
-      return serverError();
+      // Not to be retried by the openai clients (which retry a 500 twice): the request has run
+      // (an upstream asked, maybe paid) and would most likely break the same way again.
+      return serverError({ "x-should-retry": "false" });
     }
     return formatValidationError(error);
   }

@@ -153,8 +153,8 @@ export const imageStorageUnavailable = () => {
 /** 499 (nginx's "client closed request"): logged and recorded; nobody is there to read it. */
 export const clientClosedRequest = () => new ApiError(499, "invalid_request_error", "The client closed the connection.", null, "client_disconnected");
 
-export const serverError = () =>
-  new ApiError(500, "server_error", "The server had an error while processing your request. The request id in x-request-id identifies it in the log.", null, "internal_error");
+export const serverError = (headers: Record<string, string> = {}) =>
+  new ApiError(500, "server_error", "The server had an error while processing your request. The request id in x-request-id identifies it in the log.", null, "internal_error", headers);
 
 export function errorResponse(err: ApiError, extraHeaders: Record<string, string> = {}): Response {
   return new Response(JSON.stringify(err.body()), {
