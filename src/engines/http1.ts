@@ -445,7 +445,15 @@ class Connection {
   private written = 0;
 
   // The answer being parsed.
+  /** A chunked body's unparsed rest (a size line cut between two reads; at most a few KiB). */
   private pending: Buffer | null = null;
+  /**
+   * An unfinished head: its bytes so far at the start of a buffer that doubles as it fills, so a
+   * head arriving a few bytes at a time is copied about twice in all, not once per read (with a
+   * concatenation per read, a 64 KiB head sent a byte at a time copied some 2 GiB).
+   */
+  private headStore: Buffer | null = null;
+  private headUsed = 0;
   parsedHead: AnswerHead | null = null;
   headError: Http1Error | null = null;
   private mode: BodyMode = "none";
@@ -527,6 +535,8 @@ class Connection {
 
   private resetAnswer(): void {
     this.pending = null;
+    this.headStore = null;
+    this.headUsed = 0;
     this.parsedHead = null;
     this.headError = null;
     this.mode = "none";
@@ -542,16 +552,31 @@ class Connection {
   }
 
   private parse(data: Buffer): void {
-    let buf = this.pending ? Buffer.concat([this.pending, data]) : data;
-    this.pending = null;
+    let buf = data;
+    // Where the search for a head's end starts: the bytes already searched cannot hold it, but
+    // for the last three (an end that straddles two reads).
+    let searchFrom = 0;
+    if (this.headStore) {
+      searchFrom = Math.max(0, this.headUsed - 3);
+      buf = this.appendToHead(data);
+    } else if (this.pending) {
+      buf = Buffer.concat([this.pending, data]);
+      this.pending = null;
+    }
     let at = 0;
     while (!this.parsedHead) {
-      const end = buf.indexOf("\r\n\r\n", at);
+      const end = buf.indexOf("\r\n\r\n", Math.max(at, searchFrom));
       if (end < 0) {
         if (buf.byteLength - at > MAX_HEAD_BYTES) throw new Http1Error(`the upstream's answer head exceeds ${MAX_HEAD_BYTES} bytes`, "request");
-        this.pending = buf.subarray(at);
+        if (this.headStore && at === 0) return; // already kept where it is
+        this.headStore = null;
+        this.headUsed = 0;
+        this.appendToHead(buf.subarray(at));
         return;
       }
+      this.headStore = null;
+      this.headUsed = 0;
+      searchFrom = 0;
       if (end - at > MAX_HEAD_BYTES) throw new Http1Error(`the upstream's answer head exceeds ${MAX_HEAD_BYTES} bytes`, "request");
       const informational = this.readHead(buf.toString("latin1", at, end));
       at = end + 4;
@@ -737,6 +762,19 @@ class Connection {
         }
       }
     }
+  }
+
+  /** The unfinished head with `data` added (the store grows by doubling): a view of its bytes. */
+  private appendToHead(data: Buffer): Buffer {
+    const needed = this.headUsed + data.byteLength;
+    if (!this.headStore || this.headStore.byteLength < needed) {
+      const grown = Buffer.allocUnsafe(Math.max(needed, 2 * (this.headStore?.byteLength ?? 0), 4096));
+      if (this.headStore) this.headStore.copy(grown, 0, 0, this.headUsed);
+      this.headStore = grown;
+    }
+    data.copy(this.headStore, this.headUsed);
+    this.headUsed = needed;
+    return this.headStore.subarray(0, this.headUsed);
   }
 
   /** Keeps the unparsed rest for the next data, within `max` bytes. */

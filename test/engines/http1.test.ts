@@ -171,6 +171,28 @@ describe("requests and framing", () => {
     expect(server.connections - before).toBe(2);
   });
 
+  test("heads that arrive a few bytes at a time (a 1xx and the final one, 20 KiB of fields) are read whole", async () => {
+    const fields = Array.from({ length: 400 }, (_, i) => `X-Field-${i}: ${"v".repeat(40)}\r\n`).join("");
+    const answer = `HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n${fields}Content-Type: application/json\r\nContent-Length: ${JSON_ANSWER.length}\r\n\r\n${JSON_ANSWER}`;
+    // Cut into uneven pieces, and every end of a head (\r\n\r\n) cut after each of its bytes,
+    // so that it straddles reads.
+    const cuts = new Set<number>();
+    for (let at = 0, n = 1; at < answer.length; at += n, n = (n * 7) % 97 || 1) cuts.add(at);
+    for (let end = answer.indexOf("\r\n\r\n"); end >= 0; end = answer.indexOf("\r\n\r\n", end + 1)) for (const k of [1, 2, 3]) cuts.add(end + k);
+    const points = [...cuts, answer.length].sort((a, b) => a - b);
+    server.reply = async (_r, s) => {
+      // Each piece its own write after a pause, so that the client reads them apart.
+      for (let i = 0; i + 1 < points.length; i++) {
+        s.write(answer.slice(points[i], points[i + 1]));
+        await tick(1);
+      }
+    };
+    const res = await send(server.url("/slow-head"));
+    expect(res.head.status).toBe(200);
+    expect(res.head.headers.get("x-field-399")).toBe("v".repeat(40));
+    expect(text(res.body)).toBe(JSON_ANSWER);
+  });
+
   test("1xx answers before the final one are skipped", async () => {
     server.reply = (_r, s) => s.write(`HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n${okAnswer()}`);
     const answer = await send(server.url());
