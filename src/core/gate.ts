@@ -159,6 +159,8 @@ export class LocalGate implements Gate {
         signal,
         timer: setTimeout(() => {
           this.remove(w);
+          // The client's signal outlives the wait: a listener left on it keeps this request reachable.
+          if (w.onAbort) w.signal?.removeEventListener("abort", w.onAbort);
           reject(new GateRejected("queue_timeout", limit, 1000, `Too many concurrent requests: waited ${this.limits.queueTimeoutMs} ms for ${this.describe(limit)}.`));
         }, this.limits.queueTimeoutMs),
       };

@@ -254,6 +254,26 @@ describe("the queue", () => {
     }
   });
 
+  test("a waiter that gives up at the queue timeout leaves no listener on the client's signal", async () => {
+    const { gate } = setup({ global: 1, queueTimeoutMs: 1000 });
+    const first = await gate.admit(1);
+    const client = new AbortController();
+    // Counts the listeners the gate adds to the signal and takes off again.
+    let listening = 0;
+    const add = client.signal.addEventListener.bind(client.signal);
+    const remove = client.signal.removeEventListener.bind(client.signal);
+    client.signal.addEventListener = (...args: Parameters<AbortSignal["addEventListener"]>) => (listening++, add(...args));
+    client.signal.removeEventListener = (...args: Parameters<AbortSignal["removeEventListener"]>) => (listening--, remove(...args));
+    const late = track(gate.admit(2, client.signal));
+    await settle();
+    expect(listening).toBe(1);
+    jest.advanceTimersByTime(1000);
+    await settle();
+    expect(late.error?.reason).toBe("queue_timeout");
+    expect(listening).toBe(0);
+    first.release();
+  });
+
   test("a waiter gives up at the queue timeout, leaves the queue, and never takes a slot afterwards", async () => {
     const { gate } = setup({ global: 1, queueTimeoutMs: 1000 });
     const first = await gate.admit(1);
