@@ -10,7 +10,7 @@
  */
 import { assertCanPay, type IdempotencyClaim, type ImageCharge, type NewTask, type WriteAttempt } from "./store";
 import { resultForStorage } from "./imageResult";
-import { NoEngineError, type FlowDeps } from "./requestFlow";
+import { ClientDisconnected, NoEngineError, type FlowDeps } from "./requestFlow";
 import { EngineError, EngineOutputInvalid, type GeneratedImage, type ImageEngine, type ImageJob } from "./engine";
 import { withDeadline } from "./deadline";
 import { describeSource } from "./models";
@@ -88,15 +88,29 @@ export async function runImageRequest(deps: ImageFlowDeps, req: ImageRequest, cl
   const permit = await deps.gate.admit(req.userId, clientSignal);
   try {
     await checkInputs(engine, req);
+    // The client that left while it was admitted (or while its inputs were checked) would pay
+    // for an answer nobody reads: the last moment to let it go for free.
+    if (clientSignal?.aborted) throw new ClientDisconnected("the client closed the connection before the charge");
     await chargeImage(deps, req);
   } catch (e) {
     permit.release();
     throw e;
   }
   // From here on the credit is spent: the generation finishes (or is refunded) on its own,
-  // whatever the client does. The graceful stop waits for it.
-  const work = generateCharged(deps, req, engine, permit.waitedMs).finally(() => permit.release());
-  return deps.background.track(work);
+  // whatever the client does. The permit is given back when the engine really stops
+  // (withDeadline's onStopped), not when the answer settles at the deadline: an engine that
+  // ignores its signal would otherwise run beside the next one admitted, past the limit. The
+  // graceful stop waits for both: the engine, and the record of the outcome after it.
+  const { background } = deps;
+  background.begin(); // one count, ended by whichever of the two comes last
+  let left = 2;
+  const done = () => void (--left === 0 && background.end());
+  const work = generateCharged(deps, req, engine, permit.waitedMs, undefined, () => {
+    permit.release();
+    done();
+  });
+  work.then(done, done);
+  return work;
 }
 
 /**
@@ -134,7 +148,15 @@ export function chargeOf(req: ImageRequest): ImageCharge {
  * Not the client's signal: a charged generation finishes whatever the client does; `cancel`
  * (an async task's cancel) aborts it and the refund records it as canceled.
  */
-export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, engine: ImageEngine, queueMs: number, cancel?: AbortSignal): Promise<ImageOutcome> {
+export async function generateCharged(
+  deps: ImageFlowDeps,
+  req: ImageRequest,
+  engine: ImageEngine,
+  queueMs: number,
+  cancel?: AbortSignal,
+  /** Called once when the engine has stopped (which may be after the deadline settled the answer). */
+  onEngineStopped?: () => void,
+): Promise<ImageOutcome> {
   let generationMs: number | null = null;
   try {
     const started = performance.now();
@@ -149,7 +171,10 @@ export async function generateCharged(deps: ImageFlowDeps, req: ImageRequest, en
           return req.kind === "edit" ? engine.edit(job) : engine.generate(job);
         },
         cancel,
-        req.releaseInputs,
+        () => {
+          req.releaseInputs?.();
+          onEngineStopped?.();
+        },
       ).result;
     } catch (e) {
       generationMs = Math.round(performance.now() - started);

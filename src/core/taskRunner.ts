@@ -315,20 +315,26 @@ export class TaskRunner {
       this.cancelWatch = setInterval(() => void this.abortCanceled(), CANCEL_WATCH_MS);
       this.cancelWatch.unref?.();
     }
-    const work = this.execute(task, cancel.signal)
+    const engineStopped = Promise.withResolvers<void>();
+    const work = this.execute(task, cancel.signal, engineStopped.resolve)
       .catch(() => {}) // only generateCharged's rejection reaches here, recorded and refunded by it; announced below
       .finally(() => {
-        this.running.delete(task.id);
         this.progress.delete(task.id);
-        if (this.running.size === 0) {
-          clearInterval(this.cancelWatch);
-          this.cancelWatch = undefined;
-        }
         this.announce(task.id);
         settled.resolve();
-        void this.kick();
       });
-    this.deps.background.track(work);
+    // The task's slot (async_concurrency) and the graceful stop's count are held until its
+    // engine has stopped too: the outcome is recorded at the deadline, but an engine that
+    // ignores its signal would otherwise run beside the next task started, past the limit.
+    const freed = Promise.all([work, engineStopped.promise]).then(() => {
+      this.running.delete(task.id);
+      if (this.running.size === 0) {
+        clearInterval(this.cancelWatch);
+        this.cancelWatch = undefined;
+      }
+      void this.kick();
+    });
+    this.deps.background.track(freed);
   }
 
   /**
@@ -336,7 +342,7 @@ export class TaskRunner {
    * while this instance lives: every failure, before the engine as in it, fails the task and
    * refunds it once.
    */
-  private async execute(task: TaskRow, cancel: AbortSignal): Promise<void> {
+  private async execute(task: TaskRow, cancel: AbortSignal, onEngineStopped: () => void): Promise<void> {
     const { deps } = this;
     const queueMs = (task.started_at ?? deps.clock()) - task.created_at;
     let prepared: { request: ImageRequest; engine: ImageEngine };
@@ -346,10 +352,11 @@ export class TaskRunner {
       // The store unreachable while the inputs are read, a stored job that no longer parses: the
       // cause is ours, so the log keeps it (the task's error says only "internal error").
       deps.logger.error("an async task failed before its engine ran", { request_id: task.id, error: String(e) });
+      onEngineStopped(); // none ran
       await recordFailure(deps, this.requestOf(task, null), cancel.aborted ? new TaskCanceled() : e, queueMs, null);
       return;
     }
-    await generateCharged(deps, prepared.request, prepared.engine, queueMs, cancel);
+    await generateCharged(deps, prepared.request, prepared.engine, queueMs, cancel, onEngineStopped);
   }
 
   /** The claimed task's request (its inputs read back from the store) and the engine that makes it. */

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { BackgroundWork } from "../../src/core/background";
 import { GateRejected, LocalGate, type Gate, type GateLimits } from "../../src/core/gate";
 import { runImageRequest, type ImageFlowDeps, type ImageRequest } from "../../src/core/imageRequests";
-import { NoEngineError } from "../../src/core/requestFlow";
+import { ClientDisconnected, NoEngineError } from "../../src/core/requestFlow";
 import type { CatalogModel } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
 import { EngineOutputInvalid, EngineTimeout, UpstreamFailed, UpstreamRejected, type GeneratedImage, type ImageJob } from "../../src/core/engine";
@@ -359,6 +359,25 @@ describe("failures before the charge cost nothing", () => {
     expect(await money(first.requestId)).toEqual({ balance: 2, ledgerSum: 2, rows: CHARGED, status: "succeeded" });
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
+  test("a client that goes away as it is admitted, before the charge: ClientDisconnected, nothing charged, the engine not called", async () => {
+    const { deps, engine, gate, request, money } = setup();
+    const client = new AbortController();
+    // The client hangs up in the very turn its request is admitted.
+    const admit = deps.gate.admit.bind(deps.gate);
+    deps.gate = {
+      ...deps.gate,
+      admit: async (userId, signal) => {
+        const permit = await admit(userId, signal);
+        client.abort();
+        return permit;
+      },
+    };
+    const req = request();
+    expect(await failure(runImageRequest(deps, req, client.signal))).toBeInstanceOf(ClientDisconnected);
+    expect(await money(req.requestId)).toMatchObject({ rows: [], status: null });
+    expect(engine.calls).toHaveLength(0);
+    expect(gate.stats()).toEqual({ running: 0, queued: 0 });
+  });
 });
 
 describe("the gate slot", () => {
@@ -380,6 +399,30 @@ describe("the gate slot", () => {
     expect(ok).toBe(6);
     expect(await store.credits.balance(user)).toBe(10 - ok);
     expect(await store.credits.ledgerSum(user)).toBe(10 - ok);
+    expect(gate.stats()).toEqual({ running: 0, queued: 0 });
+  });
+
+  test("an engine that ignores its signal past the deadline keeps its slot and the graceful stop's count until it stops", async () => {
+    const { deps, engine, gate, background, request, money } = setup({ gate: { global: 1, perUser: 1 }, generationTimeoutMs: 30 });
+    engine.hold(); // never looks at its signal
+    const first = request();
+    expect(await failure(runImageRequest(deps, first))).toBeInstanceOf(EngineTimeout);
+    expect((await money(first.requestId)).rows).toEqual(REFUNDED);
+    expect(engine.waiting).toBe(1); // still generating
+    expect(gate.stats().running).toBe(1);
+    let idle = false;
+    void background.idle().then(() => (idle = true));
+    // The next request waits for the slot instead of running beside it.
+    engine.behave = async (job) => engine.png(job);
+    const second = runImageRequest(deps, request());
+    await Bun.sleep(20);
+    expect(gate.stats()).toEqual({ running: 1, queued: 1 });
+    expect(engine.calls).toHaveLength(1);
+    expect(idle).toBe(false);
+    engine.releaseAll(); // the first engine stops at last
+    await second;
+    expect(engine.calls).toHaveLength(2);
+    await until(() => idle, "the background idle once both have stopped");
     expect(gate.stats()).toEqual({ running: 0, queued: 0 });
   });
 

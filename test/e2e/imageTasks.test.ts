@@ -498,6 +498,49 @@ describe("async tasks", () => {
   });
 });
 
+describe("an engine that ignores its signal past the deadline", () => {
+  test("the async slot stays taken until it stops: the next task waits instead of running beside it", async () => {
+    const stubborn = new ControlledEngine();
+    const slow = await startTestServer({
+      config: (c) => {
+        c.server.log_requests = false;
+        c.limits.generation_timeout_ms = 200;
+        c.limits.async_concurrency = 1;
+        c.limits.async_per_user_concurrency = 1;
+      },
+      customize: (s) => s.engines.registerBuiltinImage(stubborn),
+    });
+    try {
+      const { key, userId } = await slow.userWithKey({ credits: 5 });
+      const submit = () =>
+        fetch(slow.url + "/v1/images/generations", {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" },
+          body: JSON.stringify(GEN),
+        }).then((r) => r.json() as Promise<{ id: string }>);
+      const status = async (id: string) =>
+        ((await (await fetch(`${slow.url}/v1/images/tasks/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { status: string }).status;
+      stubborn.hold(); // never looks at its signal
+      const first = await submit();
+      await until(() => stubborn.waiting === 1, "the first task's engine");
+      await until(async () => (await status(first.id)) === "failed", "the first task past its deadline (refunded)");
+      const second = await submit();
+      await Bun.sleep(300);
+      // The first engine still runs: the second task is queued, not started.
+      expect(stubborn.calls).toHaveLength(1);
+      expect(await status(second.id)).toBe("queued");
+      stubborn.behave = async (job) => stubborn.png(job);
+      stubborn.releaseAll();
+      await until(async () => (await status(second.id)) === "succeeded", "the second task once the first engine stopped");
+      expect(stubborn.calls).toHaveLength(2);
+      expect(await slow.balance(userId)).toBe(4);
+    } finally {
+      stubborn.releaseAll();
+      await slow.close();
+    }
+  });
+});
+
 describe("a server killed with async tasks queued", () => {
   test("queued tasks run after the restart, the running one is refunded once as interrupted", async () => {
     const upstream = startFakeOpenAI();
