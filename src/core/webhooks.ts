@@ -6,7 +6,8 @@
  * Delivery is at least once:
  * - taskFinished records one delivery per URL in the database and returns; it never waits for
  *   the network and never throws (the task has ended whatever happens here);
- * - a worker (start/stop with the server) claims due deliveries, at most `concurrency` at once,
+ * - a worker (start/stop with the server) claims due deliveries, at most `concurrency` at once
+ *   and at most perUserSlots of them for one user, round robin across users (webhooksFairness),
  *   each for a lease longer than an attempt can take: an attempt a crash cut short is made
  *   again once its lease ends, on the next start;
  * - each attempt resolves the URL, checks the addresses and connects to the one checked
@@ -33,6 +34,10 @@ import type { AttemptOutcome, NewDelivery, WebhookDeliveryRow, WebhookRecords } 
 import { systemResolver, type ResolveHost } from "./pinnedFetch";
 import { attemptErrorText, NO_SECRET, SECRET_UNREADABLE } from "./webhooksAttemptError";
 import { checkWebhookTarget, webhookUrlSyntax, type WebhookUrlPolicy } from "./webhooksTarget";
+import { InflightByUser, MAX_PENDING_TESTS, perUserSlots } from "./webhooksFairness";
+
+/** Why a test event was not sent: no endpoint, or MAX_PENDING_TESTS still waiting. */
+export type TestEventRefusal = "no_endpoint" | "too_many_pending";
 
 export interface WebhookSettings {
   allowPrivateAddresses: boolean;
@@ -95,6 +100,7 @@ export class WebhookDispatcher implements TaskEventSink {
   readonly endpoints: WebhookEndpoints;
   private readonly policy: WebhookUrlPolicy;
   private readonly inflight = new Set<Promise<void>>();
+  private readonly inflightByUser = new InflightByUser();
   /** Events being written (the endpoint read, then the insert); idle() and stop() wait for them too. */
   private readonly recording = new Set<Promise<void>>();
   private running = false;
@@ -135,10 +141,15 @@ export class WebhookDispatcher implements TaskEventSink {
     if (deliveries.length > 0) await this.record(deliveries, now);
   }
 
-  /** A `webhook.test` event to the user's endpoint, recorded; the reason when there is none. */
-  async sendTestEvent(userId: number): Promise<string | null> {
+  /**
+   * A `webhook.test` event to the user's endpoint, recorded; why not when it is refused. Test
+   * events are free and each is retried for a day, so only a few may wait at once (two
+   * requests at once may both pass the count: the bound is loose by that much, never unbounded).
+   */
+  async sendTestEvent(userId: number): Promise<TestEventRefusal | null> {
     const url = (await this.deps.records.endpoint(userId))?.url ?? null;
-    if (url === null) return "Set an endpoint URL first.";
+    if (url === null) return "no_endpoint";
+    if ((await this.deps.records.pendingTests(userId)) >= MAX_PENDING_TESTS) return "too_many_pending";
     const now = this.deps.clock();
     const payload = eventBody(TEST_EVENT_TYPE, now, { message: "A test event from the Atelier workbench." });
     await this.record([{ eventId: newId("msg_"), userId, eventType: TEST_EVENT_TYPE, source: "test", url, payload }], now);
@@ -228,14 +239,19 @@ export class WebhookDispatcher implements TaskEventSink {
     let claimed: WebhookDeliveryRow[];
     try {
       // No waiting for another process's lock here: the next look comes soon anyway.
-      claimed = await this.deps.whenWritable(() => records.claimDue(now, free, now + settings.attemptTimeoutMs + LEASE_MARGIN_MS), { maxWaitMs: 0 });
+      claimed = await this.deps.whenWritable(
+        () => records.claimDue(now, free, now + settings.attemptTimeoutMs + LEASE_MARGIN_MS, perUserSlots(settings.concurrency), this.inflightByUser.held),
+        { maxWaitMs: 0 },
+      );
     } catch (e) {
       if (!(e instanceof DatabaseBusyError)) logger.error("webhook deliveries not claimed", { error: String(e) });
       return 0;
     }
     for (const row of claimed) {
+      this.inflightByUser.add(row.user_id);
       const work = this.deliver(row).finally(() => {
         this.inflight.delete(work);
+        this.inflightByUser.remove(row.user_id);
         this.wake();
       });
       this.inflight.add(work);

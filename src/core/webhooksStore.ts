@@ -81,8 +81,12 @@ export interface WebhookRecords {
   /**
    * Takes up to `limit` due deliveries for an attempt: their next_attempt_at moves to
    * `leaseUntil`, so a crash during the attempt means it is made again after that (at least once).
+   * Fair across users: round robin, and no user gets more than `perUser` (default `limit`)
+   * counting the `held` deliveries (user id → count) the caller already has in flight.
    */
-  claimDue(now: number, limit: number, leaseUntil: number): Promise<WebhookDeliveryRow[]>;
+  claimDue(now: number, limit: number, leaseUntil: number, perUser?: number, held?: ReadonlyMap<number, number>): Promise<WebhookDeliveryRow[]>;
+  /** How many test events of this user are still pending. */
+  pendingTests(userId: number): Promise<number>;
   /** One attempt and its consequence, in one transaction. */
   recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): Promise<void>;
   /** When the earliest pending delivery is due, or null. */

@@ -108,20 +108,38 @@ export class WebhookStore implements WebhookRecords {
     });
   }
 
-  claimDue(now: number, limit: number, leaseUntil: number): Promise<WebhookDeliveryRow[]> {
-    // The due rows are picked once, in a WITH: PostgreSQL would run an `id IN (SELECT … LIMIT)`
-    // again for every row it joins, each run taking more. There, SKIP LOCKED leaves rows another
-    // instance is claiming to it, and the outer WHERE repeats the due test, so a row whose lock
-    // this claim waited for is taken only if still due. SQLite's write lock serialises claims.
+  claimDue(now: number, limit: number, leaseUntil: number, perUser = limit, held: ReadonlyMap<number, number> = new Map()): Promise<WebhookDeliveryRow[]> {
+    // Round robin across users: each due row gets its turn within its user (1 for the oldest,
+    // then 2, …), counted after the deliveries this instance already has in flight for that
+    // user (`held`), and rows are taken by turn, so every user's first goes before anyone's
+    // second; a turn past `perUser` is not taken at all, so one user's backlog (or a hanging
+    // receiver) holds at most perUser slots and the others stay free for everyone else.
+    // The CTEs are MATERIALIZED so each runs once: PostgreSQL would otherwise run an
+    // `id IN (SELECT … LIMIT)` again for every row it joins. PostgreSQL allows no FOR UPDATE
+    // beside a window function, so the rows are locked in a second step; SKIP LOCKED leaves
+    // rows another instance is claiming to it, and the outer WHERE repeats the due test, so a
+    // row whose lock this claim waited for is taken only if still due. SQLite's write lock
+    // serialises claims.
     const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+    const heldUsers = [...held].filter(([, n]) => n > 0);
+    const heldSql = heldUsers.length === 0 ? "" : ` + CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
     return this.sql.all<WebhookDeliveryRow>(
-      `WITH due AS (
-         SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?${skipLocked})
+      `WITH ranked AS MATERIALIZED (
+         SELECT id, next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)${heldSql} AS turn
+           FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?),
+       due AS MATERIALIZED (
+         SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM ranked WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
        UPDATE webhook_deliveries SET next_attempt_at = ?
         WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
         RETURNING *`,
-      [now, limit, leaseUntil, now],
+      [...heldUsers.flat(), now, perUser, limit, leaseUntil, now],
     );
+  }
+
+  /** Test events of this user not yet delivered or given up. */
+  async pendingTests(userId: number): Promise<number> {
+    const row = await this.sql.get<{ n: number }>("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE user_id = ? AND source = 'test' AND state = 'pending'", [userId]);
+    return Number(row?.n ?? 0);
   }
 
   async recordAttempt(deliveryId: number, attempt: AttemptRecord, outcome: AttemptOutcome): Promise<void> {

@@ -456,7 +456,7 @@ describe("endpoints and secrets", () => {
   test("a test event goes to the endpoint; without one it is refused", async () => {
     setup();
     const bare = addUser(store, 0);
-    expect(await dispatcher.sendTestEvent(bare)).toBe("Set an endpoint URL first.");
+    expect(await dispatcher.sendTestEvent(bare)).toBe("no_endpoint");
     const { userId, secret } = await userWithEndpoint();
     expect(await dispatcher.sendTestEvent(userId)).toBeNull();
     await deliverDue();

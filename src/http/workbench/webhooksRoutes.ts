@@ -2,6 +2,7 @@
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { totalAttempts } from "../../core/webhooksSchedule";
+import { MAX_PENDING_TESTS } from "../../core/webhooksFairness";
 import { webhooksPage, type WebhooksPageState } from "../../workbench/pages/webhooks";
 import type { Viewer } from "../../workbench/layout";
 import type { MessageKey } from "../../workbench/i18n";
@@ -57,8 +58,8 @@ export function webhooksRoutes(services: Services) {
     }, { viewer: true, ...hide })
     .post("/webhooks/test", async ({ viewer }) => {
       const refused = await webhooks.sendTestEvent(viewer.user.id);
-      // The only refusal is a missing endpoint.
-      if (refused !== null) return render(viewer, { error: viewer.t("webhooks.error.noEndpoint") }, 400);
+      if (refused === "no_endpoint") return render(viewer, { error: viewer.t("webhooks.error.noEndpoint") }, 400);
+      if (refused === "too_many_pending") return render(viewer, { error: viewer.t("webhooks.error.tooManyTests", { count: MAX_PENDING_TESTS }) }, 429);
       return redirect("/webhooks?done=sent");
     }, { viewer: true, ...hide });
 }
