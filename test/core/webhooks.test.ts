@@ -332,7 +332,9 @@ describe("attempts", () => {
 
   test("no more than `concurrency` attempts at once", async () => {
     setup({ concurrency: 2 });
+    // Two users: one alone would get only perUserSlots(2) = 1 at once (webhooksFairness).
     const { userId } = await userWithEndpoint();
+    const { userId: other } = await userWithEndpoint();
     let inFlight = 0;
     let most = 0;
     const slow: Answer = async () => {
@@ -342,13 +344,13 @@ describe("attempts", () => {
       return new Response("ok");
     };
     answers = [slow, slow, slow, slow, slow];
-    for (let i = 0; i < 5; i++) await dispatcher.taskFinished(event(userId, `req_c${i}`));
+    for (let i = 0; i < 5; i++) await dispatcher.taskFinished(event(i % 2 ? other : userId, `req_c${i}`));
     expect(await dispatcher.claimAndDeliver()).toBe(2);
     expect(await dispatcher.claimAndDeliver()).toBe(0);
     await dispatcher.idle();
     while ((await deliverDue()) > 0);
     expect(most).toBe(2);
-    expect((await deliveriesOf(userId)).every((d) => d.delivery.state === "delivered")).toBe(true);
+    for (const u of [userId, other]) expect((await deliveriesOf(u)).every((d) => d.delivery.state === "delivered")).toBe(true);
   });
 
   test("the worker's own timer delivers at once and retries when due (start/stop)", async () => {
