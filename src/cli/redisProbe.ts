@@ -7,15 +7,11 @@
  */
 import { RedisClient } from "bun";
 import { connect } from "node:net";
+import { serverAddress, withheldIfHoldsPassword } from "../core/serverUrls";
 
 /** `redis://host:port/db` of a Redis URL: where it is, without the user and password. */
 export function describeRedisUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.protocol}//${u.hostname}${u.port ? `:${u.port}` : ""}${u.pathname.length > 1 ? u.pathname : ""}`;
-  } catch {
-    return "(an unparsable redis:// URL)";
-  }
+  return serverAddress(url, true) ?? "(an unparsable redis:// URL)";
 }
 
 const LATE = Symbol("late");
@@ -32,10 +28,10 @@ export async function probeRedis(url: string, timeoutMs: number): Promise<RedisP
   try {
     const answer: unknown = await Promise.race([client.connect().then(() => client.send("PING", [])), late]);
     if (answer === LATE) return { ok: false, why: `no answer within ${timeoutMs} ms` };
-    if (answer !== "PONG") return { ok: false, why: withoutPassword(`PING answered ${String(answer).slice(0, 80)}, not PONG`, url) };
+    if (answer !== "PONG") return { ok: false, why: withheldIfHoldsPassword(`PING answered ${String(answer).slice(0, 80)}, not PONG`, url) };
     return { ok: true, ms: Math.round(performance.now() - started) };
   } catch (e) {
-    return { ok: false, why: withoutPassword(await whyNot(url, e, timeoutMs), url) };
+    return { ok: false, why: withheldIfHoldsPassword(await whyNot(url, e, timeoutMs), url) };
   } finally {
     clearTimeout(timer);
     client.close();
@@ -72,23 +68,4 @@ function tcpConnects(url: string, timeoutMs: number): Promise<string | null> {
     socket.once("connect", () => done(null));
     socket.once("error", (e: NodeJS.ErrnoException) => done(e.code ?? e.message));
   });
-}
-
-/** The client's words, unless they contain the password (they do not today; that is not promised). */
-function withoutPassword(text: string, url: string): string {
-  let password = "";
-  try {
-    password = new URL(url).password;
-  } catch {}
-  if (!password) return text;
-  const forms = [password, decodeURIComponentSafe(password)];
-  return forms.some((p) => p && text.includes(p)) ? "(details withheld: they contain the password)" : text;
-}
-
-function decodeURIComponentSafe(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
 }

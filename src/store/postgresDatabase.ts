@@ -7,6 +7,7 @@ import { PostgresClient, postgresState, type PostgresOptions } from "./sql";
 import { postgresMigrations } from "./postgresMigrations";
 import { DatabaseTooNewError, refuseNewerDatabase, unappliedMigrations } from "./database";
 import type { Migration } from "./migrations";
+import { serverAddress, withheldIfHoldsPassword } from "../core/serverUrls";
 
 /** The store could not be reached or set up; the message names the server, never its password. */
 export class DatabaseUnavailableError extends Error {
@@ -15,30 +16,14 @@ export class DatabaseUnavailableError extends Error {
 
 /** `host:port/database` of a postgres:// URL: what an operator needs to find it, without the credentials. */
 export function describePostgresUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname}${u.port ? `:${u.port}` : ""}${u.pathname.length > 1 ? u.pathname : ""}`;
-  } catch {
-    return "(an unparsable postgres:// URL)";
-  }
+  return serverAddress(url) ?? "(an unparsable postgres:// URL)";
 }
 
-function passwordOf(url: string): string | null {
-  try {
-    const u = new URL(url);
-    return u.password ? decodeURIComponent(u.password) : null;
-  } catch {
-    return null;
-  }
-}
-
-/** The driver's words, unless they contain the password (they do not today; that is not promised). */
+/** The driver's words, unless they contain the password (core/serverUrls), with its SQLSTATE or error code. */
 export function causeWithoutSecret(e: unknown, url: string): string {
-  const message = e instanceof Error ? e.message : String(e);
-  const password = passwordOf(url);
+  const text = withheldIfHoldsPassword(e instanceof Error ? e.message : String(e), url);
   const state = postgresState(e);
   const code = (e as { code?: unknown } | null)?.code;
-  const text = password && (message.includes(password) || message.includes(encodeURIComponent(password))) ? "(details withheld: they contain the password)" : message;
   if (state) return `${text} (SQLSTATE ${state})`;
   return typeof code === "string" && /^ERR_[A-Z_]+$/.test(code) ? `${text} (${code})` : text;
 }
