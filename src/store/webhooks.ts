@@ -6,6 +6,7 @@ import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { forUpdate, type SqlClient } from "./sql";
+import { PRIVATE_FILE } from "./privateFiles";
 import { ENDPOINT_REMOVED } from "../core/webhooksAttemptError";
 import type {
   AttemptOutcome,
@@ -31,7 +32,7 @@ export function loadWebhookSecretKey(dataDir: string): Uint8Array {
   if (dataDir === ":memory:") return randomBytes(32);
   const path = join(dataDir, WEBHOOK_KEY_FILE);
   try {
-    const fd = openSync(path, "wx", 0o600);
+    const fd = openSync(path, "wx", PRIVATE_FILE);
     try {
       const key = randomBytes(32);
       writeSync(fd, `${key.toString("base64")}\n`);
