@@ -7,7 +7,7 @@
 import { concatChunks } from "../core/bytes";
 import type { GeneratedImage, ProgressReport } from "../core/engine";
 import { MAX_IMAGE_BYTES } from "../core/limits";
-import { sniffImageMime } from "../core/imageInput";
+import { DATA_URL, sniffImageMime } from "../core/imageInput";
 import { readDimensions } from "../core/image/dimensions";
 import { AttemptFailure } from "./pool";
 import { cancelViewOf, Http1Error, http1Request, http1Target, type AnswerHead, type Http1Answer, type Http1Target } from "./http1";
@@ -428,11 +428,12 @@ export async function downloadImage(
  * is decoded); any other data URL, or base64 that is not strict, is a failed attempt.
  */
 export function imageFromDataUrl(url: string, maxBytes: number): Uint8Array {
-  const comma = url.indexOf(",");
-  if (comma < 0 || !/^data:image\/[a-z0-9.+-]+;base64$/i.test(url.slice(0, comma))) throw new AttemptFailure("failed", "upstream answered with a data URL that is not a base64 image");
-  const b64Length = url.length - comma - 1;
+  // The head our own uploads are read by (core/imageInput's DATA_URL).
+  const head = DATA_URL.exec(url);
+  if (!head) throw new AttemptFailure("failed", "upstream answered with a data URL that is not a base64 image");
+  const b64Length = url.length - head[0].length;
   if (b64Length > Math.ceil(maxBytes / 3) * 4) throw new AttemptFailure("failed", `upstream image of about ${Math.floor((b64Length * 3) / 4)} bytes exceeds the limit of ${maxBytes}`);
-  const bytes = decodeBase64Image(url.slice(comma + 1));
+  const bytes = decodeBase64Image(url.slice(head[0].length));
   if (bytes.byteLength > maxBytes) throw new AttemptFailure("failed", `upstream image of ${bytes.byteLength} bytes exceeds the limit of ${maxBytes}`);
   return bytes;
 }
