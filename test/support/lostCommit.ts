@@ -11,7 +11,7 @@
  * Statement texts travel only when a connection first prepares them (the client prepares by
  * text, per connection): arm it before the statement's first run on the server.
  */
-import type { Socket, TCPSocketListener } from "bun";
+import { listenRelay, type Relay } from "./tcpRelay";
 
 export type LostCommitMode = "reply" | "never" | "late";
 
@@ -25,13 +25,10 @@ export interface LostCommitProxy {
   stop(): void;
 }
 
-interface Pair {
-  upstream: Socket<Pair> | null;
-  client: Socket<Pair>;
-  pending: Uint8Array[];
+interface ConnectionState {
   /** The marker went through this connection: its next COMMIT is the one to lose. */
   marked: boolean;
-  /** The server's answers are no longer passed on. */
+  /** The server's answers are no longer passed on, nor the client's bytes to it. */
   mute: boolean;
 }
 
@@ -40,80 +37,47 @@ const COMMIT = Buffer.from("COMMIT");
 export function startLostCommitProxy(targetPort: number, host = "127.0.0.1"): LostCommitProxy {
   let armed: { marker: Buffer; mode: LostCommitMode; lateMs: number } | null = null;
   let lost = 0;
-  const pairs = new Set<Pair>();
   const timers = new Set<ReturnType<typeof setTimeout>>();
   const later = (ms: number, fn: () => void) => {
     const t = setTimeout(() => (timers.delete(t), fn()), ms);
     timers.add(t);
   };
-  const send = (pair: Pair, chunk: Uint8Array) => {
-    if (pair.upstream) pair.upstream.write(chunk);
-    else pair.pending.push(new Uint8Array(chunk));
+
+  /** The client's bytes: passed on, unless they hold the armed COMMIT. */
+  const fromClient = (relay: Relay<ConnectionState>, chunk: Uint8Array) => {
+    const { state, client } = relay;
+    const bytes = Buffer.from(chunk);
+    if (state.mute) return; // the client is being cut off: nothing more of it reaches the server
+    if (armed && !state.marked && bytes.includes(armed.marker)) state.marked = true;
+    if (!(armed && state.marked && bytes.includes(COMMIT))) return relay.toServer(chunk);
+    const { mode, lateMs } = armed;
+    armed = null;
+    lost++;
+    state.mute = true;
+    if (mode === "reply") {
+      relay.toServer(chunk);
+      // Time for the server to commit before the client learns its connection broke.
+      later(50, () => client.terminate());
+      later(500, () => relay.upstream?.end());
+    } else if (mode === "never") {
+      client.terminate();
+      relay.upstream?.end();
+    } else {
+      client.terminate();
+      later(lateMs, () => relay.toServer(chunk));
+      later(lateMs + 500, () => relay.upstream?.end());
+    }
   };
 
-  const listener: TCPSocketListener<Pair> = Bun.listen<Pair>({
-    hostname: host,
-    port: 0,
-    socket: {
-      open(client) {
-        const pair: Pair = { upstream: null, client, pending: [], marked: false, mute: false };
-        client.data = pair;
-        pairs.add(pair);
-        void Bun.connect<Pair>({
-          hostname: host,
-          port: targetPort,
-          data: pair,
-          socket: {
-            open(upstream) {
-              pair.upstream = upstream;
-              for (const chunk of pair.pending) upstream.write(chunk);
-              pair.pending = [];
-            },
-            data(_upstream, chunk) {
-              if (!pair.mute) pair.client.write(chunk);
-            },
-            close() {
-              pair.client.end();
-            },
-            error() {
-              pair.client.end();
-            },
-          },
-        }).catch(() => client.end());
-      },
-      data(client, chunk) {
-        const pair = client.data;
-        const bytes = Buffer.from(chunk);
-        if (pair.mute) return; // the client is being cut off: nothing more of it reaches the server
-        if (armed && !pair.marked && bytes.includes(armed.marker)) pair.marked = true;
-        if (!(armed && pair.marked && bytes.includes(COMMIT))) return send(pair, chunk);
-        const { mode, lateMs } = armed;
-        armed = null;
-        lost++;
-        pair.mute = true;
-        if (mode === "reply") {
-          send(pair, chunk);
-          // Time for the server to commit before the client learns its connection broke.
-          later(50, () => client.terminate());
-          later(500, () => pair.upstream?.end());
-        } else if (mode === "never") {
-          client.terminate();
-          pair.upstream?.end();
-        } else {
-          client.terminate();
-          later(lateMs, () => send(pair, chunk));
-          later(lateMs + 500, () => pair.upstream?.end());
-        }
-      },
-      close(client) {
-        pairs.delete(client.data);
-        // A connection being cut keeps its server side until its COMMIT's fate is played out.
-        if (!client.data.mute) client.data.upstream?.end();
-      },
-      error(client) {
-        pairs.delete(client.data);
-        if (!client.data.mute) client.data.upstream?.end();
-      },
+  const listener = listenRelay<ConnectionState>(host, 0, targetPort, {
+    state: () => ({ marked: false, mute: false }),
+    fromClient,
+    fromServer(relay, chunk) {
+      if (!relay.state.mute) relay.client.write(chunk);
+    },
+    // A connection being cut keeps its server side until its COMMIT's fate is played out.
+    clientGone(relay) {
+      if (!relay.state.mute) relay.upstream?.end();
     },
   });
 
@@ -124,7 +88,7 @@ export function startLostCommitProxy(targetPort: number, host = "127.0.0.1"): Lo
       return u.toString();
     },
     arm(marker, mode = "reply", lateMs = 1_000) {
-      for (const pair of pairs) pair.marked = false;
+      for (const relay of listener.relays) relay.state.marked = false;
       armed = { marker: Buffer.from(marker), mode, lateMs };
     },
     get lost() {
@@ -133,7 +97,7 @@ export function startLostCommitProxy(targetPort: number, host = "127.0.0.1"): Lo
     stop() {
       for (const t of timers) clearTimeout(t);
       timers.clear();
-      listener.stop(true);
+      listener.stop();
     },
   };
 }

@@ -3,7 +3,7 @@
  * restore: `cut()` drops every open connection and refuses new ones (as a dead server or a
  * broken network would), `restore()` listens again on the same port.
  */
-import type { Socket, TCPSocketListener } from "bun";
+import { listenRelay, type RelayListener } from "./tcpRelay";
 
 export interface TcpProxy {
   port: number;
@@ -12,83 +12,19 @@ export interface TcpProxy {
   stop(): void;
 }
 
-interface Pair {
-  upstream: Socket<Pair> | null;
-  client: Socket<Pair>;
-  pending: Uint8Array[];
-}
-
 export function startTcpProxy(targetPort: number, host = "127.0.0.1"): TcpProxy {
-  const open = new Set<Socket<Pair>>();
-  let listener: TCPSocketListener<Pair> | null = null;
-  let port = 0;
-
-  const listen = () => {
-    listener = Bun.listen<Pair>({
-      hostname: host,
-      port,
-      socket: {
-        open(client) {
-          open.add(client);
-          const pair: Pair = { upstream: null, client, pending: [] };
-          client.data = pair;
-          void Bun.connect<Pair>({
-            hostname: host,
-            port: targetPort,
-            data: pair,
-            socket: {
-              open(upstream) {
-                open.add(upstream);
-                pair.upstream = upstream;
-                for (const chunk of pair.pending) upstream.write(chunk);
-                pair.pending = [];
-              },
-              data(_upstream, chunk) {
-                pair.client.write(chunk);
-              },
-              close(upstream) {
-                open.delete(upstream);
-                pair.client.end();
-              },
-              error(upstream) {
-                open.delete(upstream);
-                pair.client.end();
-              },
-            },
-          }).catch(() => client.end());
-        },
-        data(client, chunk) {
-          const pair = client.data;
-          if (pair.upstream) pair.upstream.write(chunk);
-          else pair.pending.push(new Uint8Array(chunk));
-        },
-        close(client) {
-          open.delete(client);
-          client.data?.upstream?.end();
-        },
-        error(client) {
-          open.delete(client);
-          client.data?.upstream?.end();
-        },
-      },
-    });
-    port = listener.port;
-  };
-  listen();
-
+  const listen = (port: number) => listenRelay(host, port, targetPort, { state: () => undefined });
+  let relay: RelayListener<undefined> | null = listen(0);
+  const port = relay.port;
   const cut = () => {
-    listener?.stop(true);
-    listener = null;
-    for (const s of open) s.terminate();
-    open.clear();
+    relay?.stop(true);
+    relay = null;
   };
   return {
-    get port() {
-      return port;
-    },
+    port,
     cut,
     restore() {
-      if (!listener) listen();
+      relay ??= listen(port);
     },
     stop: cut,
   };
