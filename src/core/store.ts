@@ -183,8 +183,11 @@ export interface TaskStore {
   queuePosition(id: string): Promise<number>;
   /** Queued and running async tasks, server-wide and for one user. */
   asyncLoad(userId: number): Promise<{ all: number; user: number }>;
-  /** queued → running; false when it was no longer queued (another runner claimed it). */
-  start(id: string, now: number): Promise<boolean>;
+  /**
+   * queued → running; false when it was no longer queued (another runner claimed it) or its
+   * user (`userId`, the task's) already has `perUserLimit` async tasks running on any instance.
+   */
+  start(id: string, now: number, userId: number, perUserLimit: number): Promise<boolean>;
   /** Records a cancel of a running task for the instance that runs it; false when it was no longer running. */
   requestCancel(id: string, now: number): Promise<boolean>;
   /** Of these tasks (those an instance runs), the ones to abort: a cancel was asked for, or they ended elsewhere. */

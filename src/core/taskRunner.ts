@@ -302,7 +302,8 @@ export class TaskRunner {
       if (this.stopped || this.running.size >= limits.concurrency) return;
       const mine = [...this.running.values()].filter((r) => r.userId === task.user_id).length;
       if (mine >= limits.perUserConcurrency) continue;
-      if (!(await this.deps.store.tasks.start(task.id, this.deps.clock()))) continue;
+      // The store counts the user's tasks running on every instance (this count is this one's only).
+      if (!(await this.deps.store.tasks.start(task.id, this.deps.clock(), task.user_id, limits.perUserConcurrency))) continue;
       this.run(task);
     }
   }

@@ -81,15 +81,23 @@ export class TaskRecords implements TaskStore {
 
   /**
    * Claims a queued task for this instance: queued → running, and its request row records the
-   * owner, in one transaction. False when it was no longer queued. On PostgreSQL the row is
-   * locked with SKIP LOCKED, so instances claiming at once pass over it instead of queueing on it.
+   * owner, in one transaction. False when it was no longer queued, or when its user already has
+   * `perUserLimit` async tasks running anywhere: the per-user bound holds across the instances
+   * sharing the store (each instance alone sees only its own). On PostgreSQL the row is locked
+   * with SKIP LOCKED, so instances claiming at once pass over it instead of queueing on it, and
+   * the user's row is locked first, so two instances starting that user's tasks count in turn
+   * (a running count read beside another's uncommitted start would let both pass); on SQLite
+   * the write lock already serialises starts.
    */
-  async start(id: string, now: number): Promise<boolean> {
-    const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+  async start(id: string, now: number, userId: number, perUserLimit: number): Promise<boolean> {
+    const postgres = this.sql.dialect === "postgres";
     return this.sql.transaction(async (tx) => {
+      if (postgres) await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE", [userId]);
       const claimed = await tx.run(
-        `UPDATE tasks SET status = 'running', started_at = ? WHERE id = (SELECT id FROM tasks WHERE id = ? AND status = 'queued'${skipLocked}) AND status = 'queued'`,
-        [now, id],
+        `UPDATE tasks SET status = 'running', started_at = ?
+          WHERE id = (SELECT id FROM tasks WHERE id = ? AND status = 'queued'${postgres ? " FOR UPDATE SKIP LOCKED" : ""}) AND status = 'queued'
+            AND (SELECT COUNT(*) FROM tasks WHERE status = 'running' AND mode = 'async' AND user_id = ?) < ?`,
+        [now, id, userId, perUserLimit],
       );
       if (claimed.changes !== 1) return false;
       await tx.run("UPDATE requests SET owner = ? WHERE id = ?", [this.owner, id]);

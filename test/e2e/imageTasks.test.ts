@@ -714,7 +714,7 @@ describe("keyed tasks with a retention shorter than their key's 24 h", () => {
   });
 });
 
-describe("two instances on one database: a cancel sent to the one that does not run the task", () => {
+describe("two instances on one database: a cancel sent to the one that does not run the task, one user's tasks on both", () => {
   let a: TestServer;
   let b: TestServer;
   const engineA = new ControlledEngine();
@@ -777,5 +777,29 @@ describe("two instances on one database: a cancel sent to the one that does not 
     // Ended: a second cancel is 409, on either instance.
     for (const server of [a, b]) expect((await cancelAt(server, key, id)).status).toBe(409);
     engineA.behave = async (job) => engineA.png(job);
+  }, 30_000);
+
+  test("one user's async tasks sent to both instances run one at a time (async_per_user_concurrency = 1 holds across the deployment)", async () => {
+    const { key, userId } = await a.userWithKey({ credits: 5 });
+    engineA.hold("succeed");
+    engineB.hold("succeed");
+    const callsOnB = engineB.calls.length;
+    const first = await submitTo(a, key);
+    await until(() => engineA.waiting === 1, "the first task to run on the instance it was sent to");
+    // b's answer comes after its own pass: it found the user at the limit on a, and left the task queued.
+    const second = await submitTo(b, key);
+    expect(engineB.calls).toHaveLength(callsOnB);
+    expect(await b.services.store.tasks.get(second)).toMatchObject({ status: "queued" });
+    // When the first ends, its instance starts the second.
+    engineA.releaseAll();
+    await until(() => engineA.waiting === 1, "the second task to start once the first ended");
+    expect(await a.services.store.tasks.get(first)).toMatchObject({ status: "succeeded" });
+    expect(await a.services.store.tasks.get(second)).toMatchObject({ status: "running" });
+    engineA.releaseAll();
+    await until(async () => (await a.services.store.tasks.get(second))!.status === "succeeded", "the second task to end");
+    expect(engineB.calls).toHaveLength(callsOnB);
+    expect(await a.balance(userId)).toBe(3);
+    engineA.behave = async (job) => engineA.png(job);
+    engineB.behave = async (job) => engineB.png(job);
   }, 30_000);
 });

@@ -152,7 +152,7 @@ for (const engine of bothEngines()) {
       expect((await a.tasks.list(u, { limit: 10 })).map((t) => t.id)).toEqual([`t2-${engine.name}`, `t1-${engine.name}`]);
       expect((await a.tasks.list(u, { limit: 10, after: `t2-${engine.name}` })).map((t) => t.id)).toEqual([`t1-${engine.name}`]);
       // Two runners claim the same queued task: one wins.
-      expect((await Promise.all([a.tasks.start(`t1-${engine.name}`, 5_100), b.tasks.start(`t1-${engine.name}`, 5_100)])).filter(Boolean)).toHaveLength(1);
+      expect((await Promise.all([a.tasks.start(`t1-${engine.name}`, 5_100, u, 5), b.tasks.start(`t1-${engine.name}`, 5_100, u, 5)])).filter(Boolean)).toHaveLength(1);
       expect(await a.requests.markSucceeded(`t1-${engine.name}`, { queueMs: 100, generationMs: 5, task: { result: "{}", expiresAt: 6_000 } }, 5_200)).toBe(true);
       // A keyed task is kept until its key expires (9 000), past its retention (6 000); an unkeyed one, its retention.
       expect(await b.tasks.get(`t1-${engine.name}`)).toMatchObject({ status: "succeeded", result: "{}", expires_at: 9_000, keep_until: 9_000 });
@@ -173,7 +173,7 @@ for (const engine of bothEngines()) {
       for (const id of ["c1", "c2", "c3"]) await a.credits.chargeForImage(charge(`${id}-${engine.name}`, u, { task: queued }), 8_000);
       const [c1, c2, c3] = ["c1", "c2", "c3"].map((id) => `${id}-${engine.name}`) as [string, string, string];
       expect(await b.tasks.requestCancel(c1, 8_050)).toBe(false); // still queued: the queued path refunds it instead
-      for (const id of [c1, c2, c3]) expect(await a.tasks.start(id, 8_100)).toBe(true);
+      for (const id of [c1, c2, c3]) expect(await a.tasks.start(id, 8_100, u, 3)).toBe(true);
       expect(await a.tasks.toAbort([c1, c2, c3])).toEqual([]);
       expect(await b.tasks.requestCancel(c1, 8_200)).toBe(true);
       expect(await b.tasks.requestCancel(c1, 8_300)).toBe(true);
@@ -184,6 +184,46 @@ for (const engine of bothEngines()) {
       expect((await a.tasks.toAbort([c1, c2, c3])).sort()).toEqual([c1, c3].sort());
       expect(await b.tasks.requestCancel(c3, 8_500)).toBe(false);
       expect(await a.tasks.toAbort([])).toEqual([]);
+    });
+
+    test("a user's async tasks running at once are bounded across instances: two instances starting that user's tasks together start one under a limit of 1", async () => {
+      const u = await user(9);
+      const other = await user(9);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
+      const ids = ["s1", "s2", "s3"].map((id) => `${id}-${engine.name}`) as [string, string, string];
+      for (const id of ids) await a.credits.chargeForImage(charge(id, u, { task: queued }), 9_000);
+      await a.credits.chargeForImage(charge(`s4-${engine.name}`, other, { task: queued }), 9_000);
+      // Each instance alone has nothing of this user running: only the store's count can refuse.
+      const started = await Promise.all([a.tasks.start(ids[0], 9_100, u, 1), b.tasks.start(ids[1], 9_100, u, 1)]);
+      expect(started.filter(Boolean)).toHaveLength(1);
+      expect(await a.tasks.start(ids[2], 9_101, u, 1)).toBe(false);
+      expect(await b.tasks.get(ids[2])).toMatchObject({ status: "queued" });
+      // Another user's task is not held back, and a higher limit lets this user's second start.
+      expect(await b.tasks.start(`s4-${engine.name}`, 9_102, other, 1)).toBe(true);
+      expect(await b.tasks.start(ids[2], 9_103, u, 2)).toBe(true);
+      // Once one ends, the bound makes room again.
+      const running = ids.filter((_, i) => i === 2 || started[i]);
+      expect(await a.requests.markSucceeded(running[0]!, { queueMs: 100, generationMs: 5, task: { result: "{}", expiresAt: 99_000 } }, 9_200)).toBe(true);
+      const waiting = ids.find((id, i) => i < 2 && !started[i])!;
+      expect(await a.tasks.start(waiting, 9_300, u, 2)).toBe(true);
+    });
+
+    // SQLite's write lock serialises starts; on PostgreSQL two instances' starts overlap for real.
+    test.if(engine.name === "PostgreSQL")("a start that overlaps another instance's start of the same user's task waits for it, then counts it", async () => {
+      const u = await user(9);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
+      const [first, second] = ["o1", "o2"].map((id) => `${id}-${engine.name}`) as [string, string];
+      for (const id of [first, second]) await a.credits.chargeForImage(charge(id, u, { task: queued }), 9_500);
+      let overlapping: Promise<boolean> | undefined;
+      // Instance b's start of `first`, held open before its commit (as start() does it: the user's row, then the claim).
+      await b.sql.transaction(async (tx) => {
+        await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE", [u]);
+        expect((await tx.run("UPDATE tasks SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'", [9_600, first])).changes).toBe(1);
+        overlapping = a.tasks.start(second, 9_600, u, 1);
+        await Bun.sleep(300);
+      });
+      expect(await overlapping!).toBe(false);
+      expect(await a.tasks.get(second)).toMatchObject({ status: "queued" });
     });
 
     test("two async submissions for a user's last queue place, one on each instance: one is charged, the other is TaskQueueFull", async () => {
