@@ -107,14 +107,7 @@ export type JsonReader<T> = (json: unknown) => T;
 const asIs: JsonReader<unknown> = (json) => json;
 
 async function callJsonViaFetch<T>(call: UpstreamCall, read: JsonReader<T>): Promise<T> {
-  let res: Response;
-  try {
-    res = await fetch(call.url, requestInit(call));
-  } catch (e) {
-    throw unreachable(e, call);
-  }
-  if (!res.ok) throw await refusal(res, call);
-  return read(await readJson(res, call));
+  return read(await readJson(await callUpstream(call), call));
 }
 
 const utf8 = new TextDecoder();
