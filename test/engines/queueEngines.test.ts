@@ -140,6 +140,38 @@ describe("what each provider receives", () => {
     expect(err.message).toMatch(/exceeds the limit of 1024/);
   });
 
+  test("replicate: an attempt that ends while Prefer: wait holds the submit open ends at once, and the prediction is canceled once the answer names it", async () => {
+    const { fake, engine, job } = build("replicate", { accounts: `{ id = "a", api_key = "${KEY_A}" }` });
+    fake.queueEnds("never");
+    fake.setSubmitHoldMs(400);
+    const ac = new AbortController();
+    const pending = engine.generate(job({ signal: ac.signal })).catch((e) => e);
+    await until(() => fake.submits().length === 1, "the submit");
+    ac.abort();
+    expect(await pending).toBeInstanceOf(EngineTimeout);
+    // The attempt did not wait for the held submit; its id was not known yet, so nothing was canceled.
+    expect(fake.answeredSubmits).toBe(0);
+    expect(fake.cancels).toEqual([]);
+    await until(() => fake.cancels.length > 0, "the prediction's cancel once the held submit answered");
+    expect(fake.cancels).toEqual(["job1"]);
+    expect(fake.received.find((r) => r.path.endsWith("/cancel"))!.account).toBe(KEY_A);
+    expect(fake.submits()).toHaveLength(1);
+  });
+
+  test("replicate: a held submit that answers a finished prediction after the attempt ended is not canceled", async () => {
+    const { fake, engine, job } = build("replicate", { accounts: `{ id = "a", api_key = "${KEY_A}" }` });
+    fake.setPendingPolls(0);
+    fake.setSubmitHoldMs(200);
+    const ac = new AbortController();
+    const pending = engine.generate(job({ signal: ac.signal })).catch((e) => e);
+    await until(() => fake.submits().length === 1, "the submit");
+    ac.abort();
+    expect(await pending).toBeInstanceOf(EngineTimeout);
+    await until(() => fake.answeredSubmits === 1, "the held submit's answer");
+    await Bun.sleep(50);
+    expect(fake.cancels).toEqual([]);
+  });
+
   test("replicate: a version goes to /v1/predictions; references as image_input, a custom ratio as custom", async () => {
     const version = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa";
     const { fake, engine, job } = build("replicate", { model: `stability-ai/sdxl:${version}` });

@@ -664,6 +664,14 @@ export interface FakeQueue {
   setPendingPolls(n: number): void;
   /** Replicate: a prediction finished within `Prefer: wait` has a data URI as its output (default off). */
   setSyncDataUris(on: boolean): void;
+  /**
+   * Replicate: a submit with `Prefer: wait=n` answers after this long (at most n seconds; default
+   * 0, at once), as Replicate holds it while the prediction runs; the prediction exists from the
+   * submit's arrival and goes on if the client hangs up meanwhile.
+   */
+  setSubmitHoldMs(ms: number): void;
+  /** Submits answered so far (a held one counts once its answer is sent). */
+  readonly answeredSubmits: number;
   /** The next jobs end these ways, in order; then "ok". */
   queueEnds(...ends: QueueJobEnd[]): void;
   /** The next submits of `account` answer these statuses (with an optional retry-after), in order. */
@@ -707,6 +715,8 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
   const readFaults: Record<"status" | "result", QueueReadFault[]> = { status: [], result: [] };
   let pendingPolls = 2;
   let syncDataUris = false;
+  let submitHoldMs = 0;
+  let answeredSubmits = 0;
   let next = 0;
 
   const accountOfRequest = (r: Request): string | null => {
@@ -834,8 +844,11 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
         return Response.json({ request_id: job.id, status_url: `${base}/status`, response_url: base, cancel_url: `${base}/cancel`, queue_position: 0 });
       }
       if (kind === "replicate") {
+        const wait = /^wait(?:=(\d+))?$/.exec(request.headers.get("prefer") ?? "");
+        if (wait && submitHoldMs > 0) await Bun.sleep(Math.min(submitHoldMs, Number(wait[1] ?? 60) * 1000));
+        answeredSubmits++;
         // With no pending polls, Prefer: wait answers the finished prediction at once.
-        return Response.json(prediction(origin, job, (request.headers.get("prefer") ?? "").startsWith("wait")), { status: 201 });
+        return Response.json(prediction(origin, job, wait !== null), { status: 201 });
       }
       return Response.json({ id: job.id, polling_url: `${origin}/v1/get_result?id=${job.id}`, cost: 4 });
     },
@@ -850,6 +863,12 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
     },
     setSyncDataUris: (on) => {
       syncDataUris = on;
+    },
+    setSubmitHoldMs: (ms) => {
+      submitHoldMs = ms;
+    },
+    get answeredSubmits() {
+      return answeredSubmits;
     },
     queueEnds: (...e) => {
       ends.push(...e);
@@ -869,6 +888,8 @@ function startFakeQueue(kind: QueueFakeKind): FakeQueue {
       readFaults.result.length = 0;
       pendingPolls = 2;
       syncDataUris = false;
+      submitHoldMs = 0;
+      answeredSubmits = 0;
       next = 0;
     },
     async stop() {

@@ -36,6 +36,7 @@ import { SecretRedactor } from "../redact";
 import { callJson, checkUpstreamImage, downloadWithinAttempt, joinUrl, type UpstreamCall } from "../upstreamHttp";
 import { queueAuthHeaders, type KeyScheme } from "./auth";
 import { pauseUnlessAborted } from "../../core/deadline";
+import { listenForAbort } from "../../core/cancelScope";
 
 /** First status poll after submitting (the pool's registration lets tests shorten it). */
 export const FIRST_POLL_MS = 500;
@@ -49,6 +50,8 @@ const isRetriedStatusPoll = (status: number) => status === 429 || status >= 500;
 const isRetriedResultFetch = (status: number) => status === 429 || status === 502 || status === 503 || status === 504;
 /** A cancel call gets this long; it runs after the attempt has already ended. */
 const CANCEL_TIMEOUT_MS = 5_000;
+/** How long past the attempt's deadline a held-open submit may still answer (submitHeldOpen). */
+const HELD_SUBMIT_MARGIN_MS = 10_000;
 /** Statuses of a submit that refuse the job itself (a bad input), on every queue API. */
 export const REJECT_STATUSES = [400, 413, 415, 422];
 
@@ -92,7 +95,11 @@ export interface QueueTranslator {
   inputProblem(job: Omit<ImageJob, "signal">, kind: "generate" | "edit"): InputProblem | null;
   /** The submit: path and JSON body (async: a mask may need converting). */
   submitRequest(job: ImageJob): Promise<SubmitRequest>;
-  /** Extra headers of the submit, given the time left in the attempt (Replicate's Prefer: wait). */
+  /**
+   * Extra headers of the submit, given the time left in the attempt (Replicate's Prefer: wait):
+   * a translator that has them asks the provider to hold the submit open while the job runs
+   * (see submitHeldOpen).
+   */
   submitHeaders?(remainingMs: number): Record<string, string>;
   /** The submit's answer: the job's handle and, when the provider already says, its outcome. */
   readSubmitted(answer: unknown): { handle: QueueHandle; outcome: QueueOutcome };
@@ -151,10 +158,9 @@ export class QueueEngine implements ImageEngine {
 
   private async attempt(ctx: AttemptContext, path: string, json: string, prompt: string): Promise<GeneratedImage> {
     const auth = this.accounts.get(ctx.account.id) ?? {};
-    const extra = this.translator.submitHeaders?.(ctx.deadline - this.clock()) ?? {};
-    const submitted = this.translator.readSubmitted(
-      await callJson(this.call(ctx, joinUrl(this.upstream.base_url, path), { ...auth, ...extra, "content-type": "application/json", accept: "application/json" }, json, REJECT_STATUSES)),
-    );
+    const extra = this.translator.submitHeaders?.(ctx.deadline - this.clock());
+    const submit = this.call(ctx, joinUrl(this.upstream.base_url, path), { ...auth, ...extra, "content-type": "application/json", accept: "application/json" }, json, REJECT_STATUSES);
+    const submitted = this.translator.readSubmitted(await (extra ? this.submitHeldOpen(ctx, submit, auth) : callJson(submit)));
     const { handle } = submitted;
     let outcome = submitted.outcome;
     let held = true; // the provider still holds a job we may cancel
@@ -182,6 +188,31 @@ export class QueueEngine implements ImageEngine {
     } finally {
       // Whatever ended the attempt, a job left running would be billed for nothing.
       if (held && handle.cancel) this.cancel(handle.cancel, auth);
+    }
+  }
+
+  /**
+   * A submit the provider holds open while the job runs (Replicate's `Prefer: wait`): the job's
+   * id comes only with the answer, so an attempt that ended meanwhile (abort, deadline) and cut
+   * the submit off could never cancel it, and the provider would run it to the end, billed.
+   * So the submit is not cut off with the attempt: the attempt ends at once, the submit goes on
+   * in the background (bounded: the provider answers within the wait it was asked for, which
+   * ends before the attempt's deadline), and a job its answer shows still running is canceled.
+   */
+  private async submitHeldOpen(ctx: AttemptContext, call: UpstreamCall, auth: Record<string, string>): Promise<unknown> {
+    const answer = callJson({ ...call, signal: AbortSignal.timeout(Math.max(0, ctx.deadline - this.clock()) + HELD_SUBMIT_MARGIN_MS) });
+    try {
+      return await untilAborted(answer, ctx.signal);
+    } catch (e) {
+      if (ctx.signal.aborted) {
+        answer
+          .then((json) => {
+            const { handle, outcome } = this.translator.readSubmitted(json);
+            if (outcome.state === "pending" && handle.cancel) this.cancel(handle.cancel, auth);
+          })
+          .catch(() => {}); // no answer, or one we cannot read: nothing names a job to cancel
+      }
+      throw e;
     }
   }
 
@@ -275,4 +306,15 @@ export function stringField(o: Record<string, unknown>, key: string, what: strin
   const v = o[key];
   if (typeof v !== "string" || v.length === 0) throw new AttemptFailure("failed", `the upstream's ${what} has no ${key}`);
   return v;
+}
+
+/** `work`'s outcome, or a rejection with the signal's reason as soon as it aborts (work itself goes on). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const stop = listenForAbort(signal, reject);
+    work.then(
+      (value) => (stop(), resolve(value)),
+      (e: unknown) => (stop(), reject(e)),
+    );
+  });
 }

@@ -10,7 +10,9 @@
  * - result: `output` (a URL or a list of URLs; the first), which we download; a prediction
  *   finished within `Prefer: wait` may answer it as a `data:` URI instead (the changelog of
  *   2024-10-09, "Synchronous API"), taken as the image itself within the same size limit;
- * - cancel, when an attempt ends while the prediction still runs: POST urls.cancel.
+ * - cancel, when an attempt ends while the prediction still runs: POST urls.cancel; one that
+ *   ends during the held submit lets the submit answer in the background, then cancels the
+ *   prediction it names (queue/index.ts submitHeldOpen).
  *
  * Our job as input: params pass through; prompt; size → width/height and aspect_ratio (the
  * reduced ratio when Flux names it, else "custom"); reference/edit images as data URIs in
