@@ -18,7 +18,14 @@
  *   ProgressResponse {progress, eta_relative, state, current_image, textinfo}: progress 0 and no
  *   image while idle, else the fraction done and the live preview as base64 unless skipped
  *   (AUTOMATIC1111 modules/api/api.py `progressapi`, modules/api/models.py ProgressRequest /
- *   ProgressResponse).
+ *   ProgressResponse). Its tasks follow AUTOMATIC1111 1.8+ (modules/api/api.py text2imgapi /
+ *   img2imgapi, modules/progress.py, modules/call_queue.py): a generation is registered under
+ *   its `force_task_id` (else `task(txt2img-XXXXXXX)`) as queued, waits for the one FIFO queue
+ *   lock, becomes the current task, and is remembered among the last 16 finished; it runs on
+ *   whether or not its client is still there. POST /internal/progress {id_task} answers that
+ *   task's {active, queued, completed, …} (modules/progress.py `progressapi`), or 404 when
+ *   switched off (a WebUI started with --nowebui); POST /sdapi/v1/interrupt stops the current
+ *   task, whoever sent it, and answers {}.
  */
 import type { Server } from "bun";
 import { makePng } from "./images";
@@ -106,6 +113,33 @@ export interface FakeWebUI extends FakeUpstream {
   setProgressSteps(n: number): void;
   /** Progress polls received while a generation ran, with their skip_current_image value. */
   progressPolls: { skipCurrentImage: boolean; progress: number }[];
+  /**
+   * On: generations that start from now on run until interrupted or finishRunning() (at most
+   * 10 s), as a long generation does. Off (the default): as setProgressSteps says.
+   */
+  holdGenerations(on: boolean): void;
+  /** Ends the running generation normally (a held one included). */
+  finishRunning(): void;
+  /** A finished generation's answer waits this long before it is sent (the work is done, the answer late). */
+  setAnswerDelay(ms: number): void;
+  /** Off: POST /internal/progress answers 404, as a WebUI started with --nowebui does (default on). */
+  setTaskProgress(on: boolean): void;
+  /**
+   * Off: as before 1.8.0, the API ignores `force_task_id` and registers its generations as no
+   * task at all (only the browser UI's had ids), so /internal/progress knows none of them.
+   */
+  setApiTaskIds(on: boolean): void;
+  /** Every generation received, in arrival order, with its task id and where it is now. */
+  tasks: FakeWebUiTask[];
+  /** Each POST /sdapi/v1/interrupt, with the task it stopped (null when none ran). */
+  interrupts: { stopped: string | null }[];
+  /** Each POST /internal/progress: the task asked about and the state answered. */
+  taskQueries: { idTask: unknown; answered: { active: boolean; queued: boolean; completed: boolean } | null }[];
+}
+
+export interface FakeWebUiTask {
+  id: string;
+  state: "queued" | "running" | "finished" | "interrupted";
 }
 
 interface Behaviour {
@@ -157,7 +191,9 @@ function startFake(behaviour: Behaviour): FakeUpstream {
           else rec.files.push({ name, filename: value.name ?? null, type: value.type, bytes: new Uint8Array(await value.arrayBuffer()) });
         }
       } else if (request.method === "POST") {
-        rec.json = (await request.json()) as Record<string, unknown>;
+        // A POST may have no body at all (the WebUI's /sdapi/v1/interrupt takes none).
+        const text = await request.text();
+        if (text !== "") rec.json = JSON.parse(text) as Record<string, unknown>;
       }
       received.push(rec);
       const now = (inFlight.get(account) ?? 0) + 1;
@@ -463,17 +499,82 @@ function streamedImage(prefix: "image_generation" | "image_edit", size: { width:
   return new Response(body, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
 }
 
-/** A Stable Diffusion WebUI fake (/sdapi/v1/txt2img, /sdapi/v1/img2img and /sdapi/v1/progress). */
+/** A Stable Diffusion WebUI fake (/sdapi/v1/txt2img, /sdapi/v1/img2img, /sdapi/v1/progress, /internal/progress, /sdapi/v1/interrupt). */
 export function startFakeWebUI(): FakeWebUI {
   let steps = 0;
-  /** Polls seen by the running generation (one at a time is enough for the tests). */
-  let running: { polls: number; size: { width: number; height: number } } | null = null;
+  let holding = false;
+  let answerDelayMs = 0;
+  let taskProgress = true;
+  let apiTaskIds = true;
+  interface Job extends FakeWebUiTask {
+    polls: number;
+    size: { width: number; height: number };
+    held: boolean;
+    /** Ended early: interrupted, finishRunning(), or the fake reset. */
+    ended: boolean;
+  }
+  const tasks: Job[] = [];
+  const interrupts: FakeWebUI["interrupts"] = [];
+  const taskQueries: FakeWebUI["taskQueries"] = [];
   const progressPolls: FakeWebUI["progressPolls"] = [];
+  /** The generation running now (what /sdapi/v1/progress reports and /sdapi/v1/interrupt stops). */
+  let current: Job | null = null;
+  /** modules/progress.py: current_task, pending_tasks, finished_tasks (the last 16). */
+  let currentTask: string | null = null;
+  const pending = new Set<string>();
+  const finished: string[] = [];
+  /** modules/call_queue.py queue_lock: one generation at a time, first come first served. */
+  let queueLock: Promise<void> = Promise.resolve();
+  const endAll = () => {
+    for (const t of tasks) t.ended = true;
+  };
+
+  const generate = async (req: Received, path: string, variant: string | undefined): Promise<Response> => {
+    const w = Number(req.json?.width ?? 64);
+    const h = Number(req.json?.height ?? 64);
+    const forced = req.json?.force_task_id;
+    const kind = path.endsWith("txt2img") ? "txt2img" : "img2img";
+    const id = typeof forced === "string" && forced !== "" ? forced : `task(${kind}-${Math.random().toString(36).slice(2, 9).toUpperCase()})`;
+    const job: Job = { id, state: "queued", polls: 0, size: { width: w, height: h }, held: false, ended: false };
+    tasks.push(job);
+    const registered = apiTaskIds;
+    if (registered) pending.add(id);
+    const turn = queueLock;
+    let release!: () => void;
+    queueLock = new Promise((r) => (release = r));
+    await turn;
+    try {
+      if (registered) {
+        pending.delete(id);
+        currentTask = id;
+      }
+      current = job;
+      job.state = "running";
+      job.held = holding;
+      const started = Date.now();
+      const limit = job.held ? 10_000 : 5_000;
+      while (!job.ended && Date.now() - started < limit && (job.held || job.polls < steps)) await Bun.sleep(5);
+      if (job.state === "running") job.state = "finished";
+      if (registered) {
+        finished.push(id);
+        if (finished.length > 16) finished.shift();
+        if (currentTask === id) currentTask = null;
+      }
+      if (current === job) current = null;
+    } finally {
+      release();
+    }
+    if (answerDelayMs > 0) await Bun.sleep(answerDelayMs);
+    const image = variant === "not-image" ? Buffer.from("garbage").toString("base64") : Buffer.from(makePng(w, h, () => [10, 200, 30, 255])).toString("base64");
+    return Response.json({ images: [image], parameters: {}, info: "{}" });
+  };
+
   const behaviour: Behaviour = {
     async answer(req) {
       const [path, variant] = req.path.split("#");
       if (path?.startsWith("/sdapi/v1/progress")) {
         const skip = new URLSearchParams(path.split("?")[1] ?? "").get("skip_current_image") === "true";
+        const running = current;
         if (!running) return Response.json({ progress: 0, eta_relative: 0, state: { job_count: 0 }, current_image: null, textinfo: null });
         running.polls++;
         const progress = steps > 0 ? Math.min(1, running.polls / steps) : 0.5;
@@ -482,32 +583,75 @@ export function startFakeWebUI(): FakeWebUI {
         const preview = skip ? null : Buffer.from(makePng(width, height, () => [Math.round(progress * 250), 120, 60, 255])).toString("base64");
         return Response.json({ progress, eta_relative: 1, state: { job_count: 1, sampling_step: running.polls, sampling_steps: steps }, current_image: preview, textinfo: null });
       }
-      if (path === "/sdapi/v1/txt2img" || path === "/sdapi/v1/img2img") {
-        const w = Number(req.json?.width ?? 64);
-        const h = Number(req.json?.height ?? 64);
-        if (steps > 0) {
-          const job = { polls: 0, size: { width: w, height: h } };
-          running = job;
-          const started = Date.now();
-          while (job.polls < steps && Date.now() - started < 5000) await Bun.sleep(5);
-          if (running === job) running = null;
+      if (path === "/internal/progress") {
+        const idTask = req.json?.id_task;
+        if (!taskProgress) {
+          taskQueries.push({ idTask, answered: null });
+          return Response.json({ detail: "Not Found" }, { status: 404 });
         }
-        const image = variant === "not-image" ? Buffer.from("garbage").toString("base64") : Buffer.from(makePng(w, h, () => [10, 200, 30, 255])).toString("base64");
-        return Response.json({ images: [image], parameters: {}, info: "{}" });
+        const active = currentTask !== null && idTask === currentTask;
+        const queued = typeof idTask === "string" && pending.has(idTask);
+        const completed = typeof idTask === "string" && finished.includes(idTask);
+        taskQueries.push({ idTask, answered: { active, queued, completed } });
+        if (!active) {
+          const textinfo = queued ? `In queue: ${[...pending].indexOf(idTask as string) + 1}/${pending.size}` : "Waiting...";
+          return Response.json({ active, queued, completed, progress: null, eta: null, live_preview: null, id_live_preview: -1, textinfo });
+        }
+        const progress = steps > 0 ? Math.min(1, (current?.polls ?? 0) / steps) : 0.5;
+        return Response.json({ active, queued, completed, progress, eta: 1, live_preview: null, id_live_preview: req.json?.id_live_preview ?? -1, textinfo: null });
       }
+      if (path === "/sdapi/v1/interrupt") {
+        interrupts.push({ stopped: current?.id ?? null });
+        if (current) {
+          current.state = "interrupted";
+          current.ended = true;
+        }
+        return Response.json({});
+      }
+      if (path === "/sdapi/v1/txt2img" || path === "/sdapi/v1/img2img") return generate(req, path, variant);
       return Response.json({ detail: "Not Found" }, { status: 404 });
     },
     resetBehaviour() {
+      endAll();
       steps = 0;
-      running = null;
+      holding = false;
+      answerDelayMs = 0;
+      taskProgress = true;
+      apiTaskIds = true;
+      tasks.length = 0;
+      interrupts.length = 0;
+      taskQueries.length = 0;
       progressPolls.length = 0;
     },
   };
+  const base = startFake(behaviour);
   return {
-    ...startFake(behaviour),
+    ...base,
     progressPolls,
+    tasks,
+    interrupts,
+    taskQueries,
     setProgressSteps: (n) => {
       steps = n;
+    },
+    holdGenerations: (on) => {
+      holding = on;
+    },
+    finishRunning: () => {
+      if (current) current.ended = true;
+    },
+    setAnswerDelay: (ms) => {
+      answerDelayMs = ms;
+    },
+    setTaskProgress: (on) => {
+      taskProgress = on;
+    },
+    setApiTaskIds: (on) => {
+      apiTaskIds = on;
+    },
+    stop: async () => {
+      endAll();
+      await base.stop();
     },
   };
 }
