@@ -1,7 +1,7 @@
 /**
  * The `sdwebui` engine against a fake Stable Diffusion WebUI on loopback: txt2img/img2img,
  * size and quality mapping, per-model params, basic auth, the mask inverted pixel by pixel,
- * progress polling with live previews as partials, and faults.
+ * progress polling with live previews as partials, faults, and each attempt's own task id.
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { ModelCatalog } from "../../src/core/models";
@@ -238,5 +238,24 @@ describe("sdwebui progress", () => {
     if (late === 1) expect(fake.received.at(-1)!.path.startsWith("/sdapi/v1/progress")).toBe(true);
     await Bun.sleep(60);
     expect(fake.received.length).toBe(count + late);
+  });
+});
+
+describe("sdwebui task ids", () => {
+  const TASK_ID = /^task\(atelier-[0-9A-Za-z]{22}\)$/;
+  const generations = () => fake.received.filter((r) => r.path === "/sdapi/v1/txt2img" || r.path === "/sdapi/v1/img2img");
+
+  test("each attempt sends its own task id in the WebUI's task(…) form; a model's params cannot set it", async () => {
+    const { engine, job } = build();
+    const sdxl = job().model;
+    await engine.generate(job());
+    await engine.generate(job({ model: { ...sdxl, params: { ...sdxl.params, force_task_id: "task(fixed)" } } }));
+    const ids = generations().map((r) => r.json!.force_task_id);
+    expect(ids).toHaveLength(2);
+    for (const id of ids) expect(id).toMatch(TASK_ID);
+    expect(ids[0]).not.toBe(ids[1]);
+    // The rest of the payload is intact beside it.
+    expect(generations()[1]!.json).toMatchObject({ prompt: "a castle", width: 64, height: 48, cfg_scale: 6.5 });
+    expect(fake.tasks.map((t) => t.id)).toEqual(ids as string[]);
   });
 });

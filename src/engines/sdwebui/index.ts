@@ -15,7 +15,9 @@
  *   reported as the fraction and its `current_image` (the WebUI's live preview) as up to
  *   partialImages partials, spread over the run (engines/progress PartialSchedule). The WebUI
  *   reports its current job, whoever sent it: on a WebUI shared with other clients, progress
- *   seen before ours starts belongs to theirs. Polling failures are ignored.
+ *   seen before ours starts belongs to theirs. Polling failures are ignored;
+ * - every attempt names its generation with a task id of its own (`force_task_id`), under
+ *   which the WebUI (1.8.0 and later) can be asked about that generation alone.
  */
 import type { UpstreamConfig } from "../../config";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
@@ -23,7 +25,7 @@ import { AccountAuth } from "../credentials";
 import type { AccountPool, AttemptContext } from "../pool";
 import { SecretRedactor } from "../redact";
 import { imageFromWebUiAnswer, progressFromWebUiAnswer } from "./parse";
-import { webuiRequest, type WebUiRequest } from "./translate";
+import { newWebUiTaskId, payloadWithTaskId, webuiRequest, type WebUiRequest } from "./translate";
 import { WebUiTransport } from "./transport";
 import type { Clock } from "../../core/clock";
 import { PartialSchedule, partialsWanted, reportProgress } from "../progress";
@@ -66,9 +68,10 @@ export class SdWebUiEngine implements ImageEngine {
     const json = JSON.stringify(request.body);
     const schedule = new PartialSchedule(partialsWanted(job));
     const { value, trace } = await this.pool.run(async (ctx) => {
+      const taskId = newWebUiTaskId();
       const stopWatching = job.onProgress ? this.watchProgress(ctx, job, schedule) : undefined;
       try {
-        return imageFromWebUiAnswer(await this.transport.postJson(ctx, request.endpoint, json), job.prompt);
+        return imageFromWebUiAnswer(await this.transport.postJson(ctx, request.endpoint, payloadWithTaskId(json, taskId)), job.prompt);
       } finally {
         stopWatching?.();
       }

@@ -1,12 +1,14 @@
 /**
  * Our image jobs as WebUI payloads: txt2img or img2img, `size` → width/height, `quality` →
- * steps, the model's params passed through or interpreted, the mask converted (mask.ts).
+ * steps, the model's params passed through or interpreted, the mask converted (mask.ts); and
+ * each attempt's own task id (`force_task_id`).
  */
 import type { ImageJob } from "../../core/engine";
 import { toBase64 } from "../../core/bytes";
 import { webuiMaskFromOpenAI } from "./mask";
 import type { WebUiEndpoint } from "./transport";
 import { isPlainObject } from "../../core/values";
+import { newId } from "../../core/ids";
 
 /** Sampling steps per requested quality. More steps: finer detail, proportionally slower. */
 export const QUALITY_STEPS: Record<string, number> = {
@@ -23,8 +25,8 @@ export const DEFAULT_DENOISING_STRENGTH = 0.75;
 
 /** Keys of [[models]].params that are interpreted here instead of passed through. */
 const INTERPRETED_PARAMS = new Set(["checkpoint", "steps", "width", "height", "override_settings"]);
-/** Fields computed here; params cannot override them. */
-const COMPUTED_FIELDS = new Set(["prompt", "init_images", "mask", "batch_size", "n_iter", "send_images", "save_images"]);
+/** Fields computed here (or, force_task_id, per attempt); params cannot override them. */
+const COMPUTED_FIELDS = new Set(["prompt", "init_images", "mask", "batch_size", "n_iter", "send_images", "save_images", "force_task_id"]);
 
 export function stepsForQuality(quality: string, params: Record<string, unknown>): number {
   if ((quality === "auto" || quality === "") && typeof params.steps === "number" && params.steps > 0) return Math.round(params.steps);
@@ -75,6 +77,26 @@ export async function webuiRequest(job: ImageJob): Promise<WebUiRequest> {
     body.mask_blur ??= 4;
   }
   return { endpoint: "img2img", body };
+}
+
+/**
+ * A fresh task id in the WebUI's own form, `task(…)` (its API makes `task(txt2img-XXXXXXX)`,
+ * modules/progress.py create_task_id; its browser UI `task(<15 random characters>)`), ours
+ * marked `atelier-` and random enough never to meet another client's.
+ */
+export function newWebUiTaskId(): string {
+  return `task(${newId("atelier-", 22)})`;
+}
+
+/**
+ * The payload (webuiRequest's body as JSON) with `force_task_id` set: the WebUI registers the
+ * request under that id (AUTOMATIC1111 from 1.8.0, and Forge; older versions ignore the field).
+ * Spliced in front instead of serialising again: the body can hold megabytes of base64 images,
+ * and every attempt has its own id. The body never has the field itself (COMPUTED_FIELDS).
+ */
+export function payloadWithTaskId(json: string, taskId: string): string {
+  const rest = json.slice(1).trimStart();
+  return `{"force_task_id":${JSON.stringify(taskId)}${rest.startsWith("}") ? "" : ","}${rest}`;
 }
 
 function numberParam(v: unknown): number | undefined {
