@@ -95,7 +95,7 @@ export function registerUpstreamEngines(
         break;
       }
       case "sdwebui":
-        registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs));
+        registry.registerUpstreamImage(upstream.id, new SdWebUiEngine(upstream, pool, deps.clock, redactor, deps.progressPollMs, deps.logger));
         break;
       case "comfyui":
         registry.registerUpstreamImage(upstream.id, new ComfyUIEngine(upstream, pool, deps.clock, redactor, deps.comfyPollMs));

@@ -1,13 +1,14 @@
 /**
  * The `sdwebui` engine against a fake Stable Diffusion WebUI on loopback: txt2img/img2img,
  * size and quality mapping, per-model params, basic auth, the mask inverted pixel by pixel,
- * progress polling with live previews as partials, faults, and each attempt's own task id.
+ * progress polling with live previews as partials, faults, and abandoned generations (each
+ * attempt's task id; interrupted only when it is the one the WebUI runs).
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { ModelCatalog } from "../../src/core/models";
 import { EngineRegistry } from "../../src/engines/registry";
 import { QUALITY_STEPS } from "../../src/engines/sdwebui/translate";
-import { UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
+import { EngineTimeout, UpstreamRejected, type ImageInput, type ImageJob, type ProgressReport } from "../../src/core/engine";
 import { registerUpstreamEngines } from "../../src/engines/upstreams";
 import { createLogger } from "../../src/logger";
 import { createStore } from "../../src/store";
@@ -15,6 +16,7 @@ import { latestVersion, openDatabase } from "../../src/store/database";
 import { startFakeWebUI } from "../support/fakeUpstreams";
 import { makePng, readPng } from "../support/images";
 import { configFromToml } from "../support/server";
+import { STOP_ABANDONED_TIMEOUT_MS } from "../../src/engines/sdwebui/abandoned";
 
 const PASSWORD_1 = "webui-secret-password-1";
 
@@ -22,14 +24,14 @@ const fake = startFakeWebUI();
 afterAll(() => fake.stop());
 beforeEach(() => fake.reset());
 
-function build() {
+function build(timeoutMs = 5000) {
   const config = configFromToml(`
 [[upstreams]]
 id = "sd"
 kind = "sdwebui"
 base_url = "${fake.url}/"
 # Generous: the fake draws a real 1024x1024 PNG per answer, slow on a loaded 2-core machine.
-timeout_ms = 5000
+timeout_ms = ${timeoutMs}
 accounts = [
   { id = "gpu1", username = "alice", password = "${PASSWORD_1}", max_concurrency = 1 },
   { id = "gpu2", max_concurrency = 1 },
@@ -241,9 +243,16 @@ describe("sdwebui progress", () => {
   });
 });
 
-describe("sdwebui task ids", () => {
+describe("sdwebui abandoned generations", () => {
   const TASK_ID = /^task\(atelier-[0-9A-Za-z]{22}\)$/;
+  const waitFor = async (cond: () => boolean, what: string) => {
+    for (let i = 0; i < 500 && !cond(); i++) await Bun.sleep(10);
+    if (!cond()) throw new Error(`timed out waiting for ${what}`);
+  };
   const generations = () => fake.received.filter((r) => r.path === "/sdapi/v1/txt2img" || r.path === "/sdapi/v1/img2img");
+  /** Another client of the same WebUI, sending its own generation (no credentials: account "(none)"). */
+  const otherClient = (taskId: string) =>
+    fetch(`${fake.url}/sdapi/v1/txt2img`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: "theirs", width: 8, height: 8, force_task_id: taskId }) });
 
   test("each attempt sends its own task id in the WebUI's task(…) form; a model's params cannot set it", async () => {
     const { engine, job } = build();
@@ -257,5 +266,158 @@ describe("sdwebui task ids", () => {
     // The rest of the payload is intact beside it.
     expect(generations()[1]!.json).toMatchObject({ prompt: "a castle", width: 64, height: 48, cfg_scale: 6.5 });
     expect(fake.tasks.map((t) => t.id)).toEqual(ids as string[]);
+    // Nothing was abandoned: the WebUI was asked nothing more.
+    expect(fake.taskQueries).toHaveLength(0);
+    expect(fake.interrupts).toHaveLength(0);
+  });
+
+  test("abandoned while it runs: our task id is looked up with the attempt's credentials and interrupted, before the engine returns", async () => {
+    const { engine, job, logs } = build();
+    fake.holdGenerations(true);
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "running", "the generation to run");
+    abort.abort();
+    const err = await running;
+    expect(err).toBeInstanceOf(EngineTimeout);
+    // Already done when generate settled: the engine counts as stopped only after the interrupt.
+    const sent = generations()[0]!;
+    const ours = sent.json!.force_task_id as string;
+    expect(ours).toMatch(TASK_ID);
+    expect(fake.interrupts).toEqual([{ stopped: ours }]);
+    expect(fake.tasks[0]).toMatchObject({ id: ours, state: "interrupted" });
+    const query = fake.received.find((r) => r.path === "/internal/progress")!;
+    expect(query.method).toBe("POST");
+    expect(query.json).toEqual({ id_task: ours, id_live_preview: -1, live_preview: false });
+    expect(query.authorization).toBe(sent.authorization);
+    expect(fake.received.find((r) => r.path === "/sdapi/v1/interrupt")!.authorization).toBe(sent.authorization);
+    expect(logs.join("\n")).toContain("abandoned WebUI generation interrupted");
+    expect(logs.join("\n")).not.toContain(PASSWORD_1);
+  });
+
+  test("an attempt that times out is interrupted before the retry is sent, so the retry does not wait behind it", async () => {
+    const { engine, job } = build(400);
+    fake.holdGenerations(true);
+    const result = engine.generate(job());
+    await waitFor(() => fake.tasks[0]?.state === "running", "the first attempt to run");
+    fake.holdGenerations(false); // the retry's generation finishes at once
+    const img = await result;
+    expect(img.trace).toMatchObject({ attempts: 2 });
+    const [first, second] = fake.tasks;
+    expect(first!.state).toBe("interrupted");
+    expect(second!.state).toBe("finished");
+    expect(fake.interrupts).toEqual([{ stopped: first!.id }]);
+    const order = fake.received.map((r) => r.path).filter((p) => !p.startsWith("/sdapi/v1/progress"));
+    expect(order).toEqual(["/sdapi/v1/txt2img", "/internal/progress", "/sdapi/v1/interrupt", "/sdapi/v1/txt2img"]);
+  });
+
+  test("queued behind another client's running job: neither is interrupted (ours runs later, as the WebUI does)", async () => {
+    const { engine, job, logs } = build();
+    fake.holdGenerations(true);
+    const theirs = otherClient("task(someone-else)");
+    await waitFor(() => fake.tasks[0]?.state === "running", "the other client's job to run");
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[1]?.state === "queued", "ours to queue");
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    const ours = fake.tasks[1]!.id;
+    expect(fake.taskQueries).toEqual([{ idTask: ours, answered: { active: false, queued: true, completed: false } }]);
+    expect(fake.interrupts).toHaveLength(0);
+    expect(fake.tasks[0]).toMatchObject({ id: "task(someone-else)", state: "running" });
+    expect(logs.join("\n")).toContain("left queued");
+    // The WebUI runs the abandoned request when its turn comes: nothing takes it out of the queue.
+    fake.finishRunning();
+    expect((await theirs).status).toBe(200);
+    await waitFor(() => fake.tasks[1]!.state === "running", "ours to start after theirs");
+    expect(fake.interrupts).toHaveLength(0);
+    fake.finishRunning();
+  });
+
+  test("a WebUI without /internal/progress (404, as with --nowebui) is never interrupted", async () => {
+    const { engine, job, logs } = build();
+    fake.holdGenerations(true);
+    fake.setTaskProgress(false);
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "running", "the generation to run");
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    expect(fake.taskQueries).toHaveLength(1);
+    expect(fake.interrupts).toHaveLength(0);
+    expect(fake.tasks[0]!.state).toBe("running");
+    expect(logs.join("\n")).toContain("its state could not be read");
+    expect(logs.join("\n")).toContain("404");
+    fake.finishRunning();
+  });
+
+  test("a WebUI before 1.8.0 (force_task_id ignored, API jobs not registered): our running job is unknown to it, so nothing is interrupted", async () => {
+    const { engine, job } = build();
+    fake.holdGenerations(true);
+    fake.setApiTaskIds(false);
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "running", "the generation to run");
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    expect(fake.taskQueries).toEqual([{ idTask: fake.tasks[0]!.id, answered: { active: false, queued: false, completed: false } }]);
+    expect(fake.interrupts).toHaveLength(0);
+    fake.finishRunning();
+  });
+
+  test("finished on the WebUI but its answer not yet here: not interrupted (the next job may be another client's)", async () => {
+    const { engine, job } = build();
+    fake.setAnswerDelay(1_000);
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "finished", "the generation to finish");
+    // Another client's job is what runs now (its own answer not delayed).
+    fake.setAnswerDelay(0);
+    fake.holdGenerations(true);
+    const theirs = otherClient("task(someone-else)");
+    await waitFor(() => fake.tasks[1]?.state === "running", "the other client's job to run");
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    expect(fake.taskQueries).toEqual([{ idTask: fake.tasks[0]!.id, answered: { active: false, queued: false, completed: true } }]);
+    expect(fake.interrupts).toHaveLength(0);
+    expect(fake.tasks[1]!.state).toBe("running");
+    fake.finishRunning();
+    await theirs;
+  });
+
+  test("the look-up failing (500 naming the password) interrupts nothing; the log gives the reason without the password", async () => {
+    const { engine, job, logs } = build();
+    fake.holdGenerations(true);
+    // gpu1 (alice) takes the first request: its generation passes, its look-up fails.
+    fake.queueFaults("alice", { kind: "delay", ms: 0 }, { kind: "status", status: 500, message: `internal error (auth alice:${PASSWORD_1})` });
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "running", "the generation to run");
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    expect(fake.received.filter((r) => r.path === "/internal/progress")).toHaveLength(1);
+    expect(fake.interrupts).toHaveLength(0);
+    const log = logs.join("\n");
+    expect(log).toContain("its state could not be read");
+    expect(log).toContain("500");
+    expect(log).not.toContain(PASSWORD_1);
+    fake.finishRunning();
+  });
+
+  test("a look-up that never answers: the attempt still ends within STOP_ABANDONED_TIMEOUT_MS, nothing interrupted", async () => {
+    const { engine, job } = build();
+    fake.holdGenerations(true);
+    fake.queueFaults("alice", { kind: "delay", ms: 0 }, { kind: "hang" });
+    const abort = new AbortController();
+    const running = engine.generate(job({ signal: abort.signal })).catch((e: unknown) => e);
+    await waitFor(() => fake.tasks[0]?.state === "running", "the generation to run");
+    const abortedAt = performance.now();
+    abort.abort();
+    expect(await running).toBeInstanceOf(EngineTimeout);
+    const took = performance.now() - abortedAt;
+    expect(took).toBeGreaterThanOrEqual(STOP_ABANDONED_TIMEOUT_MS - 50);
+    expect(took).toBeLessThan(STOP_ABANDONED_TIMEOUT_MS + 1_500);
+    expect(fake.interrupts).toHaveLength(0);
+    fake.finishRunning();
   });
 });

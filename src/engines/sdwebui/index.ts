@@ -16,16 +16,24 @@
  *   partialImages partials, spread over the run (engines/progress PartialSchedule). The WebUI
  *   reports its current job, whoever sent it: on a WebUI shared with other clients, progress
  *   seen before ours starts belongs to theirs. Polling failures are ignored;
- * - every attempt names its generation with a task id of its own (`force_task_id`), under
- *   which the WebUI (1.8.0 and later) can be asked about that generation alone.
+ * - every attempt names its generation with a task id of its own (`force_task_id`). When the
+ *   attempt is abandoned while the WebUI works on it (its signal fires: the request's deadline,
+ *   the attempt's timeout, an async task's cancel; a synchronous client that hangs up after the
+ *   charge does not abort it), the WebUI is asked about that id and interrupted only if the id
+ *   is the one running, never another client's job; a queued one is left to run
+ *   (abandoned.ts says why). The attempt ends only after that (bounded by
+ *   STOP_ABANDONED_TIMEOUT_MS): the account's slot in the pool, the request's gate permit or
+ *   the async task's slot, and a graceful stop's drain all wait until the WebUI was told to
+ *   stop, so a retry or the next job is not sent to a WebUI still busy with the abandoned one.
  */
 import type { UpstreamConfig } from "../../config";
 import { UpstreamRejected, type GeneratedImage, type ImageEngine, type ImageJob } from "../../core/engine";
 import { AccountAuth } from "../credentials";
-import type { AccountPool, AttemptContext } from "../pool";
-import { SecretRedactor } from "../redact";
+import type { AccountPool, AttemptContext, PoolAccountConfig, PoolLogger } from "../pool";
+import { MAX_UPSTREAM_MESSAGE_CHARS, SecretRedactor } from "../redact";
 import { imageFromWebUiAnswer, progressFromWebUiAnswer } from "./parse";
 import { newWebUiTaskId, payloadWithTaskId, webuiRequest, type WebUiRequest } from "./translate";
+import { stopAbandonedTask, type AbandonedTask } from "./abandoned";
 import { WebUiTransport } from "./transport";
 import type { Clock } from "../../core/clock";
 import { PartialSchedule, partialsWanted, reportProgress } from "../progress";
@@ -35,16 +43,28 @@ import { pauseUnlessAborted } from "../../core/deadline";
 /** How often a running generation's progress is asked for. */
 export const PROGRESS_POLL_MS = 500;
 
+/** The log line for what became of an abandoned generation. */
+const ABANDONED_SAID: Record<AbandonedTask["outcome"], string> = {
+  interrupted: "abandoned WebUI generation interrupted",
+  queued: "abandoned WebUI generation left queued: the WebUI will run it when its turn comes",
+  completed: "abandoned WebUI generation had already finished",
+  unknown: "abandoned WebUI generation unknown to the WebUI (older than 1.8.0, or not queued yet): not interrupted",
+  unchecked: "abandoned WebUI generation not interrupted: its state could not be read",
+  "interrupt-failed": "abandoned WebUI generation: the interrupt failed",
+};
+
 export class SdWebUiEngine implements ImageEngine {
   private readonly transport: WebUiTransport;
 
   constructor(
-    upstream: UpstreamConfig,
+    private readonly upstream: UpstreamConfig,
     private readonly pool: AccountPool,
     clock: Clock,
     /** Removes configured secrets from what the upstream says; by default this upstream's. */
-    redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
+    private readonly redactor: SecretRedactor = SecretRedactor.forAccounts(upstream.accounts),
     private readonly progressPollMs = PROGRESS_POLL_MS,
+    /** Where what became of an abandoned generation is told. */
+    private readonly logger?: PoolLogger,
   ) {
     this.transport = new WebUiTransport(upstream, new AccountAuth(upstream.accounts), redactor, clock);
   }
@@ -72,11 +92,23 @@ export class SdWebUiEngine implements ImageEngine {
       const stopWatching = job.onProgress ? this.watchProgress(ctx, job, schedule) : undefined;
       try {
         return imageFromWebUiAnswer(await this.transport.postJson(ctx, request.endpoint, payloadWithTaskId(json, taskId)), job.prompt);
+      } catch (e) {
+        // Our side gave up: the WebUI goes on with it unless told (awaited: see the header).
+        if (ctx.signal.aborted) await this.stopAbandoned(ctx.account, taskId);
+        throw e;
       } finally {
         stopWatching?.();
       }
     }, job.signal);
     return { ...value, trace };
+  }
+
+  /** Interrupts the abandoned task if it is the one the WebUI runs (abandoned.ts), and says what became of it. Never throws. */
+  private async stopAbandoned(account: PoolAccountConfig, taskId: string): Promise<void> {
+    const stopped = await stopAbandonedTask(this.transport, account, taskId);
+    const fields: Record<string, unknown> = { upstream: this.upstream.id, account: account.id, task_id: taskId, outcome: stopped.outcome };
+    if ("reason" in stopped) fields.reason = this.redactor.message(stopped.reason, MAX_UPSTREAM_MESSAGE_CHARS);
+    this.logger?.info(ABANDONED_SAID[stopped.outcome], fields);
   }
 
   /** Polls progress until the returned function is called (or the attempt ends); never throws. */

@@ -1,10 +1,11 @@
 /**
- * How the `sdwebui` kind is reached: the API paths under `base_url`, the headers, and which
- * answer statuses refuse the request itself.
+ * How the `sdwebui` kind is reached: the API paths under `base_url`, the headers, which answer
+ * statuses refuse the request itself, and the two calls that stop an abandoned generation
+ * (the WebUI's task state by id, and its interrupt).
  */
 import type { UpstreamConfig } from "../../config";
 import type { AccountAuth } from "../credentials";
-import type { AttemptContext } from "../pool";
+import type { AttemptContext, PoolAccountConfig } from "../pool";
 import type { SecretRedactor } from "../redact";
 import { callJson, callUpstream, joinUrl, readJson } from "../upstreamHttp";
 import { MAX_IMAGE_BYTES } from "../../core/limits";
@@ -12,6 +13,13 @@ import type { Clock } from "../../core/clock";
 
 export const WEBUI_PATHS = { txt2img: "/sdapi/v1/txt2img", img2img: "/sdapi/v1/img2img" } as const;
 export const PROGRESS_PATH = "/sdapi/v1/progress";
+/**
+ * One task's state by its id (AUTOMATIC1111 modules/progress.py `progressapi`): registered by
+ * webui.py with the browser UI only, so a WebUI started with `--nowebui` answers 404.
+ */
+export const TASK_PROGRESS_PATH = "/internal/progress";
+/** Stops whatever the WebUI runs now, whoever sent it (modules/api/api.py `interruptapi`). */
+export const INTERRUPT_PATH = "/sdapi/v1/interrupt";
 
 /** A progress answer: a few numbers and at most one preview image (base64). */
 const MAX_PROGRESS_BYTES = Math.ceil((MAX_IMAGE_BYTES * 4) / 3) + 64 * 1024;
@@ -55,5 +63,35 @@ export class WebUiTransport {
       now: this.clock,
     };
     return readJson(await callUpstream(call), call, MAX_PROGRESS_BYTES);
+  }
+
+  /**
+   * POST /internal/progress for one task id, without its live preview: the WebUI's answer
+   * (`{active, queued, completed, …}`, parse.ts taskStateFromWebUiAnswer). Any status but 2xx,
+   * a 404 included, throws.
+   */
+  async taskState(account: PoolAccountConfig, taskId: string, signal: AbortSignal): Promise<unknown> {
+    const call = {
+      url: joinUrl(this.upstream.base_url, TASK_PROGRESS_PATH),
+      headers: { ...this.auth.headersFor(account.id), "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify({ id_task: taskId, id_live_preview: -1, live_preview: false }),
+      signal,
+      redactor: this.redactor,
+      now: this.clock,
+    };
+    // Bounded like a progress answer: a WebUI that ignores `live_preview` (before 1.6.0) may add one.
+    return readJson(await callUpstream(call), call, MAX_PROGRESS_BYTES);
+  }
+
+  /** POST /sdapi/v1/interrupt: stops the job the WebUI runs now, whichever it is (the caller checked it is ours). */
+  async interrupt(account: PoolAccountConfig, signal: AbortSignal): Promise<void> {
+    const res = await callUpstream({
+      url: joinUrl(this.upstream.base_url, INTERRUPT_PATH),
+      headers: { ...this.auth.headersFor(account.id), accept: "application/json" },
+      signal,
+      redactor: this.redactor,
+      now: this.clock,
+    });
+    await res.body?.cancel();
   }
 }
