@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI, { APIError, toFile } from "openai";
 import { enableUpstreamAccount, showUpstreams } from "../../src/cli/upstreams";
-import { FAKE_IMAGE_USAGE, startFakeOpenAI, startFakeWebUI, type FakeUpstream } from "../support/fakeUpstreams";
+import { FAKE_IMAGE_USAGE, startFakeOpenAI, startFakeWebUI, type FakeUpstream, type FakeWebUI } from "../support/fakeUpstreams";
+import { until } from "../support/until";
 import { dataUrl, makePng, readPng } from "../support/images";
 import { startTestServer, type TestServer } from "../support/server";
 import { tempDir } from "../support/tempDirs";
@@ -29,7 +30,7 @@ const SD_PASSWORD = "sd-e2e-password-000000000010";
 const ALL_SECRETS = [...Object.values(KEYS), SD_PASSWORD];
 
 let openai: FakeUpstream;
-let webui: FakeUpstream;
+let webui: FakeWebUI;
 let server: TestServer;
 /** The same TOML the server runs with, as a file, for CLI processes. */
 let tomlFile: string;
@@ -94,6 +95,14 @@ base_url = "${webui.url}"
 timeout_ms = 2000
 accounts = [ { id = "gpu", username = "artist", password = "${SD_PASSWORD}", max_concurrency = 1 } ]
 `,
+    `
+[[upstreams]]
+id = "sdtask"
+kind = "sdwebui"
+base_url = "${webui.url}"
+timeout_ms = 10000
+accounts = [ { id = "gpu-t", username = "tasker", password = "${SD_PASSWORD}", max_concurrency = 1 } ]
+`,
     model("gpt-image-1", "oa", "image", "gpt-image-up"),
     model("gpt-chat", "oa", "chat", "gpt-chat-up"),
     model("rl-image", "oa429"),
@@ -101,6 +110,7 @@ accounts = [ { id = "gpu", username = "artist", password = "${SD_PASSWORD}", max
     model("rej-image", "oa400"),
     model("fail-image", "oafail"),
     `${model("sd-image", "sd")}params = { sampler_name = "Euler a", cfg_scale = 7, checkpoint = "dreamshaper_8.safetensors" }\n`,
+    model("sd-task-image", "sdtask"),
   ].join("\n");
   server = await startTestServer({ toml });
   tomlFile = join(tempDir("atelier-upstreams-cli-"), "atelier.toml");
@@ -207,6 +217,39 @@ describe("happy paths through the official openai client", () => {
     expect(got.json).toMatchObject({ prompt: "a tower", width: 96, height: 64, steps: 40, sampler_name: "Euler a", cfg_scale: 7, override_settings: { sd_model_checkpoint: "dreamshaper_8.safetensors" } });
     expect(got.account).toBe("artist");
     expect(await lastRequestOf(u.userId)).toMatchObject({ upstream_id: "sd", account_id: "gpu", attempts: 1 });
+  });
+});
+
+describe("sdwebui: an abandoned generation", () => {
+  test("an async task canceled while its generation runs: the WebUI interrupts that generation (ours, by its task id) before the cancel answers; refunded", async () => {
+    const u = await server.userWithKey({ credits: 1 });
+    const auth = { authorization: `Bearer ${u.key}` };
+    const tasksBefore = webui.tasks.length;
+    const interruptsBefore = webui.interrupts.length;
+    webui.holdGenerations(true);
+    try {
+      const submitted = await fetch(`${server.url}/v1/images/generations`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json", prefer: "respond-async" },
+        body: JSON.stringify({ model: "sd-task-image", prompt: "a lighthouse", size: "64x64" }),
+      });
+      expect(submitted.status).toBe(202);
+      const { id } = (await submitted.json()) as { id: string };
+      await until(() => webui.tasks.slice(tasksBefore).some((t) => t.state === "running"), "the task's generation to run on the WebUI");
+      const ours = webui.tasks.slice(tasksBefore).find((t) => t.state === "running")!;
+      const sent = webui.received.find((r) => r.path === "/sdapi/v1/txt2img" && r.json?.force_task_id === ours.id)!;
+      expect(sent.account).toBe("tasker");
+      const cancel = await fetch(`${server.url}/v1/images/tasks/${id}/cancel`, { method: "POST", headers: auth });
+      expect(cancel.status).toBe(200);
+      expect(await cancel.json()).toMatchObject({ id, status: "canceled", error: { code: "task_canceled" } });
+      expect(webui.interrupts.slice(interruptsBefore)).toEqual([{ stopped: ours.id }]);
+      expect(ours.state).toBe("interrupted");
+      expect(webui.received.filter((r) => r.path === "/sdapi/v1/interrupt").at(-1)!.account).toBe("tasker");
+      expect(await server.balance(u.userId)).toBe(1);
+    } finally {
+      webui.holdGenerations(false);
+      webui.finishRunning();
+    }
   });
 });
 
