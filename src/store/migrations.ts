@@ -475,4 +475,20 @@ export const migrations: Migration[] = [
       ALTER TABLE tasks ADD COLUMN cancel_requested_at INTEGER;
     `,
   },
+  {
+    version: 20,
+    name: "webhooks: the previous signing secret, still signing beside the new one until it expires",
+    sql: `
+      -- A rotation keeps the secret it replaces until previous_secret_expires_at ([webhooks]
+      -- rotation_overlap_s), sealed like the current one (the same key, the same user bound in),
+      -- so that deliveries already on their way and receivers not yet updated still verify:
+      -- every attempt is signed with both until then (core/webhooksEndpoints). One previous at
+      -- most: a second rotation replaces it. NULL and NULL: none. The index finds the expired
+      -- ones for the hourly sweep without reading every endpoint.
+      ALTER TABLE webhook_endpoints ADD COLUMN previous_secret_sealed TEXT;
+      ALTER TABLE webhook_endpoints ADD COLUMN previous_secret_expires_at INTEGER
+        CHECK ((previous_secret_sealed IS NULL) = (previous_secret_expires_at IS NULL));
+      CREATE INDEX webhook_endpoints_previous_expiry ON webhook_endpoints(previous_secret_expires_at) WHERE previous_secret_expires_at IS NOT NULL;
+    `,
+  },
 ];

@@ -423,4 +423,17 @@ export const postgresMigrations: Migration[] = [
       ALTER TABLE tasks ADD COLUMN cancel_requested_at BIGINT;
     `,
   },
+  {
+    version: 20,
+    name: "webhooks: the previous signing secret, still signing beside the new one until it expires",
+    sql: `
+      -- As SQLite's migration 20 (the reasons are there). The pair's CHECK is a table constraint
+      -- here: PostgreSQL wants a column's CHECK to name that column only.
+      ALTER TABLE webhook_endpoints ADD COLUMN previous_secret_sealed TEXT COLLATE "C";
+      ALTER TABLE webhook_endpoints ADD COLUMN previous_secret_expires_at BIGINT;
+      ALTER TABLE webhook_endpoints ADD CONSTRAINT webhook_endpoints_previous_secret
+        CHECK ((previous_secret_sealed IS NULL) = (previous_secret_expires_at IS NULL));
+      CREATE INDEX webhook_endpoints_previous_expiry ON webhook_endpoints(previous_secret_expires_at) WHERE previous_secret_expires_at IS NOT NULL;
+    `,
+  },
 ];

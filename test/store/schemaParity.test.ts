@@ -294,6 +294,13 @@ const CASES: { name: string; accepted: string; refused: string; acceptedParams?:
     by: "check",
   },
   {
+    name: "a webhook endpoint's previous secret has an expiry, and an expiry has a previous secret",
+    accepted:
+      "INSERT INTO webhook_endpoints (user_id, secret_sealed, secret_created_at, previous_secret_sealed, previous_secret_expires_at, updated_at) VALUES (1001, 'v1.new', 0, 'v1.old', 1, 0)",
+    refused: "UPDATE webhook_endpoints SET previous_secret_expires_at = NULL WHERE user_id = 1001",
+    by: "check",
+  },
+  {
     name: "an image's sha256 is 64 characters",
     accepted: "INSERT INTO images (id, request_id, user_id, mime, bytes, width, height, sha256, created_at) VALUES ('i1', 'r1', 1001, 'image/png', 1, 1, 1, ?, 0)",
     refused: "INSERT INTO images (id, request_id, user_id, mime, bytes, width, height, sha256, created_at) VALUES ('i2', 'r1', 1001, 'image/png', 1, 1, 1, 'abc', 0)",
