@@ -223,6 +223,15 @@ const Webhooks = T.Object(
     attempt_timeout_ms: T.Integer({ minimum: 100, maximum: 60_000, default: 10_000, description: "Time limit of one delivery attempt." }),
     concurrency: T.Integer({ minimum: 1, maximum: 256, default: 8, description: "Delivery attempts in flight at once." }),
     poll_interval_ms: T.Integer({ minimum: 10, maximum: HOUR_MS, default: 1_000, description: "Longest pause between two looks for due deliveries." }),
+    // Kept as an expiry timestamp, never a timer; a week at most, the longest Stripe lets an
+    // old secret live after a roll.
+    rotation_overlap_s: T.Integer({
+      minimum: 0,
+      maximum: 7 * 86_400,
+      default: 86_400,
+      description:
+        "After a user rotates their signing secret, how long the previous one stays valid: every delivery attempt until then is signed with both (0: the previous secret stops at once).",
+    }),
   },
   { additionalProperties: false, default: {} },
 );

@@ -184,6 +184,7 @@ function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher
       attemptTimeoutMs: c.attempt_timeout_ms,
       concurrency: c.concurrency,
       pollIntervalMs: c.poll_interval_ms,
+      rotationOverlapMs: c.rotation_overlap_s * 1000,
     },
   });
 }

@@ -11,7 +11,9 @@
  *   each for a lease longer than an attempt can take: an attempt a crash cut short is made
  *   again once its lease ends, on the next start;
  * - each attempt resolves the URL, checks the addresses and connects to the one checked
- *   (webhooksTarget), signs with a fresh timestamp, and is recorded with its status or error;
+ *   (webhooksTarget), signs with a fresh timestamp (with the current secret, and with the
+ *   previous one during a rotation's overlap: webhooksEndpoints), and is recorded with its
+ *   status or error;
  *   failures are retried by webhooksSchedule for about a day.
  * A receiver may therefore see an event more than once: webhook-id is the same every time.
  *
@@ -29,7 +31,7 @@ import { postWebhook, type AttemptAnswer } from "./webhooksDelivery";
 import { WebhookEndpoints } from "./webhooksEndpoints";
 import { nextAttemptAt, totalAttempts } from "./webhooksSchedule";
 import type { SecretBox } from "./webhooksSecretBox";
-import { webhookHeaders } from "./webhooksSignature";
+import { webhookHeaders, type SigningSecrets } from "./webhooksSignature";
 import type { AttemptOutcome, NewDelivery, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
 import { systemResolver, type ResolveHost } from "./pinnedFetch";
 import { attemptErrorText, NO_SECRET, SECRET_UNREADABLE } from "./webhooksAttemptError";
@@ -48,6 +50,8 @@ export interface WebhookSettings {
   concurrency: number;
   /** Longest time between two looks for due deliveries. */
   pollIntervalMs: number;
+  /** How long a rotated-out secret still signs beside the new one; 0: not at all. */
+  rotationOverlapMs: number;
 }
 
 export interface WebhookDeps {
@@ -109,7 +113,7 @@ export class WebhookDispatcher implements TaskEventSink {
 
   constructor(private readonly deps: WebhookDeps) {
     this.policy = { allowPrivateAddresses: deps.settings.allowPrivateAddresses, resolve: deps.resolve ?? systemResolver };
-    this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock);
+    this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock, deps.settings.rotationOverlapMs);
   }
 
   // ---- recording events ------------------------------------------------------------------
@@ -264,11 +268,16 @@ export class WebhookDispatcher implements TaskEventSink {
     while (this.inflight.size > 0 || this.recording.size > 0) await Promise.allSettled([...this.recording, ...this.inflight]);
   }
 
+  /**
+   * Hourly: deletes old finished deliveries, and the previous secrets whose overlap has ended
+   * (an attempt drops its user's too, but a user with no more deliveries would keep one).
+   */
   private async pruneNow(now: number): Promise<void> {
     if (now - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = now;
     try {
       await this.deps.records.pruneFinished(now - DELIVERY_RETENTION_MS);
+      await this.deps.records.dropExpiredPreviousSecrets(now);
     } catch {
       // Housekeeping only: a locked database tries again in an hour.
     }
@@ -303,16 +312,16 @@ export class WebhookDispatcher implements TaskEventSink {
   /** One attempt; never throws. */
   private async attempt(row: WebhookDeliveryRow): Promise<AttemptAnswer> {
     const failed = (error: string): AttemptAnswer => ({ ok: false, status: null, error, gone: false });
-    let secret: string | null;
+    let secrets: SigningSecrets | null;
     try {
-      secret = await this.endpoints.secretOf(row.user_id);
+      secrets = await this.endpoints.secretsOf(row.user_id);
     } catch {
       return failed(SECRET_UNREADABLE);
     }
-    if (secret === null) return failed(NO_SECRET);
+    if (secrets === null) return failed(NO_SECRET);
     const check = await checkWebhookTarget(row.url, this.policy);
     if (!check.target) return failed(attemptErrorText.notSent(check.refused));
     const timestamp = Math.floor(this.deps.clock() / 1000);
-    return postWebhook(check.target, webhookHeaders(secret, row.event_id, timestamp, row.payload), row.payload, this.deps.settings.attemptTimeoutMs);
+    return postWebhook(check.target, webhookHeaders(secrets, row.event_id, timestamp, row.payload), row.payload, this.deps.settings.attemptTimeoutMs);
   }
 }

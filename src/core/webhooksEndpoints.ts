@@ -3,9 +3,17 @@
  * checked with the URL rule (webhooksTarget) before it is saved; the secret is made here, shown
  * once to the user and stored only sealed (webhooksSecretBox). Saving a first URL also makes
  * the first secret, since nothing can be sent unsigned.
+ *
+ * Rotation overlaps, as Stripe's and Svix's do: the secret a rotation replaces stays valid for
+ * the rotation overlap ([webhooks] rotation_overlap_s), and every attempt until then is signed
+ * with both (webhook-signature lists the new one first). Deliveries already on their way and a
+ * receiver not yet given the new secret keep verifying; after the overlap only the new one
+ * signs. One previous secret at most: rotating again during an overlap makes the current secret
+ * the previous one (with a fresh overlap) and drops the older one at once. An expired previous
+ * secret never signs; it is deleted when an attempt finds it, or by the dispatcher's hourly sweep.
  */
 import type { Clock } from "./clock";
-import { newWebhookSecret } from "./webhooksSignature";
+import { newWebhookSecret, type SigningSecrets } from "./webhooksSignature";
 import { secretContext, type SecretBox } from "./webhooksSecretBox";
 import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
 import { checkWebhookTarget, type WebhookUrlPolicy, type WebhookUrlProblem } from "./webhooksTarget";
@@ -14,6 +22,13 @@ export interface EndpointView {
   url: string | null;
   /** When the current secret was made; null when there is none. */
   secretCreatedAt: number | null;
+  /** Until when the secret the last rotation replaced still signs beside the current one; null when none does. */
+  previousSecretExpiresAt: number | null;
+}
+
+export interface RotateOptions {
+  /** false: the replaced secret stops at once (a leaked one); default true, for the rotation overlap. */
+  keepPrevious?: boolean;
 }
 
 export interface DeliveryView {
@@ -31,11 +46,14 @@ export class WebhookEndpoints {
     private readonly box: SecretBox,
     private readonly policy: WebhookUrlPolicy,
     private readonly clock: Clock,
+    /** How long a replaced secret keeps signing (ms); 0: it stops at once. */
+    private readonly rotationOverlapMs: number,
   ) {}
 
   async view(userId: number): Promise<EndpointView> {
     const row = await this.records.endpoint(userId);
-    return { url: row?.url ?? null, secretCreatedAt: row?.secret_created_at ?? null };
+    const until = row?.previous_secret_expires_at ?? null;
+    return { url: row?.url ?? null, secretCreatedAt: row?.secret_created_at ?? null, previousSecretExpiresAt: until !== null && until > this.clock() ? until : null };
   }
 
   async hasSecret(userId: number): Promise<boolean> {
@@ -61,17 +79,38 @@ export class WebhookEndpoints {
     await this.records.setEndpointUrl(userId, null, this.clock());
   }
 
-  /** Makes a new secret, replacing the old one at once (retries are signed with the new one); returns it, to show once. */
-  async rotateSecret(userId: number): Promise<string> {
+  /**
+   * Makes a new secret and returns it, to show once. The secret it replaces keeps signing beside
+   * it for the rotation overlap, unless `keepPrevious` is false or the overlap is 0; an earlier
+   * previous secret still in its overlap is dropped (one previous at most).
+   */
+  async rotateSecret(userId: number, options: RotateOptions = {}): Promise<string> {
     const secret = newWebhookSecret();
-    await this.records.setSecret(userId, this.box.seal(secret, secretContext(userId)), this.clock());
+    const now = this.clock();
+    const keep = (options.keepPrevious ?? true) && this.rotationOverlapMs > 0;
+    await this.records.rotateSecret(userId, this.box.seal(secret, secretContext(userId)), now, keep ? now + this.rotationOverlapMs : null);
     return secret;
   }
 
-  /** The user's secret in plain text, to sign with; null when there is none. Throws when it cannot be opened (another key). */
-  async secretOf(userId: number): Promise<string | null> {
-    const sealed = (await this.records.endpoint(userId))?.secret_sealed ?? null;
-    return sealed === null ? null : this.box.open(sealed, secretContext(userId));
+  /**
+   * What an attempt now is signed with: the current secret, then the previous one while its
+   * overlap lasts; null when there is no secret. Throws when either cannot be opened (another
+   * key, or a row that was tampered with): the attempt then fails rather than sending a
+   * signature the user did not expect.
+   */
+  async secretsOf(userId: number): Promise<SigningSecrets | null> {
+    const row = await this.records.endpoint(userId);
+    if (!row || row.secret_sealed === null) return null;
+    const context = secretContext(userId);
+    const current = this.box.open(row.secret_sealed, context);
+    if (row.previous_secret_sealed === null || row.previous_secret_expires_at === null) return [current];
+    const now = this.clock();
+    if (row.previous_secret_expires_at > now) return [current, this.box.open(row.previous_secret_sealed, context)];
+    // Expired: it never signs again, and goes now rather than at the next sweep. Only if still
+    // expired, so a rotation in between keeps its new previous secret; a locked database leaves
+    // it to the sweep.
+    await this.records.dropExpiredPreviousSecrets(now, userId).catch(() => 0);
+    return [current];
   }
 
   /** The user's latest deliveries, newest first, each with its attempts in order. */

@@ -5,7 +5,9 @@
  *   secret             `whsec_` + base64 of random bytes; the HMAC key is the decoded bytes
  *   signed content     `${webhook-id}.${webhook-timestamp}.${body}`, the body exactly as sent
  *   webhook-signature  `v1,` + base64(HMAC-SHA256(key, signed content)); a space-separated
- *                      list in general (we send one)
+ *                      list, any entry of which verifies: we send one, or two while a
+ *                      rotation's previous secret is still valid (the new secret's first), so
+ *                      a receiver holding either secret accepts the message
  *   webhook-timestamp  the attempt's time in integer Unix seconds (new on every attempt, so a
  *                      receiver can refuse replays), webhook-id the event's id (the same on every
  *                      attempt, the receiver's idempotency key)
@@ -41,11 +43,14 @@ export function signWebhook(secret: string, messageId: string, timestampS: numbe
   return `v1,${mac}`;
 }
 
-/** The three Standard Webhooks headers of one attempt. */
-export function webhookHeaders(secret: string, messageId: string, timestampS: number, body: string): Record<string, string> {
+/** The secrets one attempt is signed with, in the order their entries are listed: at least one. */
+export type SigningSecrets = readonly [string, ...string[]];
+
+/** The three Standard Webhooks headers of one attempt: webhook-signature has one entry per secret, in order. */
+export function webhookHeaders(secrets: SigningSecrets, messageId: string, timestampS: number, body: string): Record<string, string> {
   return {
     "webhook-id": messageId,
     "webhook-timestamp": String(timestampS),
-    "webhook-signature": signWebhook(secret, messageId, timestampS, body),
+    "webhook-signature": secrets.map((secret) => signWebhook(secret, messageId, timestampS, body)).join(" "),
   };
 }

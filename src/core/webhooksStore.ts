@@ -10,6 +10,13 @@ export interface WebhookEndpointRow {
   /** The signing secret, sealed by SecretBox; never the secret itself. */
   secret_sealed: string | null;
   secret_created_at: number | null;
+  /**
+   * The secret the last rotation replaced, sealed the same way, and until when it still signs
+   * beside the current one (ms); both null when there is none. Possibly past its expiry until
+   * dropExpiredPreviousSecrets runs: readers compare the expiry with their clock.
+   */
+  previous_secret_sealed: string | null;
+  previous_secret_expires_at: number | null;
   updated_at: number;
 }
 
@@ -75,7 +82,14 @@ export interface WebhookRecords {
    * to the new URL, or failed ("the endpoint was removed") when it is cleared.
    */
   setEndpointUrl(userId: number, url: string | null, now: number): Promise<void>;
-  setSecret(userId: number, sealed: string, now: number): Promise<void>;
+  /**
+   * Makes `sealed` the user's signing secret, in one statement. The secret it replaces becomes
+   * the previous one until `previousUntil`, or is dropped at once when that is null; either way
+   * an earlier previous secret is gone (one previous at most).
+   */
+  rotateSecret(userId: number, sealed: string, now: number, previousUntil: number | null): Promise<void>;
+  /** Drops the previous secrets whose expiry is at or before `now`, of one user or of everyone; returns how many. */
+  dropExpiredPreviousSecrets(now: number, userId?: number): Promise<number>;
   /** Adds deliveries due at `now`, all or none; one per event and URL (a repeated event is ignored). Returns how many were new. */
   enqueue(deliveries: NewDelivery[], now: number): Promise<number>;
   /**

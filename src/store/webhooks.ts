@@ -1,6 +1,7 @@
 /**
- * Webhooks in the database: endpoints with their sealed secrets, deliveries and attempts (migration 4),
- * and the key that seals the secrets, kept in a file beside the database (never in it).
+ * Webhooks in the database: endpoints with their sealed secrets, deliveries and attempts (migration 4;
+ * a rotation's previous secret, migration 20), and the key that seals the secrets, kept in a file
+ * beside the database (never in it).
  */
 import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
@@ -86,12 +87,31 @@ export class WebhookStore implements WebhookRecords {
     });
   }
 
-  async setSecret(userId: number, sealed: string, now: number): Promise<void> {
+  async rotateSecret(userId: number, sealed: string, now: number, previousUntil: number | null): Promise<void> {
+    // The SET expressions read the row as it was, so the secret being replaced moves to
+    // previous_secret_sealed in the same statement that replaces it: two rotations at once
+    // serialise on the row and neither loses the other's secret half-way. A row without a
+    // secret yet (the endpoint saved first) has nothing to keep.
+    const keepPrevious =
+      previousUntil === null
+        ? "previous_secret_sealed = NULL, previous_secret_expires_at = NULL"
+        : `previous_secret_sealed = webhook_endpoints.secret_sealed,
+           previous_secret_expires_at = CASE WHEN webhook_endpoints.secret_sealed IS NULL THEN NULL ELSE CAST(? AS BIGINT) END`;
     await this.sql.run(
       `INSERT INTO webhook_endpoints (user_id, secret_sealed, secret_created_at, updated_at) VALUES (?, ?, ?, ?)
-       ON CONFLICT (user_id) DO UPDATE SET secret_sealed = excluded.secret_sealed, secret_created_at = excluded.secret_created_at, updated_at = excluded.updated_at`,
-      [userId, sealed, now, now],
+       ON CONFLICT (user_id) DO UPDATE SET ${keepPrevious},
+         secret_sealed = excluded.secret_sealed, secret_created_at = excluded.secret_created_at, updated_at = excluded.updated_at`,
+      previousUntil === null ? [userId, sealed, now, now] : [userId, sealed, now, now, previousUntil],
     );
+  }
+
+  async dropExpiredPreviousSecrets(now: number, userId?: number): Promise<number> {
+    const oneUser = userId === undefined ? "" : " AND user_id = ?";
+    const { changes } = await this.sql.run(
+      `UPDATE webhook_endpoints SET previous_secret_sealed = NULL, previous_secret_expires_at = NULL WHERE previous_secret_expires_at <= ?${oneUser}`,
+      userId === undefined ? [now] : [now, userId],
+    );
+    return changes;
   }
 
   enqueue(deliveries: NewDelivery[], now: number): Promise<number> {

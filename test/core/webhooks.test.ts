@@ -74,7 +74,7 @@ function makeDispatcher(settings: Partial<WebhookSettings> = {}, box = new Secre
     logger: createLogger((l) => logs.push(l)),
     resolve,
     random: () => 0,
-    settings: { allowPrivateAddresses: true, retryDelaysMs: [5_000, 300_000], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 1_000, ...settings },
+    settings: { allowPrivateAddresses: true, retryDelaysMs: [5_000, 300_000], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 1_000, rotationOverlapMs: 86_400_000, ...settings },
   });
 }
 
@@ -363,7 +363,7 @@ describe("attempts", () => {
       clock: Date.now,
       logger: createLogger((l) => logs.push(l)),
       resolve,
-      settings: { allowPrivateAddresses: true, retryDelaysMs: [100], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 50 },
+      settings: { allowPrivateAddresses: true, retryDelaysMs: [100], attemptTimeoutMs: 2_000, concurrency: 4, pollIntervalMs: 50, rotationOverlapMs: 0 },
     });
     const { userId } = await userWithEndpoint();
     answers = [() => new Response("first fails", { status: 500 })];
@@ -384,17 +384,17 @@ describe("endpoints and secrets", () => {
     const userId = addUser(store, 0);
     const refused = await dispatcher.endpoints.setUrl(userId, `http://127.0.0.1:${port()}/hook`);
     expect(refused.refused).toBe("Webhooks may only go to public addresses: 127.0.0.1 is a loopback address.");
-    expect(await dispatcher.endpoints.view(userId)).toEqual({ url: null, secretCreatedAt: null });
+    expect(await dispatcher.endpoints.view(userId)).toEqual({ url: null, secretCreatedAt: null, previousSecretExpiresAt: null });
     expect((await dispatcher.endpoints.setUrl(userId, "ftp://example.com")).refused).toContain("http://");
 
     const open = makeDispatcher({ allowPrivateAddresses: true });
     const first = await open.endpoints.setUrl(userId, ` http://hooks.test:${port()}/a `);
     expect(first.secret).toMatch(/^whsec_/);
-    expect(await open.endpoints.view(userId)).toEqual({ url: `http://hooks.test:${port()}/a`, secretCreatedAt: clock.now() });
+    expect(await open.endpoints.view(userId)).toEqual({ url: `http://hooks.test:${port()}/a`, secretCreatedAt: clock.now(), previousSecretExpiresAt: null });
     // A second URL keeps the secret.
     const second = await open.endpoints.setUrl(userId, `http://hooks.test:${port()}/b`);
     expect(second.secret).toBeNull();
-    expect(await open.endpoints.secretOf(userId)).toBe(first.secret!);
+    expect(await open.endpoints.secretsOf(userId)).toEqual([first.secret!]);
   });
 
   test("secrets are stored sealed: the database holds neither the secret nor its key bytes", async () => {
@@ -408,14 +408,18 @@ describe("endpoints and secrets", () => {
       expect(dump).not.toContain(s.slice(6, 30));
     }
     expect(dump).toContain('"secret_sealed":"v1.');
-    expect(await dispatcher.endpoints.secretOf(userId)).toBe(rotated);
+    // The replaced secret is kept for the overlap, sealed the same way under the same user.
+    const row = (await store.webhooks.endpoint(userId))!;
+    expect(row.previous_secret_sealed).toStartWith("v1.");
+    expect(new SecretBox(() => KEY).open(row.previous_secret_sealed!, secretContext(userId))).toBe(secret);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toEqual([rotated, secret]);
     // Another user's row with this ciphertext does not open (the user id is bound in).
     const other = addUser(store, 0);
-    await store.webhooks.setSecret(other, (await store.webhooks.endpoint(userId))!.secret_sealed!, clock.now());
-    await expect(dispatcher.endpoints.secretOf(other)).rejects.toThrow();
+    await store.webhooks.rotateSecret(other, (await store.webhooks.endpoint(userId))!.secret_sealed!, clock.now(), null);
+    await expect(dispatcher.endpoints.secretsOf(other)).rejects.toThrow();
     // Under another key nothing opens, and an attempt says so instead of sending unsigned.
     const wrongKey = makeDispatcher({}, new SecretBox(() => new Uint8Array(32).fill(9)));
-    await expect(wrongKey.endpoints.secretOf(userId)).rejects.toThrow();
+    await expect(wrongKey.endpoints.secretsOf(userId)).rejects.toThrow();
     dispatcher = wrongKey;
     await dispatcher.taskFinished(event(userId));
     await deliverDue();
@@ -470,6 +474,155 @@ describe("endpoints and secrets", () => {
   });
 });
 
+describe("rotation overlap: the previous secret signs beside the new one until it expires", () => {
+  const DAY_MS = 86_400_000;
+  const nowS = () => Math.floor(clock.now() / 1000);
+  /** The entries of the last hit's webhook-signature, each checked alone against `secrets` (in order). */
+  const lastSignedWith = (...secrets: string[]) => {
+    const hit = hits.at(-1)!;
+    const entries = hit.headers["webhook-signature"]!.split(" ");
+    return entries.length === secrets.length && entries.every((entry, i) => verifyStandardWebhook(secrets[i]!, { ...hit.headers, "webhook-signature": entry }, hit.body, nowS()));
+  };
+  const lastVerifiesWith = (secret: string) => verifyStandardWebhook(secret, hits.at(-1)!.headers, hits.at(-1)!.body, nowS());
+  const previousColumns = async (userId: number) => {
+    const row = (await store.webhooks.endpoint(userId))!;
+    return [row.previous_secret_sealed === null ? null : "sealed", row.previous_secret_expires_at];
+  };
+  let n = 0;
+  /** One event for the user, delivered now. */
+  async function deliverOne(userId: number): Promise<void> {
+    await dispatcher.taskFinished(event(userId, `req_rot${++n}`));
+    expect(await deliverDue()).toBe(1);
+  }
+
+  test("during the overlap every attempt carries both signatures, the new one first; from its expiry only the new one, and the expired secret is deleted when next used", async () => {
+    setup();
+    const { userId, secret: old } = await userWithEndpoint();
+    await deliverOne(userId);
+    expect(lastSignedWith(old)).toBe(true);
+
+    const rotatedAt = clock.now();
+    const fresh = await dispatcher.endpoints.rotateSecret(userId);
+    expect((await dispatcher.endpoints.view(userId)).previousSecretExpiresAt).toBe(rotatedAt + DAY_MS);
+    await deliverOne(userId);
+    expect(lastSignedWith(fresh, old)).toBe(true);
+    expect(lastVerifiesWith(old)).toBe(true);
+
+    // The last second of the overlap (attempts run every minute from here on do the same).
+    clock.advance(DAY_MS - 1_000);
+    await deliverOne(userId);
+    expect(lastSignedWith(fresh, old)).toBe(true);
+
+    // At the expiry: the previous secret neither signs nor shows, and the attempt that found it
+    // expired deleted it (no sweep has run: the last one was under an hour ago).
+    clock.advance(1_000);
+    expect((await dispatcher.endpoints.view(userId)).previousSecretExpiresAt).toBeNull();
+    expect(await previousColumns(userId)).toEqual(["sealed", rotatedAt + DAY_MS]);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toEqual([fresh]);
+    expect(await previousColumns(userId)).toEqual([null, null]);
+    await deliverOne(userId);
+    expect(lastSignedWith(fresh)).toBe(true);
+    expect(lastVerifiesWith(old)).toBe(false);
+  });
+
+  test("a retry waiting when the secret is rotated is signed with both, so a receiver still on the old secret accepts it", async () => {
+    setup();
+    const { userId, secret: old } = await userWithEndpoint();
+    answers = [() => new Response("no", { status: 500 })];
+    await dispatcher.taskFinished(event(userId));
+    await deliverDue();
+    const fresh = await dispatcher.endpoints.rotateSecret(userId);
+    clock.advance(5_000);
+    await deliverDue();
+    expect(hits.length).toBe(2);
+    expect(lastSignedWith(fresh, old)).toBe(true);
+    expect((await deliveriesOf(userId))[0]!.delivery.state).toBe("delivered");
+  });
+
+  test("rotating again during an overlap: the current secret becomes the previous one with a fresh overlap, the older one stops at once", async () => {
+    setup();
+    const { userId, secret: first } = await userWithEndpoint();
+    const second = await dispatcher.endpoints.rotateSecret(userId);
+    clock.advance(3_600_000);
+    const again = clock.now();
+    const third = await dispatcher.endpoints.rotateSecret(userId);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toEqual([third, second]);
+    expect((await dispatcher.endpoints.view(userId)).previousSecretExpiresAt).toBe(again + DAY_MS);
+    await deliverOne(userId);
+    expect(lastSignedWith(third, second)).toBe(true);
+    expect(lastVerifiesWith(first)).toBe(false);
+    // The second one's overlap counts from the second rotation, not the first.
+    clock.advance(DAY_MS - 3_600_000);
+    await deliverOne(userId);
+    expect(lastSignedWith(third, second)).toBe(true);
+    clock.advance(3_600_000);
+    await deliverOne(userId);
+    expect(lastSignedWith(third)).toBe(true);
+  });
+
+  test("without overlap (asked for, or rotation_overlap_s = 0) the replaced secret stops at once", async () => {
+    setup();
+    const { userId, secret: old } = await userWithEndpoint();
+    const fresh = await dispatcher.endpoints.rotateSecret(userId, { keepPrevious: false });
+    expect(await previousColumns(userId)).toEqual([null, null]);
+    expect((await dispatcher.endpoints.view(userId)).previousSecretExpiresAt).toBeNull();
+    await deliverOne(userId);
+    expect(lastSignedWith(fresh)).toBe(true);
+    expect(lastVerifiesWith(old)).toBe(false);
+    // Asked for during an overlap, it also ends the running one.
+    const next = await dispatcher.endpoints.rotateSecret(userId);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toEqual([next, fresh]);
+    const last = await dispatcher.endpoints.rotateSecret(userId, { keepPrevious: false });
+    expect(await dispatcher.endpoints.secretsOf(userId)).toEqual([last]);
+
+    dispatcher = makeDispatcher({ rotationOverlapMs: 0 });
+    const other = await userWithEndpoint();
+    const otherFresh = await dispatcher.endpoints.rotateSecret(other.userId);
+    expect(await previousColumns(other.userId)).toEqual([null, null]);
+    expect(await dispatcher.endpoints.secretsOf(other.userId)).toEqual([otherFresh]);
+  });
+
+  test("the hourly sweep deletes expired previous secrets of users who get no deliveries; one still in its overlap stays", async () => {
+    setup();
+    const early = await userWithEndpoint();
+    const late = await userWithEndpoint();
+    await dispatcher.claimAndDeliver(); // the first sweep, with nothing to do
+    await dispatcher.endpoints.rotateSecret(early.userId);
+    clock.advance(2 * 3_600_000);
+    await dispatcher.endpoints.rotateSecret(late.userId);
+    clock.advance(DAY_MS - 3_600_000); // early's overlap ended an hour ago, late's has an hour left
+    expect(await dispatcher.claimAndDeliver()).toBe(0);
+    expect(await previousColumns(early.userId)).toEqual([null, null]);
+    expect(await previousColumns(late.userId)).toEqual(["sealed", clock.now() + 3_600_000]);
+    expect(hits.length).toBe(0);
+  });
+
+  test("the previous secret is stored sealed: the row holds neither secret, and it opens only for its user", async () => {
+    setup();
+    const { userId, secret: old } = await userWithEndpoint();
+    const fresh = await dispatcher.endpoints.rotateSecret(userId);
+    const raw = rawDb(store).query("SELECT * FROM webhook_endpoints WHERE user_id = ?").get(userId) as Record<string, unknown>;
+    const dump = JSON.stringify(raw);
+    for (const s of [old, fresh]) {
+      expect(dump).not.toContain(s);
+      expect(dump).not.toContain(s.slice(6, 30));
+      expect(dump).not.toContain(Buffer.from(s.slice(6), "base64").toString("hex").slice(0, 24));
+    }
+    expect(raw.previous_secret_sealed).toMatch(/^v1\.[A-Za-z0-9+/]+={0,2}$/);
+    expect(raw.previous_secret_sealed).not.toBe(raw.secret_sealed);
+    const box = new SecretBox(() => KEY);
+    expect(box.open(raw.previous_secret_sealed as string, secretContext(userId))).toBe(old);
+    expect(() => box.open(raw.previous_secret_sealed as string, secretContext(userId + 1))).toThrow();
+    // Copied into another user's row, it does not open there: that user's attempts fail unsigned.
+    const other = await userWithEndpoint();
+    rawDb(store).query("UPDATE webhook_endpoints SET previous_secret_sealed = ?, previous_secret_expires_at = ? WHERE user_id = ?").run(raw.previous_secret_sealed as string, clock.now() + DAY_MS, other.userId);
+    await expect(dispatcher.endpoints.secretsOf(other.userId)).rejects.toThrow();
+    await deliverOne(other.userId);
+    expect(hits.length).toBe(0);
+    expect((await deliveriesOf(other.userId))[0]!.attempts[0]!.error).toBe("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+  });
+});
+
 describe("checkWebhookUrl (a request's own webhook_url)", () => {
   test("needs a signing secret and a URL that passes the rule", async () => {
     setup({ allowPrivateAddresses: false });
@@ -513,8 +666,11 @@ describe("[webhooks] configuration and the secret key", () => {
     expect(errorOf(`[webhooks]\nretry_delays_ms = [-1]\n`)).toContain("webhooks.retry_delays_ms");
     expect(errorOf(`[webhooks]\nattempt_timeout_ms = 600000\n`)).toContain("webhooks.attempt_timeout_ms");
     expect(errorOf(`[webhooks]\nretry = 1\n`)).toContain("webhooks.retry: unknown key");
+    expect(errorOf(`[webhooks]\nrotation_overlap_s = -1\n`)).toContain("webhooks.rotation_overlap_s");
+    expect(errorOf(`[webhooks]\nrotation_overlap_s = 604801\n`)).toContain("webhooks.rotation_overlap_s: Expected integer to be less or equal to 604800");
+    expect(configFromToml(`[webhooks]\nrotation_overlap_s = 0\n`).webhooks.rotation_overlap_s).toBe(0);
     const defaults = configFromToml("").webhooks;
-    expect(defaults).toEqual({ allow_private_addresses: false, retry_delays_ms: [...DEFAULT_RETRY_DELAYS_MS], attempt_timeout_ms: 10_000, concurrency: 8, poll_interval_ms: 1_000 });
+    expect(defaults).toEqual({ allow_private_addresses: false, retry_delays_ms: [...DEFAULT_RETRY_DELAYS_MS], attempt_timeout_ms: 10_000, concurrency: 8, poll_interval_ms: 1_000, rotation_overlap_s: 86_400 });
   });
 
   test("the key file is made 0600 on the first secret, and reused; a configured key makes none", async () => {

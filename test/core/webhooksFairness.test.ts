@@ -19,7 +19,7 @@ function dispatcherOn(store: ReturnType<typeof memoryStore>, concurrency: number
   return new WebhookDispatcher({
     records: store.webhooks, box: new SecretBox(() => new Uint8Array(32).fill(7)), whenWritable: store.whenWritable,
     clock: Date.now, logger: createLogger(() => {}), resolve: async () => ["127.0.0.1"], random: () => 0,
-    settings: { allowPrivateAddresses: true, retryDelaysMs: [5_000, 300_000], attemptTimeoutMs: 3_000, concurrency, pollIntervalMs: 1_000 },
+    settings: { allowPrivateAddresses: true, retryDelaysMs: [5_000, 300_000], attemptTimeoutMs: 3_000, concurrency, pollIntervalMs: 1_000, rotationOverlapMs: 0 },
   });
 }
 

@@ -27,7 +27,7 @@ describe("Standard Webhooks signature", () => {
     const secret = newWebhookSecret();
     const body = JSON.stringify({ type: "image.task.succeeded", data: { id: "req_1", note: "ünïcode ✓" } });
     const now = 1_767_225_600;
-    const headers = webhookHeaders(secret, "msg_abc123", now, body);
+    const headers = webhookHeaders([secret], "msg_abc123", now, body);
     expect(Object.keys(headers).sort()).toEqual(["webhook-id", "webhook-signature", "webhook-timestamp"]);
     expect(headers["webhook-timestamp"]).toBe(String(now));
     expect(verifyStandardWebhook(secret, headers, body, now)).toBe(true);
@@ -39,6 +39,19 @@ describe("Standard Webhooks signature", () => {
     expect(verifyStandardWebhook(newWebhookSecret(), headers, body, now)).toBe(false);
     // A list with another entry first still verifies (rotation: the receiver tries each).
     expect(verifyStandardWebhook(secret, { ...headers, "webhook-signature": `v1,AAAA ${headers["webhook-signature"]}` }, body, now)).toBe(true);
+  });
+
+  test("with two secrets (a rotation's overlap) the header lists one entry per secret, in order, and either secret verifies", () => {
+    const [fresh, previous, stranger] = [newWebhookSecret(), newWebhookSecret(), newWebhookSecret()];
+    const body = '{"type":"webhook.test"}';
+    const now = 1_767_225_600;
+    const headers = webhookHeaders([fresh, previous], "msg_rotating", now, body);
+    expect(headers["webhook-signature"]).toBe(`${signWebhook(fresh, "msg_rotating", now, body)} ${signWebhook(previous, "msg_rotating", now, body)}`);
+    expect(headers["webhook-signature"]).toMatch(/^v1,[A-Za-z0-9+/]{43}= v1,[A-Za-z0-9+/]{43}=$/);
+    expect(verifyStandardWebhook(fresh, headers, body, now)).toBe(true);
+    expect(verifyStandardWebhook(previous, headers, body, now)).toBe(true);
+    expect(verifyStandardWebhook(stranger, headers, body, now)).toBe(false);
+    expect(webhookHeaders([fresh], "msg_rotating", now, body)["webhook-signature"]).toBe(signWebhook(fresh, "msg_rotating", now, body));
   });
 
   test("ids with a dot (the content delimiter) and non-integer timestamps are refused", () => {

@@ -115,7 +115,7 @@ async function scenario(sql: SqlClient): Promise<Record<string, unknown>> {
 
   const hooks = new WebhookStore(sql);
   await hooks.setEndpointUrl(1, "https://a.example/hook", NOW);
-  await hooks.setSecret(1, "v1.sealed", NOW);
+  await hooks.rotateSecret(1, "v1.sealed", NOW, null);
   out.endpoint = await hooks.endpoint(1);
   out.enqueue = await hooks.enqueue([delivery("e1", "endpoint", "https://a.example/hook"), delivery("e1", "request", "https://b.example/own"), delivery("e2", "endpoint", "https://a.example/hook")], NOW);
   out.enqueueAgain = await hooks.enqueue([delivery("e1", "endpoint", "https://a.example/hook")], NOW);
