@@ -8,7 +8,8 @@
  * - without allow_private_addresses a loopback URL is refused when set, when checked for a
  *   request, and at delivery;
  * - the workbench page in chromium: refusal message, secret shown once, test event with a
- *   retry, the attempts listed, rotation, removal; screenshots at 1280×800 and 375×812 under
+ *   retry, the attempts listed, rotation (the old secret still valid until the time shown, and
+ *   signing beside the new one), rotation without overlap, removal; screenshots at 1280×800 and 375×812 under
  *   test-artifacts/webhooks/ (look at them).
  *
  * The events come from `services.taskEvents.taskFinished`, the port the image tasks call.
@@ -233,6 +234,8 @@ describe("the Webhooks page in a real browser", () => {
   let page: Page;
   const email = `hooks-${Date.now()}@example.com`;
   const XSS = `"><script>window.__pwned = 1</script>`;
+  /** What each confirm asked, in order. */
+  const dialogs: string[] = [];
 
   async function shots(name: string): Promise<void> {
     for (const [w, h] of [[1280, 800], [375, 812]] as const) {
@@ -251,6 +254,7 @@ describe("the Webhooks page in a real browser", () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     page = await context.newPage();
     page.on("dialog", async (d) => {
+      dialogs.push(d.message());
       if (d.type() === "confirm") return d.accept();
       throw new Error(`unexpected ${d.type()} dialog: ${d.message()}`);
     });
@@ -327,14 +331,42 @@ describe("the Webhooks page in a real browser", () => {
     expect(attempts[1]).toContain("200");
     await shots("04-deliveries");
 
-    // Rotation (confirmed) shows a new secret once; the next event is signed with it.
+    // Rotation (confirmed, the overlap named) shows a new secret once and until when the old one
+    // stays valid; the next event is signed with both, so a receiver still on the old one accepts it.
     await page.getByRole("button", { name: "Rotate secret" }).click();
     const rotated = (await page.getByTestId("new-secret").inputValue()).trim();
     expect(rotated).not.toBe(secret);
+    expect(dialogs.at(-1)).toBe("Make a new secret? The current one stays valid beside it for 24 hours: update your receiver before then.");
+    const until24h = (await server.services.taskEvents.endpoints.view(userId)).previousSecretExpiresAt!;
+    expect(Math.abs(until24h - Date.now() - 86_400_000)).toBeLessThan(60_000);
+    const validUntil = `Your previous secret stays valid until ${new Date(until24h).toISOString().replace("T", " ").slice(0, 19)} UTC`;
+    expect(await page.getByTestId("previous-secret-valid").textContent()).toContain(validUntil);
+    await page.waitForURL((u) => u.pathname === "/webhooks");
+    await shots("05-rotated");
     await page.getByRole("button", { name: "Send test event" }).click();
     await until(() => receiver.hits.length >= 3, "the event after rotation", 15_000);
-    const last = receiver.hits[2]!;
-    expect(verifyStandardWebhook(rotated, last.headers, last.body, Math.floor(last.at / 1000))).toBe(true);
+    const duringOverlap = receiver.hits[2]!;
+    expect(duringOverlap.headers["webhook-signature"]!.split(" ").length).toBe(2);
+    expect(verifyStandardWebhook(rotated, duringOverlap.headers, duringOverlap.body, Math.floor(duringOverlap.at / 1000))).toBe(true);
+    expect(verifyStandardWebhook(secret, duringOverlap.headers, duringOverlap.body, Math.floor(duringOverlap.at / 1000))).toBe(true);
+    // The page keeps saying so (the new secret itself is not shown again).
+    await page.reload();
+    expect(await page.getByTestId("previous-secret-valid").textContent()).toContain(validUntil);
+    expect(await page.content()).not.toContain(rotated);
+    await shots("06-overlap");
+
+    // Rotating without overlap (a leaked secret): both older secrets stop at once.
+    await page.getByRole("button", { name: "Rotate now, without overlap" }).click();
+    const rotatedNow = (await page.getByTestId("new-secret").inputValue()).trim();
+    expect(dialogs.at(-1)).toContain("stop the current one at once");
+    expect(await page.getByTestId("previous-secret-valid").count()).toBe(0);
+    await page.waitForURL((u) => u.pathname === "/webhooks");
+    await page.getByRole("button", { name: "Send test event" }).click();
+    await until(() => receiver.hits.length >= 4, "the event after rotating without overlap", 15_000);
+    const last = receiver.hits[3]!;
+    expect(last.headers["webhook-signature"]!.split(" ").length).toBe(1);
+    expect(verifyStandardWebhook(rotatedNow, last.headers, last.body, Math.floor(last.at / 1000))).toBe(true);
+    expect(verifyStandardWebhook(rotated, last.headers, last.body, Math.floor(last.at / 1000))).toBe(false);
     expect(verifyStandardWebhook(secret, last.headers, last.body, Math.floor(last.at / 1000))).toBe(false);
 
     // Removal (confirmed).
@@ -342,6 +374,6 @@ describe("the Webhooks page in a real browser", () => {
     await page.getByText("The endpoint was removed.").waitFor();
     expect(await page.getByLabel("Endpoint URL").inputValue()).toBe("");
     expect(await page.getByRole("button", { name: "Send test event" }).isDisabled()).toBe(true);
-    await shots("05-removed");
+    await shots("07-removed");
   }, TEST_TIMEOUT_MS);
 });

@@ -182,6 +182,10 @@ describe("every page in Chinese", () => {
       ["bad grant", await post("/admin/users/1/credits", { _csrf: adminCsrf, amount: "0", op: "grant" }, admin)],
       ["no webhook url", await post("/webhooks/endpoint", { _csrf: userCsrf, url: "" }, user)],
       ["new secret", await post("/webhooks/secret", { _csrf: userCsrf }, user)],
+      // Rotated: the previous secret's overlap, the two rotate buttons and their confirms.
+      ["rotated secret", await post("/webhooks/secret", { _csrf: userCsrf }, user)],
+      ["rotated without overlap", await post("/webhooks/secret", { _csrf: userCsrf, overlap: "none" }, user)],
+      ["rotated again", await post("/webhooks/secret", { _csrf: userCsrf }, user)],
       ["bad code", await post("/credits/redeem", { _csrf: userCsrf, code: "nope" }, user)],
       ["wrong code", await post("/credits/redeem", { _csrf: userCsrf, code: "ABCD-EFGH-JKLM-NPQR" }, user)],
       ["no csrf", await post("/keys", { name: "x" }, user)],

@@ -56,7 +56,7 @@ function render(locale: "en" | "zh-CN"): string {
     view(4, ENDPOINT_REMOVED, []),
     view(5, NO_SECRET, [SECRET_UNREADABLE, NO_SECRET]),
   ];
-  return webhooksPage(viewer, { endpoint: { url: null, secretCreatedAt: null, previousSecretExpiresAt: null }, deliveries, schedule: { attempts: 8, spanMs: 3_600_000 } }).value;
+  return webhooksPage(viewer, { endpoint: { url: null, secretCreatedAt: null, previousSecretExpiresAt: null }, deliveries, schedule: { attempts: 8, spanMs: 3_600_000 }, rotationOverlapMs: 86_400_000 }).value;
 }
 
 describe("the deliveries table", () => {

@@ -1,4 +1,4 @@
-/** The webhooks page: set or remove the endpoint, create or rotate the secret (shown once), send a test event, see deliveries. */
+/** The webhooks page: set or remove the endpoint, create or rotate the secret (shown once; with or without overlap), send a test event, see deliveries. */
 import { Elysia } from "elysia";
 import type { Services } from "../../services";
 import { totalAttempts } from "../../core/webhooksSchedule";
@@ -25,12 +25,14 @@ export function webhooksRoutes(services: Services) {
   const webhooks = services.taskEvents;
   const delays = services.config.webhooks.retry_delays_ms;
   const schedule = { attempts: totalAttempts(delays), spanMs: delays.reduce((a, b) => a + b, 0) };
+  const rotationOverlapMs = services.config.webhooks.rotation_overlap_s * 1000;
   const render = async (viewer: Viewer, extra: Partial<WebhooksPageState> = {}, status = 200) =>
     htmlResponse(
       webhooksPage(viewer, {
         endpoint: await webhooks.endpoints.view(viewer.user.id),
         deliveries: await webhooks.endpoints.deliveries(viewer.user.id, RECENT_DELIVERIES),
         schedule,
+        rotationOverlapMs,
         ...extra,
       }),
       status,
@@ -52,8 +54,9 @@ export function webhooksRoutes(services: Services) {
       await webhooks.endpoints.clear(viewer.user.id);
       return redirect("/webhooks?done=removed");
     }, { viewer: true, ...hide })
-    .post("/webhooks/secret", async ({ viewer }) => {
-      const secret = await webhooks.endpoints.rotateSecret(viewer.user.id);
+    .post("/webhooks/secret", async ({ viewer, body }) => {
+      // overlap=none: the current secret stops at once (it leaked); otherwise it stays valid for the overlap.
+      const secret = await webhooks.endpoints.rotateSecret(viewer.user.id, { keepPrevious: formFields(body).overlap !== "none" });
       return render(viewer, { secret }, 201);
     }, { viewer: true, ...hide })
     .post("/webhooks/test", async ({ viewer }) => {

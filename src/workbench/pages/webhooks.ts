@@ -1,4 +1,4 @@
-/** Webhooks: the endpoint URL, the signing secret (shown once), a test event, the recent deliveries with their attempts. */
+/** Webhooks: the endpoint URL, the signing secret (shown once; a rotated-out one's overlap), a test event, the recent deliveries with their attempts. */
 import type { DeliveryView, EndpointView } from "../../core/webhooksEndpoints";
 import type { WebhookAttemptRow, WebhookDeliveryRow } from "../../core/webhooksStore";
 import { classifyAttemptError } from "../../core/webhooksAttemptError";
@@ -12,6 +12,8 @@ export interface WebhooksPageState {
   deliveries: DeliveryView[];
   /** The retry schedule, for the explanation: attempts in all and the time from the first to the last. */
   schedule: { attempts: number; spanMs: number };
+  /** How long a rotated-out secret stays valid ([webhooks] rotation_overlap_s, in ms); 0: not at all. */
+  rotationOverlapMs: number;
   /** The URL as typed, when it was refused (so it can be corrected). */
   typedUrl?: string;
   /** A secret just made: shown this once. */
@@ -20,7 +22,7 @@ export interface WebhooksPageState {
   notice?: string | null;
 }
 
-function newSecret(t: Translator, secret: string): Html {
+function newSecret(t: Translator, secret: string, previousUntil: number | null): Html {
   // data-replace-url: a reload must not post the form again (and rotate the secret a second time).
   return html`<section class="card created-key" aria-labelledby="new-secret-title" data-replace-url="/webhooks">
   <h2 id="new-secret-title">${t("webhooks.secret.newHeading")}</h2>
@@ -30,6 +32,7 @@ function newSecret(t: Translator, secret: string): Html {
     <input id="new-secret" class="mono" type="text" readonly value="${secret}" data-testid="new-secret">
     <button type="button" class="primary" data-copy="#new-secret">${t("common.copy")}</button>
   </div>
+  ${previousUntil === null ? "" : html`<p data-testid="previous-secret-valid">${t("webhooks.secret.previousValid", { time: formatTime(previousUntil) })}</p>`}
 </section>`;
 }
 
@@ -60,12 +63,27 @@ function endpointCard(v: Viewer, s: WebhooksPageState): Html {
 function secretCard(v: Viewer, s: WebhooksPageState): Html {
   const t = v.t;
   const created = s.endpoint.secretCreatedAt;
+  const previousUntil = s.endpoint.previousSecretExpiresAt;
+  const overlap = s.rotationOverlapMs > 0;
+  const span = spanText(t, s.rotationOverlapMs);
+  const rotateConfirm = overlap ? t("webhooks.secret.rotateConfirmOverlap", { span }) : t("webhooks.secret.rotateConfirm");
   return html`<section class="card" aria-labelledby="secret-title">
   <h2 id="secret-title">${t("webhooks.secret.heading")}</h2>
   <p>${created === null ? t("webhooks.secret.none") : t("webhooks.secret.created", { time: formatTime(created) })}</p>
-  <form method="post" action="/webhooks/secret"${created === null ? "" : html` data-confirm="${t("webhooks.secret.rotateConfirm")}"`}>
-    ${csrfField(v)}<button type="submit">${created === null ? t("webhooks.secret.create") : t("webhooks.secret.rotate")}</button>
-  </form>
+  ${previousUntil === null || s.secret ? "" : html`<p class="msg warning" data-testid="previous-secret-valid">${t("webhooks.secret.previousValid", { time: formatTime(previousUntil) })}</p>`}
+  <div class="row">
+    <form method="post" action="/webhooks/secret" class="inline"${created === null ? "" : html` data-confirm="${rotateConfirm}"`}>
+      ${csrfField(v)}<button type="submit">${created === null ? t("webhooks.secret.create") : t("webhooks.secret.rotate")}</button>
+    </form>
+    ${
+      created !== null && overlap
+        ? html`<form method="post" action="/webhooks/secret" class="inline" data-confirm="${t("webhooks.secret.rotateNowConfirm")}">
+      ${csrfField(v)}<input type="hidden" name="overlap" value="none"><button type="submit" class="danger">${t("webhooks.secret.rotateNow")}</button>
+    </form>`
+        : ""
+    }
+  </div>
+  ${created !== null && overlap ? html`<p class="muted">${t("webhooks.secret.rotateHint", { span })}</p>` : ""}
 </section>`;
 }
 
@@ -142,11 +160,12 @@ function deliveryRow(t: Translator, view: DeliveryView, open: boolean): Html {
 </td></tr>`;
 }
 
-/** "12 seconds", "35 minutes", "about 28 hours": the span of the retry schedule. */
+/** "12 seconds", "35 minutes", "24 hours", "about 28 hours": the span of the retry schedule, or of a rotation's overlap. */
 function spanText(t: Translator, ms: number): string {
   if (ms < 10_000) return t("webhooks.span.seconds", { count: (ms / 1000).toFixed(1) });
   if (ms < 120_000) return t("webhooks.span.seconds", { count: Math.round(ms / 1000) });
   if (ms < 7_200_000) return t("webhooks.span.minutes", { count: Math.round(ms / 60_000) });
+  if (ms % 3_600_000 === 0) return t.plural("webhooks.span.wholeHours", ms / 3_600_000);
   return t("webhooks.span.hours", { count: Math.round(ms / 3_600_000) });
 }
 
@@ -159,7 +178,7 @@ export function webhooksPage(v: Viewer, s: WebhooksPageState): Html {
     body: html`<h1>${t("webhooks.title")}</h1>
 <p>${t.html("webhooks.intro", { attempts: s.schedule.attempts, span: spanText(t, s.schedule.spanMs) })}</p>
 ${message("error", s.error)}${message("notice", s.notice)}
-${s.secret ? newSecret(t, s.secret) : ""}
+${s.secret ? newSecret(t, s.secret, s.endpoint.previousSecretExpiresAt) : ""}
 ${endpointCard(v, s)}
 ${secretCard(v, s)}
 ${testCard(v, s)}
