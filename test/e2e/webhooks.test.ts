@@ -344,6 +344,7 @@ describe("the Webhooks page in a real browser", () => {
     await page.waitForURL((u) => u.pathname === "/webhooks");
     await shots("05-rotated");
     await page.getByRole("button", { name: "Send test event" }).click();
+    await page.getByText("A test event is on its way").waitFor();
     await until(() => receiver.hits.length >= 3, "the event after rotation", 15_000);
     const duringOverlap = receiver.hits[2]!;
     expect(duringOverlap.headers["webhook-signature"]!.split(" ").length).toBe(2);
@@ -362,6 +363,7 @@ describe("the Webhooks page in a real browser", () => {
     expect(await page.getByTestId("previous-secret-valid").count()).toBe(0);
     await page.waitForURL((u) => u.pathname === "/webhooks");
     await page.getByRole("button", { name: "Send test event" }).click();
+    await page.getByText("A test event is on its way").waitFor();
     await until(() => receiver.hits.length >= 4, "the event after rotating without overlap", 15_000);
     const last = receiver.hits[3]!;
     expect(last.headers["webhook-signature"]!.split(" ").length).toBe(1);
