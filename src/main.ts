@@ -16,6 +16,7 @@ import { openapiCommand } from "./cli/commands/openapi";
 import { serveCommand } from "./cli/commands/serve";
 import { upstreamsCommand } from "./cli/commands/upstreams";
 import { userCommand } from "./cli/commands/user";
+import { webhooksCommand } from "./cli/commands/webhooks";
 import type { Command, Io } from "./cli/shared";
 import { versionLine } from "./version";
 
@@ -46,6 +47,7 @@ Commands:
   restore <file>                          put a backup in place (refused while a server runs)
   doctor [--timeout-ms N]                 check config, database, data directory and upstreams
   migrate-store [--to postgres://…]       copy the SQLite database into an empty PostgreSQL one, then check it
+  webhooks forget-secrets --yes           drop every webhook signing secret (their sealing key is lost)
 
 ${COMMON_HELP}`;
 
@@ -63,6 +65,7 @@ const COMMANDS = new Map<string, Command>([
   ["restore", restoreCommand],
   ["doctor", doctorCommand],
   ["migrate-store", migrateStoreCommand],
+  ["webhooks", webhooksCommand],
 ]);
 
 const processIo: Io = { out: (line) => console.log(line), err: (line) => console.error(line) };

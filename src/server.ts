@@ -45,6 +45,16 @@ export async function startServer(config: Config, logger: Logger, options: Start
   const services = createServices({ config, store, logger, clock: options.clock });
   // The setup token (when there is no admin yet) is in the log before the socket opens.
   await services.workbench.ready;
+  // A key that cannot open the stored webhook secrets would fail every delivery it attempts:
+  // refused here, before anything runs (what was opened is closed again).
+  try {
+    await services.taskEvents.keyCheck.verify();
+  } catch (e) {
+    await services.upstreams.close();
+    services.redis?.close();
+    await store.close();
+    throw e;
+  }
   options.customize?.(services);
   // Embedded (SQLite), this is the only server on the file (`serve` took the data directory's
   // lock, cli/serverLock, before it got here): whatever is still pending was interrupted.

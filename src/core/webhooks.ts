@@ -37,6 +37,7 @@ import { systemResolver, type ResolveHost } from "./pinnedFetch";
 import { attemptErrorText, NO_SECRET, SECRET_UNREADABLE } from "./webhooksAttemptError";
 import { checkWebhookTarget, webhookUrlSyntax, type WebhookUrlPolicy } from "./webhooksTarget";
 import { InflightByUser, MAX_PENDING_TESTS, perUserSlots } from "./webhooksFairness";
+import { WebhookKeyCheck } from "./webhooksKeyCheck";
 
 /** Why a test event was not sent: no endpoint, or MAX_PENDING_TESTS still waiting. */
 export type TestEventRefusal = "no_endpoint" | "too_many_pending";
@@ -102,6 +103,8 @@ export function eventBody(type: string, at: number, data: unknown): string {
 
 export class WebhookDispatcher implements TaskEventSink {
   readonly endpoints: WebhookEndpoints;
+  /** Whether this server's key is the one the stored secrets were sealed with (webhooksKeyCheck). */
+  readonly keyCheck: WebhookKeyCheck;
   private readonly policy: WebhookUrlPolicy;
   private readonly inflight = new Set<Promise<void>>();
   private readonly inflightByUser = new InflightByUser();
@@ -113,7 +116,8 @@ export class WebhookDispatcher implements TaskEventSink {
 
   constructor(private readonly deps: WebhookDeps) {
     this.policy = { allowPrivateAddresses: deps.settings.allowPrivateAddresses, resolve: deps.resolve ?? systemResolver };
-    this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock, deps.settings.rotationOverlapMs);
+    this.keyCheck = new WebhookKeyCheck(deps.records, deps.box, deps.clock);
+    this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock, deps.settings.rotationOverlapMs, this.keyCheck);
   }
 
   // ---- recording events ------------------------------------------------------------------

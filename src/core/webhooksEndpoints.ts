@@ -15,6 +15,7 @@
 import type { Clock } from "./clock";
 import { newWebhookSecret, type SigningSecrets } from "./webhooksSignature";
 import { secretContext, type SecretBox } from "./webhooksSecretBox";
+import type { WebhookKeyCheck } from "./webhooksKeyCheck";
 import type { WebhookAttemptRow, WebhookDeliveryRow, WebhookRecords } from "./webhooksStore";
 import { checkWebhookTarget, type WebhookUrlPolicy, type WebhookUrlProblem } from "./webhooksTarget";
 
@@ -48,6 +49,8 @@ export class WebhookEndpoints {
     private readonly clock: Clock,
     /** How long a replaced secret keeps signing (ms); 0: it stops at once. */
     private readonly rotationOverlapMs: number,
+    /** Makes sure a secret is sealed only under the key the database's other secrets were. */
+    private readonly keyCheck: WebhookKeyCheck,
   ) {}
 
   async view(userId: number): Promise<EndpointView> {
@@ -88,6 +91,7 @@ export class WebhookEndpoints {
     const secret = newWebhookSecret();
     const now = this.clock();
     const keep = (options.keepPrevious ?? true) && this.rotationOverlapMs > 0;
+    await this.keyCheck.beforeSeal();
     await this.records.rotateSecret(userId, this.box.seal(secret, secretContext(userId)), now, keep ? now + this.rotationOverlapMs : null);
     return secret;
   }

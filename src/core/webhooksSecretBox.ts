@@ -7,11 +7,12 @@
  *
  * Sealed form: `v1.` + base64(12-byte nonce | ciphertext | 16-byte tag).
  */
-import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
 
 const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 export const SECRET_BOX_KEY_BYTES = 32;
+const KEY_CHECK_LABEL = "atelier webhook secret key check v1";
 
 export class SecretBox {
   private key: Uint8Array | undefined;
@@ -26,6 +27,15 @@ export class SecretBox {
       this.key = key;
     }
     return this.key;
+  }
+
+  /**
+   * A value that tells this key apart from any other without revealing it (an HMAC of a fixed
+   * label under the key): kept in the database, it says which key the stored secrets were sealed
+   * with (core/webhooksKeyCheck).
+   */
+  checkValue(): Uint8Array {
+    return new Uint8Array(createHmac("sha256", this.keyBytes()).update(KEY_CHECK_LABEL, "utf8").digest());
   }
 
   seal(plain: string, context: string): string {

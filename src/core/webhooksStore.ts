@@ -2,6 +2,7 @@
  * What webhooks need from storage (store/webhooks implements it): each user's endpoint and
  * sealed signing secret, the deliveries waiting or done, and every attempt made.
  */
+import type { WebhookKeyCheckRecords } from "./webhooksKeyCheck";
 
 export interface WebhookEndpointRow {
   user_id: number;
@@ -75,7 +76,7 @@ export interface AttemptRecord {
 /** How a delivery goes on after an attempt. */
 export type AttemptOutcome = { state: "delivered" } | { state: "pending"; nextAttemptAt: number } | { state: "failed"; reason?: string };
 
-export interface WebhookRecords {
+export interface WebhookRecords extends WebhookKeyCheckRecords {
   endpoint(userId: number): Promise<WebhookEndpointRow | null>;
   /**
    * Sets (or clears, with null) the endpoint URL. Pending deliveries to the endpoint follow it:
@@ -109,4 +110,9 @@ export interface WebhookRecords {
   attemptsOf(deliveryIds: number[]): Promise<WebhookAttemptRow[]>;
   /** Deletes delivered and failed deliveries (and their attempts) finished before `before`. */
   pruneFinished(before: number): Promise<number>;
+  /**
+   * Drops every stored signing secret (current and previous) and the key's check value, in one
+   * transaction: the way out when the key that sealed them is lost. Returns the endpoints changed.
+   */
+  forgetSecrets(): Promise<number>;
 }

@@ -24,6 +24,13 @@ export type { WebhookAttemptRow, WebhookDeliveryRow, WebhookEndpointRow } from "
 export const WEBHOOK_KEY_FILE = "webhook-secrets.key";
 
 /**
+ * The server_secrets row holding the check value of the key that sealed the webhook secrets
+ * (core/webhooksKeyCheck): not a secret itself, but one value per database made by the server,
+ * as the other rows of that table are.
+ */
+const KEY_CHECK_NAME = "webhook_key_check";
+
+/**
  * The 32-byte key sealing webhook secrets: data_dir/webhook-secrets.key (base64), created with
  * mode 0600 on first use. Exclusive creation, so two processes starting together agree on one
  * key. Back it up with the database: without it, the stored secrets cannot be opened and users
@@ -112,6 +119,37 @@ export class WebhookStore implements WebhookRecords {
       userId === undefined ? [now] : [now, userId],
     );
     return changes;
+  }
+
+  async keyCheck(): Promise<Uint8Array | null> {
+    const row = await this.sql.get<{ value: Uint8Array }>("SELECT value FROM server_secrets WHERE name = ?", [KEY_CHECK_NAME]);
+    return row ? new Uint8Array(row.value) : null;
+  }
+
+  async claimKeyCheck(value: Uint8Array, now: number): Promise<Uint8Array> {
+    await this.sql.run("INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING", [KEY_CHECK_NAME, value, now]);
+    const stored = await this.keyCheck();
+    if (!stored) throw new Error("the webhook key's check value is missing right after it was written");
+    return stored;
+  }
+
+  async anySealedSecret(): Promise<{ userId: number; sealed: string } | null> {
+    const row = await this.sql.get<{ user_id: number; sealed: string }>(
+      `SELECT user_id, COALESCE(secret_sealed, previous_secret_sealed) AS sealed FROM webhook_endpoints
+        WHERE secret_sealed IS NOT NULL OR previous_secret_sealed IS NOT NULL LIMIT 1`,
+    );
+    return row ? { userId: Number(row.user_id), sealed: row.sealed } : null;
+  }
+
+  forgetSecrets(): Promise<number> {
+    return this.sql.transaction(async (tx) => {
+      const { changes } = await tx.run(
+        `UPDATE webhook_endpoints SET secret_sealed = NULL, secret_created_at = NULL, previous_secret_sealed = NULL, previous_secret_expires_at = NULL
+          WHERE secret_sealed IS NOT NULL OR previous_secret_sealed IS NOT NULL`,
+      );
+      await tx.run("DELETE FROM server_secrets WHERE name = ?", [KEY_CHECK_NAME]);
+      return changes;
+    });
   }
 
   enqueue(deliveries: NewDelivery[], now: number): Promise<number> {

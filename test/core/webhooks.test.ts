@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { createLogger } from "../../src/logger";
 import { WebhookDispatcher, taskEventId, type WebhookSettings } from "../../src/core/webhooks";
 import { SecretBox, secretContext } from "../../src/core/webhooksSecretBox";
+import { WebhookKeyMismatch } from "../../src/core/webhooksKeyCheck";
 import { DEFAULT_RETRY_DELAYS_MS } from "../../src/core/webhooksSchedule";
 import { createServices } from "../../src/services";
 import { loadWebhookSecretKey } from "../../src/store/webhooks";
@@ -620,6 +621,72 @@ describe("rotation overlap: the previous secret signs beside the new one until i
     await deliverOne(other.userId);
     expect(hits.length).toBe(0);
     expect((await deliveriesOf(other.userId))[0]!.attempts[0]!.error).toBe("the signing secret cannot be opened with this server's key: rotate it on the Webhooks page");
+  });
+});
+
+describe("the key the stored secrets were sealed with (webhooksKeyCheck)", () => {
+  const OTHER = new Uint8Array(32).fill(9);
+  const checkValue = () => store.webhooks.keyCheck();
+
+  test("nothing is checked, and no key read (so no key file made), while no secret is sealed", async () => {
+    setup();
+    let loads = 0;
+    await makeDispatcher({}, new SecretBox(() => (loads++, KEY))).keyCheck.verify();
+    expect(loads).toBe(0);
+    expect(await checkValue()).toBeNull();
+  });
+
+  test("the first seal makes its key the database's: that key starts again, another is refused at start and cannot seal", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    const stored = await checkValue();
+    expect(stored).not.toBeNull();
+    // It tells keys apart without being one: not the key's bytes.
+    expect(Buffer.from(stored!).equals(Buffer.from(KEY))).toBe(false);
+    await dispatcher.keyCheck.verify();
+    const wrong = makeDispatcher({}, new SecretBox(() => OTHER));
+    await expect(wrong.keyCheck.verify()).rejects.toBeInstanceOf(WebhookKeyMismatch);
+    await expect(wrong.keyCheck.verify()).rejects.toThrow(/same \[webhooks\] secret_key.*webhook-secrets\.key.*forget-secrets/);
+    const before = (await store.webhooks.endpoint(userId))!.secret_sealed;
+    await expect(wrong.endpoints.rotateSecret(userId)).rejects.toBeInstanceOf(WebhookKeyMismatch);
+    expect((await store.webhooks.endpoint(userId))!.secret_sealed).toBe(before);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toHaveLength(1);
+  });
+
+  test("two servers with different keys on an empty database: the first to seal wins, the other's seal is refused", async () => {
+    setup();
+    const other = makeDispatcher({}, new SecretBox(() => OTHER));
+    // Both started: nothing was sealed yet, so neither could tell.
+    await dispatcher.keyCheck.verify();
+    await other.keyCheck.verify();
+    const { userId } = await userWithEndpoint();
+    const u2 = addUser(store, 0);
+    await expect(other.endpoints.rotateSecret(u2)).rejects.toBeInstanceOf(WebhookKeyMismatch);
+    expect(await store.webhooks.endpoint(u2)).toBeNull();
+    expect(await dispatcher.endpoints.secretsOf(userId)).toHaveLength(1);
+  });
+
+  test("a database whose secrets were sealed before the check: the key that opens one is recorded, another is refused", async () => {
+    setup();
+    await userWithEndpoint();
+    rawDb(store).run("DELETE FROM server_secrets WHERE name = 'webhook_key_check'");
+    await expect(makeDispatcher({}, new SecretBox(() => OTHER)).keyCheck.verify()).rejects.toBeInstanceOf(WebhookKeyMismatch);
+    expect(await checkValue()).toBeNull();
+    await dispatcher.keyCheck.verify();
+    expect(await checkValue()).not.toBeNull();
+    await expect(makeDispatcher({}, new SecretBox(() => OTHER)).keyCheck.verify()).rejects.toBeInstanceOf(WebhookKeyMismatch);
+  });
+
+  test("forgetting the secrets (the key is lost) lets another key start and seal; the old key is then the stranger", async () => {
+    setup();
+    const { userId } = await userWithEndpoint();
+    expect(await store.webhooks.forgetSecrets()).toBe(1);
+    expect(await dispatcher.endpoints.secretsOf(userId)).toBeNull();
+    const other = makeDispatcher({}, new SecretBox(() => OTHER));
+    await other.keyCheck.verify();
+    const secret = await other.endpoints.rotateSecret(userId);
+    expect(await other.endpoints.secretsOf(userId)).toEqual([secret]);
+    await expect(dispatcher.keyCheck.verify()).rejects.toBeInstanceOf(WebhookKeyMismatch);
   });
 });
 

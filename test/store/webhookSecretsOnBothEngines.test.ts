@@ -54,6 +54,32 @@ for (const engine of bothEngines()) {
       expect(await secrets(hooks, fresh!)).toEqual(["v1.fourth", NOW + 30, null, null]);
     });
 
+    test("the key's check value: absent until claimed, the first claim stays (two pools claiming at once agree), forgetSecrets drops it with every secret", async () => {
+      const { a, b } = await engine.open();
+      const [ha, hb] = [new WebhookStore(a), new WebhookStore(b)];
+      const [u1, u2] = await userIds(a, 2);
+      expect(await ha.keyCheck()).toBeNull();
+      expect(await ha.anySealedSecret()).toBeNull();
+      const [x, y] = [new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)];
+      const claimed = await Promise.all([ha.claimKeyCheck(x, NOW), hb.claimKeyCheck(y, NOW)]);
+      expect(claimed[0]).toEqual(claimed[1]);
+      const first = claimed[0]!;
+      const firstIsX = Buffer.from(first).equals(Buffer.from(x));
+      expect(firstIsX || Buffer.from(first).equals(Buffer.from(y))).toBe(true);
+      // A later claim with the other value changes nothing and is told the stored one.
+      expect(await hb.claimKeyCheck(firstIsX ? y : x, NOW + 1)).toEqual(first);
+      expect(await ha.keyCheck()).toEqual(first);
+      // A sealed secret is found, current or only a previous one.
+      await ha.rotateSecret(u1!, "v1.one", NOW, NOW + DAY);
+      await ha.rotateSecret(u2!, "v1.two", NOW, NOW + DAY);
+      expect(await hb.anySealedSecret()).toMatchObject({ sealed: expect.stringMatching(/^v1\.(one|two)$/) });
+      expect(await hb.forgetSecrets()).toBe(2);
+      expect(await secrets(ha, u1!)).toEqual([null, null, null, null]);
+      expect(await ha.keyCheck()).toBeNull();
+      expect(await ha.anySealedSecret()).toBeNull();
+      expect(await ha.forgetSecrets()).toBe(0);
+    });
+
     test("expired previous secrets are dropped, of one user or of everyone; one not yet expired stays", async () => {
       const { a } = await engine.open();
       const hooks = new WebhookStore(a);
