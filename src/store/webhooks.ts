@@ -173,25 +173,53 @@ export class WebhookStore implements WebhookRecords {
     // user (`held`), and rows are taken by turn, so every user's first goes before anyone's
     // second; a turn past `perUser` is not taken at all, so one user's backlog (or a hanging
     // receiver) holds at most perUser slots and the others stay free for everyone else.
+    //
+    // Bounded by the users, not the backlog: this runs on the serving thread on SQLite, and a
+    // receiver that is down can have a hundred thousand deliveries waiting. From the index
+    // webhook_deliveries_user_due (migration 21: pending rows by user, then due time and id),
+    // `pending_users` walks the users with pending deliveries, one seek each (a loose index
+    // scan: the next user after the last; a user whose rows are all retries not yet due costs
+    // that seek, as no index finds the next user with a due row without reading the others);
+    // `candidates` reads each one's oldest due rows, no more than a claim could take of them
+    // (perUser, and never more than `limit`), skipping a user who already holds perUser; only
+    // those few rows are ranked and sorted. PostgreSQL reads them with LATERAL; SQLite has no
+    // LATERAL, but runs a correlated `IN (… LIMIT)` once per user through the same index, and
+    // there the table keeps its own name, so its query plan names every read of it (the test
+    // of the plan looks for them).
+    //
     // The CTEs are MATERIALIZED so each runs once: PostgreSQL would otherwise run an
     // `id IN (SELECT … LIMIT)` again for every row it joins. PostgreSQL allows no FOR UPDATE
     // beside a window function, so the rows are locked in a second step; SKIP LOCKED leaves
     // rows another instance is claiming to it, and the outer WHERE repeats the due test, so a
     // row whose lock this claim waited for is taken only if still due. SQLite's write lock
     // serialises claims.
-    const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+    const postgres = this.sql.dialect === "postgres";
+    const skipLocked = postgres ? " FOR UPDATE SKIP LOCKED" : "";
     const heldUsers = [...held].filter(([, n]) => n > 0);
-    const heldSql = heldUsers.length === 0 ? "" : ` + CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
+    const heldSql = heldUsers.length === 0 ? "0" : `CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
+    const oldestDue = (columns: string) => `SELECT ${columns} FROM webhook_deliveries
+        WHERE state = 'pending' AND user_id = held.user_id AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`;
+    const [eachUsersOldest, row] = postgres
+      ? [`held CROSS JOIN LATERAL (${oldestDue("id, user_id, next_attempt_at")}) AS oldest`, "oldest"]
+      : [`held JOIN webhook_deliveries ON webhook_deliveries.id IN (${oldestDue("id")})`, "webhook_deliveries"];
     return this.sql.all<WebhookDeliveryRow>(
-      `WITH ranked AS MATERIALIZED (
-         SELECT id, next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)${heldSql} AS turn
-           FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?),
+      `WITH RECURSIVE pending_users (user_id) AS (
+         SELECT MIN(user_id) FROM webhook_deliveries WHERE state = 'pending'
+         UNION ALL
+         SELECT (SELECT MIN(webhook_deliveries.user_id) FROM webhook_deliveries WHERE state = 'pending' AND webhook_deliveries.user_id > pending_users.user_id)
+           FROM pending_users WHERE user_id IS NOT NULL),
+       held AS MATERIALIZED (
+         SELECT user_id, ${heldSql} AS n FROM pending_users WHERE user_id IS NOT NULL),
+       candidates AS MATERIALIZED (
+         SELECT ${row}.id, ${row}.next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY ${row}.user_id ORDER BY ${row}.next_attempt_at, ${row}.id) + held.n AS turn
+           FROM ${eachUsersOldest}
+          WHERE held.n < ?),
        due AS MATERIALIZED (
-         SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM ranked WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
+         SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM candidates WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
        UPDATE webhook_deliveries SET next_attempt_at = ?
         WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
         RETURNING *`,
-      [...heldUsers.flat(), now, perUser, limit, leaseUntil, now],
+      [...heldUsers.flat(), now, Math.max(0, Math.min(perUser, limit)), perUser, perUser, limit, leaseUntil, now],
     );
   }
 
