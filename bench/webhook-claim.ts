@@ -1,11 +1,11 @@
 /**
  * What one webhook claim (store/webhooks claimDue, the delivery worker's read of what to send
- * next) costs as the backlog of due deliveries grows, before and after migration 20, side by
+ * next) costs as the backlog of due deliveries grows, before and after migration 21, side by
  * side in one run: N due pending deliveries spread over 1 user (one receiver that is down or
  * hangs, its task events piling up) and over 1000 users, one claim of `limit` 16 with 4 a user,
  * the first user already holding one attempt in flight (`held`). Three figures on the same rows:
- * - before: the claim's query before migration 20 (its SQL, kept here) on a database at
- *   migration 19: a window function over every due row;
+ * - before: the claim's query before migration 21 (its SQL, kept here) on a database at
+ *   migration 20 (the schema before the index): a window function over every due row;
  * - old query + index: the same query at this tree's schema (the index alone does not help:
  *   the window still reads every due row, in the index's order instead of a sort);
  * - now: WebhookStore.claimDue at this tree's schema.
@@ -44,7 +44,7 @@ const LIMIT = 16;
 const PER_USER = 4;
 const NOW = 1_700_000_000_000;
 const LEASE = NOW + 60_000;
-const BEFORE = 19;
+const BEFORE = 20;
 
 /** `users` users and `rows` due pending deliveries dealt round the users, the oldest first. */
 async function seed(sql: SqlClient, users: number, rows: number): Promise<void> {
@@ -87,7 +87,7 @@ const held = new Map([[1, 1]]);
 /** What a claim takes: up to PER_USER a user less what they hold, LIMIT in all. */
 const expectedRows = (users: number) => Math.min(LIMIT, PER_USER * users - (held.get(1) ?? 0));
 
-/** The claim before migration 20, verbatim but for its comments: a window over every due row. */
+/** The claim before migration 21, verbatim but for its comments: a window over every due row. */
 const before: Claim = (sql) => {
   const skipLocked = sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
   const heldUsers = [...held].filter(([, n]) => n > 0);
@@ -121,7 +121,7 @@ interface Opened {
   close(): Promise<void>;
 }
 
-/** Two fresh databases on `engine`: at migration 19 and at this tree's schema. */
+/** Two fresh databases on `engine`: at migration 20 and at this tree's schema. */
 async function open(engine: "SQLite" | "PostgreSQL", dir: string, name: string): Promise<Opened> {
   if (engine === "SQLite") {
     const old = new SqliteClient(openDatabase(join(dir, `${name}-old`), migrations.filter((m) => m.version <= BEFORE)));
@@ -145,7 +145,7 @@ const dir = mkdtempSync(join(tmpdir(), "atelier-bench-webhook-claim-"));
 const ratio = (r: number) => (r < 10 ? r.toFixed(1) : r.toFixed(0));
 const cell = (f: { p50: number; p99: number }) => `${f.p50.toFixed(2)} (${f.p99.toFixed(2)})`.padStart(22);
 console.log(`one claim: limit ${LIMIT}, ${PER_USER} a user, user 1 holding 1; median (p99) ms of ${claims} claims (bun ${Bun.version}, ${navigator.hardwareConcurrency} cores)`);
-console.log(`engine      due rows  users${"before (migration 19)".padStart(22)}${"old query + index".padStart(22)}${"now".padStart(22)}  before/now`);
+console.log(`engine      due rows  users${"before (migration 20)".padStart(22)}${"old query + index".padStart(22)}${"now".padStart(22)}  before/now`);
 try {
   for (const engine of engines) {
     for (const users of USERS) {
