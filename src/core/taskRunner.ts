@@ -1,7 +1,7 @@
 /**
  * Async image tasks: accepted (charged) at once, queued durably in the store, run in the
- * background within their own bounds (server-wide and per user, so a burst of async work
- * cannot starve the synchronous path), cancelable, and announced when they end.
+ * background within their own bounds (per instance, and per user across instances, so a burst
+ * of async work cannot starve the synchronous path), cancelable, and announced when they end.
  *
  *   submit: engine? → bounds → decode the inputs → charge + task row + inputs (+ key), one txn
  *   run:    claim (queued → running) → generateCharged (engine, verify, success or refund)
@@ -25,9 +25,9 @@ import { timerDelay } from "./timerDelay";
 export { TaskQueueFull } from "./store";
 
 export interface AsyncLimits {
-  /** Async tasks running at once, server-wide. */
+  /** Async tasks running at once on this instance. */
   concurrency: number;
-  /** Async tasks running at once for one user. */
+  /** Async tasks running at once for one user, on every instance sharing the store. */
   perUserConcurrency: number;
   /** Async tasks queued or running, server-wide; beyond it TaskQueueFull. */
   queueSize: number;
@@ -294,16 +294,25 @@ export class TaskRunner {
     return this.deps.background.track(pass);
   }
 
-  /** One pass: queued tasks oldest first, skipping users at their own limit. */
+  /**
+   * One pass: queued tasks oldest first, skipping users at their own limit. A user whose task
+   * could not be claimed (at the limit on another instance, or its row busy) is passed over for
+   * the rest of the pass: each claim of theirs would cost a transaction for the same answer.
+   */
   private async startQueued(): Promise<void> {
     const { limits } = this.deps;
     if (this.running.size >= limits.concurrency) return;
+    const passedOver = new Set<number>();
     for (const task of await this.deps.store.tasks.queued()) {
       if (this.stopped || this.running.size >= limits.concurrency) return;
+      if (passedOver.has(task.user_id)) continue;
       const mine = [...this.running.values()].filter((r) => r.userId === task.user_id).length;
       if (mine >= limits.perUserConcurrency) continue;
       // The store counts the user's tasks running on every instance (this count is this one's only).
-      if (!(await this.deps.store.tasks.start(task.id, this.deps.clock(), task.user_id, limits.perUserConcurrency))) continue;
+      if (!(await this.deps.store.tasks.start(task.id, this.deps.clock(), task.user_id, limits.perUserConcurrency))) {
+        passedOver.add(task.user_id);
+        continue;
+      }
       this.run(task);
     }
   }

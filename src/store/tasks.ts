@@ -83,16 +83,22 @@ export class TaskRecords implements TaskStore {
    * Claims a queued task for this instance: queued → running, and its request row records the
    * owner, in one transaction. False when it was no longer queued, or when its user already has
    * `perUserLimit` async tasks running anywhere: the per-user bound holds across the instances
-   * sharing the store (each instance alone sees only its own). On PostgreSQL the row is locked
-   * with SKIP LOCKED, so instances claiming at once pass over it instead of queueing on it, and
-   * the user's row is locked first, so two instances starting that user's tasks count in turn
-   * (a running count read beside another's uncommitted start would let both pass); on SQLite
-   * the write lock already serialises starts.
+   * sharing the store (each instance alone sees only its own). On PostgreSQL the user's row is
+   * locked first, so two instances starting that user's tasks count in turn (a running count
+   * read beside another's uncommitted start would let both pass), then the request's row and
+   * the task's; every lock is taken SKIP LOCKED, and a row held elsewhere (another instance's
+   * start, a charge or refund of that user, a cancel of this task) makes the claim false at
+   * once, to be tried again at the next pass: a claim never waits, so it can neither stall the
+   * runner behind a long transaction nor deadlock with a refund (which locks the request's
+   * row, then the task's, then the user's). On SQLite the write lock serialises it all.
    */
   async start(id: string, now: number, userId: number, perUserLimit: number): Promise<boolean> {
     const postgres = this.sql.dialect === "postgres";
     return this.sql.transaction(async (tx) => {
-      if (postgres) await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE", [userId]);
+      if (postgres) {
+        if (!(await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE SKIP LOCKED", [userId]))) return false;
+        if (!(await tx.get("SELECT id FROM requests WHERE id = ? AND status = 'pending' FOR UPDATE SKIP LOCKED", [id]))) return false;
+      }
       const claimed = await tx.run(
         `UPDATE tasks SET status = 'running', started_at = ?
           WHERE id = (SELECT id FROM tasks WHERE id = ? AND status = 'queued'${postgres ? " FOR UPDATE SKIP LOCKED" : ""}) AND status = 'queued'

@@ -209,21 +209,37 @@ for (const engine of bothEngines()) {
     });
 
     // SQLite's write lock serialises starts; on PostgreSQL two instances' starts overlap for real.
-    test.if(engine.name === "PostgreSQL")("a start that overlaps another instance's start of the same user's task waits for it, then counts it", async () => {
+    test.if(engine.name === "PostgreSQL")("a start that overlaps another instance's start of the same user's task does not start it, and does not wait: the next pass counts the other", async () => {
       const u = await user(9);
       const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
       const [first, second] = ["o1", "o2"].map((id) => `${id}-${engine.name}`) as [string, string];
       for (const id of [first, second]) await a.credits.chargeForImage(charge(id, u, { task: queued }), 9_500);
-      let overlapping: Promise<boolean> | undefined;
-      // Instance b's start of `first`, held open before its commit (as start() does it: the user's row, then the claim).
+      // Instance b's start of `first`, held open before its commit (as start() takes it: the user's row, then the claim).
       await b.sql.transaction(async (tx) => {
         await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE", [u]);
         expect((await tx.run("UPDATE tasks SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'", [9_600, first])).changes).toBe(1);
-        overlapping = a.tasks.start(second, 9_600, u, 1);
-        await Bun.sleep(300);
+        // Answered while b's transaction is still open.
+        expect(await a.tasks.start(second, 9_600, u, 2)).toBe(false);
       });
-      expect(await overlapping!).toBe(false);
       expect(await a.tasks.get(second)).toMatchObject({ status: "queued" });
+      expect(await a.tasks.start(second, 9_700, u, 1)).toBe(false);
+      expect(await a.tasks.start(second, 9_700, u, 2)).toBe(true);
+    });
+
+    test.if(engine.name === "PostgreSQL")("a start never waits on a request row held by a refund of that task: it answers false at once, and the refund goes through", async () => {
+      const u = await user(9);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
+      const id = `r1-${engine.name}`;
+      await a.credits.chargeForImage(charge(id, u, { task: queued }), 9_800);
+      await b.sql.transaction(async (tx) => {
+        // A cancel's refund locks the request's row first (store/credits refundPending).
+        await tx.run("UPDATE requests SET error_code = error_code WHERE id = ?", [id]);
+        expect(await a.tasks.start(id, 9_810, u, 5)).toBe(false);
+      });
+      const canceled = { ...FAILED, task: { status: "canceled" as const, error: { message: "canceled", type: "invalid_request_error", param: null, code: "task_canceled" }, expiresAt: 99_000 } };
+      expect(await b.credits.refundOnce(id, canceled, 9_820)).toBe(true);
+      expect(await a.tasks.start(id, 9_830, u, 5)).toBe(false);
+      expect(await a.tasks.get(id)).toMatchObject({ status: "canceled" });
     });
 
     test("two async submissions for a user's last queue place, one on each instance: one is charged, the other is TaskQueueFull", async () => {
