@@ -27,7 +27,7 @@ import { TaskRunner } from "./core/taskRunner";
 import { describeFailure } from "./http/errorMapping";
 import { WebhookDispatcher } from "./core/webhooks";
 import { SecretBox } from "./core/webhooksSecretBox";
-import { loadWebhookSecretKey } from "./store/webhooks";
+import { loadWebhookSecretKey, webhookSecretKeyExists } from "./store/webhooks";
 import { join } from "node:path";
 import { ImageArchive, ImageSweeper, type ImageBlobStore } from "./core/imageArchive";
 import { ImageLinks } from "./core/imageLinks";
@@ -171,10 +171,12 @@ function imageLinkKey(store: Store, clock: Clock): () => Promise<Uint8Array> {
 /** Webhooks from [webhooks]: secrets sealed under the configured key or data_dir/webhook-secrets.key. */
 function createWebhookDispatcher(deps: AppDeps, clock: Clock): WebhookDispatcher {
   const c = deps.config.webhooks;
-  const key = () => (c.secret_key !== undefined ? Buffer.from(c.secret_key, "base64") : loadWebhookSecretKey(deps.config.server.data_dir));
+  const dataDir = deps.config.server.data_dir;
+  const key = () => (c.secret_key !== undefined ? Buffer.from(c.secret_key, "base64") : loadWebhookSecretKey(dataDir));
   return new WebhookDispatcher({
     records: deps.store.webhooks,
     box: new SecretBox(key),
+    keyExists: () => c.secret_key !== undefined || webhookSecretKeyExists(dataDir),
     whenWritable: deps.store.whenWritable,
     clock,
     logger: deps.logger,

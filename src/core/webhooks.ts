@@ -37,7 +37,12 @@ import { systemResolver, type ResolveHost } from "./pinnedFetch";
 import { attemptErrorText, NO_SECRET, SECRET_UNREADABLE } from "./webhooksAttemptError";
 import { checkWebhookTarget, webhookUrlSyntax, type WebhookUrlPolicy } from "./webhooksTarget";
 import { InflightByUser, MAX_PENDING_TESTS, perUserSlots } from "./webhooksFairness";
-import { WebhookKeyCheck } from "./webhooksKeyCheck";
+import { WebhookKeyCheck, WebhookKeyMismatch } from "./webhooksKeyCheck";
+
+/** An attempt this server cannot make because its key is not the database's (not recorded). */
+const KEY_NOT_OURS = Symbol("key not ours");
+/** How often a server paused for a foreign key looks whether it fits again. */
+const KEY_RECHECK_MS = 60_000;
 
 /** Why a test event was not sent: no endpoint, or MAX_PENDING_TESTS still waiting. */
 export type TestEventRefusal = "no_endpoint" | "too_many_pending";
@@ -58,6 +63,8 @@ export interface WebhookSettings {
 export interface WebhookDeps {
   records: WebhookRecords;
   box: SecretBox;
+  /** Whether the box's key exists yet (the key file is made on first use); always, by default. */
+  keyExists?: () => boolean;
   whenWritable: FlowStore["whenWritable"];
   clock: Clock;
   logger: Logger;
@@ -113,10 +120,17 @@ export class WebhookDispatcher implements TaskEventSink {
   private running = false;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private lastPrune = 0;
+  /**
+   * When this server found its key is not the one the stored secrets were sealed with (another
+   * instance sealed first, or the secrets were forgotten and sealed again under another key
+   * while it ran): it then takes no deliveries, which an instance with the database's key
+   * makes, and looks again at most every KEY_RECHECK_MS. Null while the key fits.
+   */
+  private foreignKeyAt: number | null = null;
 
   constructor(private readonly deps: WebhookDeps) {
     this.policy = { allowPrivateAddresses: deps.settings.allowPrivateAddresses, resolve: deps.resolve ?? systemResolver };
-    this.keyCheck = new WebhookKeyCheck(deps.records, deps.box, deps.clock);
+    this.keyCheck = new WebhookKeyCheck(deps.records, deps.box, deps.clock, deps.keyExists);
     this.endpoints = new WebhookEndpoints(deps.records, deps.box, this.policy, deps.clock, deps.settings.rotationOverlapMs, this.keyCheck);
   }
 
@@ -242,6 +256,7 @@ export class WebhookDispatcher implements TaskEventSink {
     const { settings, records, clock, logger } = this.deps;
     const free = settings.concurrency - this.inflight.size;
     if (free <= 0) return 0;
+    if (this.foreignKeyAt !== null && !(await this.keyFitsAgain())) return 0;
     const now = clock();
     await this.pruneNow(now);
     let claimed: WebhookDeliveryRow[];
@@ -292,6 +307,9 @@ export class WebhookDispatcher implements TaskEventSink {
     const at = clock();
     const started = performance.now();
     const answer = await this.attempt(row);
+    // Not this server's to make (its key is not the database's): left unrecorded, the claim's
+    // lease runs out and an instance with the right key makes the attempt.
+    if (answer === KEY_NOT_OURS) return;
     const durationMs = performance.now() - started;
     const made = row.attempts + 1;
     let outcome: AttemptOutcome;
@@ -313,14 +331,37 @@ export class WebhookDispatcher implements TaskEventSink {
     if (outcome.state === "failed") logger.warn("webhook delivery failed", { delivery_id: row.id, event_id: row.event_id, user_id: row.user_id, attempts: made });
   }
 
+  /** True (and deliveries paused, an error logged) when the key check finds this server's key is not the database's. */
+  private async keyIsForeign(): Promise<boolean> {
+    try {
+      await this.keyCheck.verify();
+      return false;
+    } catch (e) {
+      if (!(e instanceof WebhookKeyMismatch)) return false;
+      if (this.foreignKeyAt === null) this.deps.logger.error("webhook deliveries paused on this server", { error: e.message });
+      this.foreignKeyAt = this.deps.clock();
+      return true;
+    }
+  }
+
+  /** Whether a paused server's key fits again (the check is made at most every KEY_RECHECK_MS). */
+  private async keyFitsAgain(): Promise<boolean> {
+    if (this.deps.clock() - this.foreignKeyAt! < KEY_RECHECK_MS) return false;
+    if (await this.keyIsForeign()) return false;
+    this.foreignKeyAt = null;
+    this.deps.logger.info("webhook deliveries resumed on this server: its key is the database's again");
+    return true;
+  }
+
   /** One attempt; never throws. */
-  private async attempt(row: WebhookDeliveryRow): Promise<AttemptAnswer> {
+  private async attempt(row: WebhookDeliveryRow): Promise<AttemptAnswer | typeof KEY_NOT_OURS> {
     const failed = (error: string): AttemptAnswer => ({ ok: false, status: null, error, gone: false });
     let secrets: SigningSecrets | null;
     try {
       secrets = await this.endpoints.secretsOf(row.user_id);
     } catch {
-      return failed(SECRET_UNREADABLE);
+      // This one secret (a row tampered with), or every secret (this server's key is not the database's)?
+      return (await this.keyIsForeign()) ? KEY_NOT_OURS : failed(SECRET_UNREADABLE);
     }
     if (secrets === null) return failed(NO_SECRET);
     const check = await checkWebhookTarget(row.url, this.policy);

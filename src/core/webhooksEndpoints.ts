@@ -72,8 +72,12 @@ export class WebhookEndpoints {
     const check = await checkWebhookTarget(text.trim(), this.policy);
     if (!check.target) return { refused: check.refused, reason: check.reason };
     const url = check.target.url;
+    // The first secret is made with the URL: a key that may not seal is refused before the URL
+    // is saved, not after (which left an endpoint that nothing could sign for).
+    const needsSecret = !(await this.hasSecret(userId));
+    if (needsSecret) await this.keyCheck.beforeSeal();
     await this.records.setEndpointUrl(userId, url, this.clock());
-    const secret = (await this.hasSecret(userId)) ? null : await this.rotateSecret(userId);
+    const secret = needsSecret ? await this.rotateSecret(userId) : null;
     return { url, secret };
   }
 

@@ -27,13 +27,18 @@ export interface WebhookKeyCheckRecords {
   anySealedSecret(): Promise<{ userId: number; sealed: string } | null>;
 }
 
+const WAY_OUT =
+  "If that key is lost for good, `atelier webhooks forget-secrets --yes` drops the secrets sealed with it (users then make new ones on the workbench's Webhooks page).";
+
 export class WebhookKeyMismatch extends Error {
   override name = "WebhookKeyMismatch";
-  constructor() {
+  /** `missing`: the key file is gone (none is made in its place while the database holds secrets). */
+  constructor(readonly why: "another key" | "missing" = "another key") {
     super(
-      "the webhook secret key is not the one this database's webhook signing secrets were sealed with: " +
-        "give every instance the same [webhooks] secret_key, or put back the data directory's webhook-secrets.key from the backup it came with. " +
-        "If that key is lost for good, `atelier webhooks forget-secrets` drops the secrets sealed with it (users then make new ones on the workbench's Webhooks page).",
+      why === "missing"
+        ? `data_dir/webhook-secrets.key is missing, and this database holds webhook signing secrets sealed with it: put it back from the backup the database came with (or set [webhooks] secret_key to it). ${WAY_OUT}`
+        : "the webhook secret key is not the one this database's webhook signing secrets were sealed with: " +
+            `give every instance the same [webhooks] secret_key, or put back the data directory's webhook-secrets.key from the backup it came with. ${WAY_OUT}`,
     );
   }
 }
@@ -43,17 +48,24 @@ export class WebhookKeyCheck {
     private readonly records: WebhookKeyCheckRecords,
     private readonly box: SecretBox,
     private readonly clock: Clock,
+    /**
+     * Whether the key exists without making it (the key file is made on first use): false
+     * while the database holds secrets means the file was lost, which is said as such rather
+     * than hidden behind a new key made in its place.
+     */
+    private readonly keyExists: () => boolean = () => true,
   ) {}
 
-  /** At start: throws WebhookKeyMismatch when the stored secrets were sealed under another key. */
+  /** At start: throws WebhookKeyMismatch when the stored secrets were sealed under another key, or the key file is gone. */
   async verify(): Promise<void> {
     const stored = await this.records.keyCheck();
+    const sample = stored === null ? await this.records.anySealedSecret() : null;
+    if (stored === null && sample === null) return;
+    if (!this.keyExists()) throw new WebhookKeyMismatch("missing");
     if (stored !== null) return this.compare(stored);
-    const sample = await this.records.anySealedSecret();
-    if (sample === null) return;
     // Sealed before the check existed: the key is the right one if it opens a secret.
     try {
-      this.box.open(sample.sealed, secretContext(sample.userId));
+      this.box.open(sample!.sealed, secretContext(sample!.userId));
     } catch {
       throw new WebhookKeyMismatch();
     }

@@ -2,7 +2,6 @@
  * The image archive's rows (migration 5) and the server's own secrets. The bytes are not here:
  * see store/imageFiles.ts.
  */
-import { randomBytes } from "node:crypto";
 import type { SqlClient, SqlQueries } from "./sql";
 import type { ArchivedImage, ContentRecords, ImageRecords as ImageRecordsPort } from "../core/imageArchive";
 import type { ImageMime } from "../core/engine";
@@ -203,15 +202,3 @@ const GALLERY_SELECT = `SELECT images.*, requests.prompt AS prompt, requests.mod
   FROM images LEFT JOIN requests ON requests.id = images.request_id`;
 const UNEXPIRED = "(images.expires_at IS NULL OR images.expires_at > ?)";
 
-/** Secrets the server makes for itself, kept in the database so every process and restart shares them. */
-export class ServerSecretStore {
-  constructor(private readonly sql: SqlClient) {}
-
-  /** The named secret, created (32 random bytes) on first use; two processes racing agree on one. */
-  async getOrCreate(name: string, now: number): Promise<Uint8Array> {
-    await this.sql.run("INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING", [name, randomBytes(32), now]);
-    const row = await this.sql.get<{ value: Uint8Array }>("SELECT value FROM server_secrets WHERE name = ?", [name]);
-    if (!row) throw new Error(`server secret ${name} is missing`);
-    return new Uint8Array(row.value);
-  }
-}

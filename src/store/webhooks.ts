@@ -3,11 +3,12 @@
  * a rotation's previous secret, migration 20), and the key that seals the secrets, kept in a file
  * beside the database (never in it).
  */
-import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { forUpdate, type SqlClient } from "./sql";
 import { PRIVATE_FILE } from "./privateFiles";
+import { ServerSecretStore } from "./serverSecrets";
 import { ENDPOINT_REMOVED } from "../core/webhooksAttemptError";
 import type {
   AttemptOutcome,
@@ -54,6 +55,11 @@ export function loadWebhookSecretKey(dataDir: string): Uint8Array {
   const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64");
   if (key.length !== 32) throw new Error(`${path}: expected the base64 of 32 bytes`);
   return key;
+}
+
+/** Whether loadWebhookSecretKey would read a key rather than make one (an in-memory data_dir makes none). */
+export function webhookSecretKeyExists(dataDir: string): boolean {
+  return dataDir === ":memory:" || existsSync(join(dataDir, WEBHOOK_KEY_FILE));
 }
 
 export class WebhookStore implements WebhookRecords {
@@ -121,16 +127,12 @@ export class WebhookStore implements WebhookRecords {
     return changes;
   }
 
-  async keyCheck(): Promise<Uint8Array | null> {
-    const row = await this.sql.get<{ value: Uint8Array }>("SELECT value FROM server_secrets WHERE name = ?", [KEY_CHECK_NAME]);
-    return row ? new Uint8Array(row.value) : null;
+  keyCheck(): Promise<Uint8Array | null> {
+    return new ServerSecretStore(this.sql).read(KEY_CHECK_NAME);
   }
 
-  async claimKeyCheck(value: Uint8Array, now: number): Promise<Uint8Array> {
-    await this.sql.run("INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING", [KEY_CHECK_NAME, value, now]);
-    const stored = await this.keyCheck();
-    if (!stored) throw new Error("the webhook key's check value is missing right after it was written");
-    return stored;
+  claimKeyCheck(value: Uint8Array, now: number): Promise<Uint8Array> {
+    return new ServerSecretStore(this.sql).claim(KEY_CHECK_NAME, value, now);
   }
 
   async anySealedSecret(): Promise<{ userId: number; sealed: string } | null> {
@@ -147,7 +149,7 @@ export class WebhookStore implements WebhookRecords {
         `UPDATE webhook_endpoints SET secret_sealed = NULL, secret_created_at = NULL, previous_secret_sealed = NULL, previous_secret_expires_at = NULL
           WHERE secret_sealed IS NOT NULL OR previous_secret_sealed IS NOT NULL`,
       );
-      await tx.run("DELETE FROM server_secrets WHERE name = ?", [KEY_CHECK_NAME]);
+      await new ServerSecretStore(tx).remove(KEY_CHECK_NAME);
       return changes;
     });
   }
@@ -167,7 +169,12 @@ export class WebhookStore implements WebhookRecords {
     });
   }
 
-  claimDue(now: number, limit: number, leaseUntil: number, perUser = limit, held: ReadonlyMap<number, number> = new Map()): Promise<WebhookDeliveryRow[]> {
+  async claimDue(now: number, limit: number, leaseUntil: number, perUser = limit, held: ReadonlyMap<number, number> = new Map()): Promise<WebhookDeliveryRow[]> {
+    // Nothing due (the usual look: after each event and attempt, and every poll): answered from
+    // the due-time index in one seek, without walking the users whose retries are all to come
+    // (one seek each below: 40 ms for 20 000 such users on SQLite).
+    const due = await this.nextDue();
+    if (due === null || due > now) return [];
     // Round robin across users: each due row gets its turn within its user (1 for the oldest,
     // then 2, …), counted after the deliveries this instance already has in flight for that
     // user (`held`), and rows are taken by turn, so every user's first goes before anyone's

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { createLogger } from "../../src/logger";
 import { WebhookDispatcher, taskEventId, type WebhookSettings } from "../../src/core/webhooks";
 import { SecretBox, secretContext } from "../../src/core/webhooksSecretBox";
-import { WebhookKeyMismatch } from "../../src/core/webhooksKeyCheck";
+import { WebhookKeyCheck, WebhookKeyMismatch } from "../../src/core/webhooksKeyCheck";
 import { DEFAULT_RETRY_DELAYS_MS } from "../../src/core/webhooksSchedule";
 import { createServices } from "../../src/services";
 import { loadWebhookSecretKey } from "../../src/store/webhooks";
@@ -418,10 +418,15 @@ describe("endpoints and secrets", () => {
     const other = addUser(store, 0);
     await store.webhooks.rotateSecret(other, (await store.webhooks.endpoint(userId))!.secret_sealed!, clock.now(), null);
     await expect(dispatcher.endpoints.secretsOf(other)).rejects.toThrow();
-    // Under another key nothing opens, and an attempt says so instead of sending unsigned.
+    // Under another key nothing opens.
     const wrongKey = makeDispatcher({}, new SecretBox(() => new Uint8Array(32).fill(9)));
     await expect(wrongKey.endpoints.secretsOf(userId)).rejects.toThrow();
-    dispatcher = wrongKey;
+    // A row that does not open under the right key (sealed for another user): its attempt says
+    // so instead of sending unsigned.
+    rawDb(store).run("UPDATE webhook_endpoints SET secret_sealed = ?, previous_secret_sealed = NULL, previous_secret_expires_at = NULL WHERE user_id = ?", [
+      new SecretBox(() => KEY).seal("whsec_AAAA", secretContext(userId + 999)),
+      userId,
+    ]);
     await dispatcher.taskFinished(event(userId));
     await deliverDue();
     expect(hits.length).toBe(0);
@@ -675,6 +680,51 @@ describe("the key the stored secrets were sealed with (webhooksKeyCheck)", () =>
     await dispatcher.keyCheck.verify();
     expect(await checkValue()).not.toBeNull();
     await expect(makeDispatcher({}, new SecretBox(() => OTHER)).keyCheck.verify()).rejects.toBeInstanceOf(WebhookKeyMismatch);
+  });
+
+  test("a server that finds, while it runs, that its key is not the database's takes no deliveries (none recorded); the right key delivers them; it resumes once its key fits", async () => {
+    setup();
+    const { userId, secret } = await userWithEndpoint();
+    const foreign = makeDispatcher({}, new SecretBox(() => OTHER));
+    await foreign.taskFinished(event(userId));
+    expect(await foreign.claimAndDeliver()).toBe(1);
+    await foreign.idle();
+    expect(hits).toHaveLength(0);
+    expect((await deliveriesOf(userId))[0]!.attempts).toHaveLength(0);
+    expect(logs.filter((l) => l.includes("webhook deliveries paused on this server"))).toHaveLength(1);
+    // Its claim's lease runs out; paused, it takes nothing, and the right key delivers it.
+    clock.advance(40_000);
+    expect(await foreign.claimAndDeliver()).toBe(0);
+    expect(await deliverDue()).toBe(1);
+    expect(hits).toHaveLength(1);
+    expect(verifyStandardWebhook(secret, hits[0]!.headers, hits[0]!.body, Math.floor(clock.now() / 1000))).toBe(true);
+    // The secrets forgotten (the database has no key now): at its next look it resumes.
+    await store.webhooks.forgetSecrets();
+    await dispatcher.taskFinished(event(userId, "req_task2"));
+    clock.advance(61_000);
+    expect(await foreign.claimAndDeliver()).toBe(1);
+    await foreign.idle();
+    expect(logs.some((l) => l.includes("webhook deliveries resumed on this server"))).toBe(true);
+  });
+
+  test("a key file that is gone while the database holds secrets is said to be missing, and none is made in its place", async () => {
+    setup();
+    await userWithEndpoint();
+    let loads = 0;
+    const keyless = makeDispatcher({}, new SecretBox(() => (loads++, OTHER)));
+    const check = new WebhookKeyCheck(store.webhooks, new SecretBox(() => (loads++, OTHER)), clock.now, () => false);
+    await expect(check.verify()).rejects.toMatchObject({ why: "missing" });
+    expect(loads).toBe(0);
+    await expect(keyless.keyCheck.verify()).rejects.toMatchObject({ why: "another key" });
+  });
+
+  test("saving a first endpoint URL with a key that may not seal is refused before the URL is saved", async () => {
+    setup();
+    await userWithEndpoint();
+    const foreign = makeDispatcher({}, new SecretBox(() => OTHER));
+    const u = addUser(store, 0);
+    await expect(foreign.endpoints.setUrl(u, `http://hooks.test:${port()}/hook`)).rejects.toBeInstanceOf(WebhookKeyMismatch);
+    expect(await store.webhooks.endpoint(u)).toBeNull();
   });
 
   test("forgetting the secrets (the key is lost) lets another key start and seal; the old key is then the stranger", async () => {

@@ -50,12 +50,20 @@ test("instances given different [webhooks] secret_key: the second refuses to sta
   expect(unconfirmed.code).not.toBe(0);
   expect(unconfirmed.stderr).toContain("--yes");
   expect(await hooks.hasSecret(userId)).toBe(true);
-  const forgot = await cli("forget-secrets", "--yes");
+  // Refused while servers run on the database: they hold the old key and would go on with it.
+  const whileRunning = await cli("forget-secrets", "--yes");
+  expect(whileRunning.code).not.toBe(0);
+  expect(whileRunning.stderr).toMatch(/2 servers are running on this database .*stop them first, or add --force/);
+  expect(await hooks.hasSecret(userId)).toBe(true);
+  // Stopped (their heartbeat still within its lease): --force says they are gone.
+  await a.stop();
+  await same.stop();
+  const forgot = await cli("forget-secrets", "--yes", "--force");
   expect(forgot).toMatchObject({ code: 0, stderr: "" });
   expect(forgot.stdout).toContain("forgot the signing secrets of 1 webhook endpoint;");
-  expect(await hooks.hasSecret(userId)).toBe(false);
 
   const b = await serverOn(dir, keyY);
+  expect(await b.services.taskEvents.endpoints.hasSecret(userId)).toBe(false);
   const secret = await b.services.taskEvents.endpoints.rotateSecret(userId);
   expect(await b.services.taskEvents.endpoints.secretsOf(userId)).toEqual([secret]);
 });
@@ -68,5 +76,7 @@ test("a data directory that lost its webhook-secrets.key: a server on it refuses
   const keyFile = join(dir, "webhook-secrets.key");
   expect(existsSync(keyFile)).toBe(true);
   rmSync(keyFile);
-  await expect(serverOn(dir)).rejects.toThrow(/put back the data directory's webhook-secrets\.key.*forget-secrets/);
+  await expect(serverOn(dir)).rejects.toThrow(/webhook-secrets\.key is missing, and this database holds webhook signing secrets sealed with it: put it back.*forget-secrets --yes/);
+  // No key was made in its place: the file to put back is still the one missing.
+  expect(existsSync(keyFile)).toBe(false);
 });

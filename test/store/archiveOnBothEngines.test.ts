@@ -8,7 +8,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { latestVersion, openDatabase } from "../../src/store/database";
-import { ImageRecords, ServerSecretStore } from "../../src/store/images";
+import { ImageRecords } from "../../src/store/images";
+import { ServerSecretStore } from "../../src/store/serverSecrets";
 import { RequestStore } from "../../src/store/requests";
 import { SqliteClient, type PostgresClient, type SqlClient } from "../../src/store/sql";
 import { UsageStore } from "../../src/store/usage";

@@ -31,14 +31,17 @@ async function backlog(hooks: WebhookStore, userId: number, count: number, from:
   }
 }
 
-/** The statement claimDue would run on `sql`, with its parameters, without running it. */
+/**
+ * The statement claimDue would run on `sql`, with its parameters, without running it (its first
+ * look, at the earliest due time, is answered "due long ago").
+ */
 async function claimStatement(sql: SqlClient, ...args: Parameters<WebhookStore["claimDue"]>): Promise<[string, readonly SqlValue[]]> {
   const statements: [string, readonly SqlValue[]][] = [];
   const unexpected = () => Promise.reject(new Error("the claim is one statement, read with all()"));
   const recording: SqlClient = {
     dialect: sql.dialect,
     all: async (q, params = []) => (statements.push([q, params]), []),
-    get: unexpected,
+    get: async <T>(q: string) => (q.includes("MIN(next_attempt_at)") ? ({ t: 0 } as T) : unexpected()),
     run: unexpected,
     transaction: unexpected,
     exec: unexpected,
@@ -231,3 +234,19 @@ for (const engine of bothEngines()) {
     }, 120_000);
   });
 }
+
+test("nothing due: a claim answers from the earliest due time alone, without walking the users whose retries are to come", async () => {
+  const statements: string[] = [];
+  const unexpected = () => Promise.reject(new Error("unexpected statement"));
+  const recording: SqlClient = {
+    dialect: "sqlite",
+    all: async (q) => (statements.push(q), []),
+    get: async <T>(q: string) => (statements.push(q), { t: NOW + 1_000 } as T),
+    run: unexpected,
+    transaction: unexpected,
+    exec: unexpected,
+    close: async () => {},
+  };
+  expect(await new WebhookStore(recording).claimDue(NOW, 16, LEASE, 4)).toEqual([]);
+  expect(statements).toEqual(["SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE state = 'pending'"]);
+});

@@ -69,7 +69,7 @@ for (const engine of bothEngines()) {
       // A later claim with the other value changes nothing and is told the stored one.
       expect(await hb.claimKeyCheck(firstIsX ? y : x, NOW + 1)).toEqual(first);
       expect(await ha.keyCheck()).toEqual(first);
-      // A sealed secret is found, current or only a previous one.
+      // A sealed secret is found.
       await ha.rotateSecret(u1!, "v1.one", NOW, NOW + DAY);
       await ha.rotateSecret(u2!, "v1.two", NOW, NOW + DAY);
       expect(await hb.anySealedSecret()).toMatchObject({ sealed: expect.stringMatching(/^v1\.(one|two)$/) });
