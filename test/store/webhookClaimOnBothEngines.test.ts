@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { SqlClient, SqlValue } from "../../src/store/sql";
-import { WebhookStore } from "../../src/store/webhooks";
+import { FEW_DUE_DELIVERIES, WebhookStore } from "../../src/store/webhooks";
 import { bothEngines } from "../support/bothEngines";
 
 const NOW = 1_700_000_000_000;
@@ -32,8 +32,8 @@ async function backlog(hooks: WebhookStore, userId: number, count: number, from:
 }
 
 /**
- * The statement claimDue would run on `sql`, with its parameters, without running it (its first
- * look, at the earliest due time, is answered "due long ago").
+ * The statement claimDue's walk would run on `sql`, with its parameters, without running it (its
+ * first look, the count of due rows, is answered "more than a few", which takes the walk).
  */
 async function claimStatement(sql: SqlClient, ...args: Parameters<WebhookStore["claimDue"]>): Promise<[string, readonly SqlValue[]]> {
   const statements: [string, readonly SqlValue[]][] = [];
@@ -41,7 +41,7 @@ async function claimStatement(sql: SqlClient, ...args: Parameters<WebhookStore["
   const recording: SqlClient = {
     dialect: sql.dialect,
     all: async (q, params = []) => (statements.push([q, params]), []),
-    get: async <T>(q: string) => (q.includes("MIN(next_attempt_at)") ? ({ t: 0 } as T) : unexpected()),
+    get: async <T>(q: string) => (q.includes("SELECT COUNT(*) AS n FROM (SELECT 1 FROM webhook_deliveries") ? ({ n: Number.MAX_SAFE_INTEGER } as T) : unexpected()),
     run: unexpected,
     transaction: unexpected,
     exec: unexpected,
@@ -159,7 +159,9 @@ for (const engine of bothEngines()) {
             fc.array(fc.tuple(fc.integer({ min: 0, max: 4 }), fc.integer({ min: 0, max: 5 })), { maxLength: 5 }),
             fc.integer({ min: 1, max: 12 }),
             fc.option(fc.integer({ min: 1, max: 5 }), { nil: undefined }),
-            async (backlog, heldPairs, limit, perUser) => {
+            // How the claim reads: 1, always the walk over users; a million, always the ranking of every due row.
+            fc.constantFrom(1, 1_000_000),
+            async (backlog, heldPairs, limit, perUser, fewDue) => {
               await sql.run("DELETE FROM webhook_deliveries");
               const rows: { id: number; user: number; due: number | null }[] = [];
               for (const [i, r] of backlog.entries()) {
@@ -174,7 +176,7 @@ for (const engine of bothEngines()) {
               }
               const held = new Map(heldPairs.map(([u, n]) => [users[u]!, n]));
               const expected = roundRobin(rows, limit, perUser ?? limit, held).sort((a, b) => a - b);
-              const claimed = await new WebhookStore(sql).claimDue(NOW, limit, LEASE, perUser, held);
+              const claimed = await new WebhookStore(sql, fewDue).claimDue(NOW, limit, LEASE, perUser, held);
               expect(claimed.map((r) => r.id).sort((a, b) => a - b)).toEqual(expected);
               expect(claimed.every((r) => r.next_attempt_at === LEASE && r.state === "pending")).toBe(true);
               const leased = await sql.all<{ id: number }>("SELECT id FROM webhook_deliveries WHERE next_attempt_at = ? ORDER BY id", [LEASE]);
@@ -235,18 +237,40 @@ for (const engine of bothEngines()) {
   });
 }
 
-test("nothing due: a claim answers from the earliest due time alone, without walking the users whose retries are to come", async () => {
+test("nothing due: a claim answers from its count of due rows alone, without walking the users whose retries are to come", async () => {
   const statements: string[] = [];
   const unexpected = () => Promise.reject(new Error("unexpected statement"));
   const recording: SqlClient = {
     dialect: "sqlite",
     all: async (q) => (statements.push(q), []),
-    get: async <T>(q: string) => (statements.push(q), { t: NOW + 1_000 } as T),
+    get: async <T>(q: string) => (statements.push(q), { n: 0 } as T),
     run: unexpected,
     transaction: unexpected,
     exec: unexpected,
     close: async () => {},
   };
   expect(await new WebhookStore(recording).claimDue(NOW, 16, LEASE, 4)).toEqual([]);
-  expect(statements).toEqual(["SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE state = 'pending'"]);
+  expect(statements).toEqual(["SELECT COUNT(*) AS n FROM (SELECT 1 FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ? LIMIT ?) AS due"]);
+});
+
+test("a few due rows are ranked all at once, without walking the users whose retries are to come; from FEW_DUE_DELIVERIES on, the users are walked", async () => {
+  const claimWith = async (due: number) => {
+    const statements: string[] = [];
+    const recording: SqlClient = {
+      dialect: "sqlite",
+      all: async (q) => (statements.push(q), []),
+      get: async <T>(q: string) => (statements.push(q), { n: due } as T),
+      run: () => Promise.reject(new Error("unexpected statement")),
+      transaction: () => Promise.reject(new Error("unexpected statement")),
+      exec: () => Promise.reject(new Error("unexpected statement")),
+      close: async () => {},
+    };
+    await new WebhookStore(recording).claimDue(NOW, 16, LEASE, 4);
+    expect(statements).toHaveLength(2);
+    return statements[1]!;
+  };
+  const few = await claimWith(FEW_DUE_DELIVERIES - 1);
+  expect(few).toContain("ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)");
+  expect(few).not.toContain("RECURSIVE");
+  expect(await claimWith(FEW_DUE_DELIVERIES)).toContain("WITH RECURSIVE pending_users");
 });
