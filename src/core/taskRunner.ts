@@ -296,8 +296,9 @@ export class TaskRunner {
 
   /**
    * One pass: queued tasks oldest first, skipping users at their own limit. A user whose task
-   * could not be claimed (at the limit on another instance, or its row busy) is passed over for
-   * the rest of the pass: each claim of theirs would cost a transaction for the same answer.
+   * could not be claimed while it stays queued (at the limit on another instance, or a row busy)
+   * is passed over for the rest of the pass: each claim of theirs would cost a transaction for
+   * the same answer.
    */
   private async startQueued(): Promise<void> {
     const { limits } = this.deps;
@@ -310,7 +311,10 @@ export class TaskRunner {
       if (mine >= limits.perUserConcurrency) continue;
       // The store counts the user's tasks running on every instance (this count is this one's only).
       if (!(await this.deps.store.tasks.start(task.id, this.deps.clock(), task.user_id, limits.perUserConcurrency))) {
-        passedOver.add(task.user_id);
+        // Only when the task is still queued (the user at the limit, or a row busy): one canceled
+        // or claimed meanwhile says nothing of the user's others, which may run now (on SQLite no
+        // poll would try them again before the next event).
+        if ((await this.deps.store.tasks.get(task.id))?.status === "queued") passedOver.add(task.user_id);
         continue;
       }
       this.run(task);

@@ -804,3 +804,40 @@ describe("two instances on one database: a cancel sent to the one that does not 
     engineB.behave = async (job) => engineB.png(job);
   }, 30_000);
 });
+
+describe("a pass whose claim of a task fails because the task ended meanwhile", () => {
+  let server: TestServer;
+  let victim: string | undefined;
+  beforeAll(async () => {
+    server = await startTestServer({
+      config: (c) => ((c.server.log_requests = false), (c.limits.async_per_user_concurrency = 2)),
+      customize: (s) => {
+        const tasks = s.store.tasks;
+        const start = tasks.start.bind(tasks);
+        // The victim is canceled (refunded) by someone else just as this pass claims it.
+        tasks.start = async (id, now, userId, limit) => {
+          if (id !== victim) return start(id, now, userId, limit);
+          const canceled = { status: "failed" as const, errorCode: "task_canceled", errorMessage: "canceled", task: { status: "canceled" as const, error: { message: "canceled", type: "invalid_request_error", param: null, code: "task_canceled" }, expiresAt: now + 3_600_000 } };
+          await s.store.credits.refundOnce(id, canceled, now);
+          return false;
+        };
+      },
+    });
+  });
+  afterAll(() => server.close());
+
+  test("goes on with that user's next task in the same pass (on SQLite nothing else would try it before the next event)", async () => {
+    const { key } = await server.userWithKey({ credits: 5 });
+    server.services.tasks.stop();
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify(GEN) });
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    victim = ids[0];
+    for (const id of ids) expect(await server.services.store.tasks.get(id)).toMatchObject({ status: "queued" });
+    server.services.tasks.start();
+    await until(async () => (await server.services.store.tasks.get(ids[1]!))?.status === "succeeded", "the user's next task to run", 5_000);
+    expect(await server.services.store.tasks.get(ids[0]!)).toMatchObject({ status: "canceled" });
+  });
+});
