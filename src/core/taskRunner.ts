@@ -75,6 +75,8 @@ const CANCEL_WATCH_MS = 1_000;
  * its abort signal. One that does not stops when it answers, or at its deadline.
  */
 const CANCEL_WAIT_MS = 5_000;
+/** How soon a pass that failed (store busy or unreachable) is tried again. */
+const KICK_RETRY_MS = 1_000;
 /** How often the cancel looks whether a task another instance runs has ended. */
 const CANCEL_POLL_MS = 250;
 
@@ -286,7 +288,10 @@ export class TaskRunner {
       try {
         await this.startQueued();
       } catch (e) {
-        this.deps.logger.warn("could not start queued tasks; the next kick retries", { error: String(e) });
+        // (A locked SQLite file, a lost connection.) Tried again shortly: on SQLite nothing polls,
+        // and on an idle server no other kick might come before a task waits for ever.
+        this.deps.logger.warn("could not start queued tasks; trying again shortly", { error: String(e) });
+        if (!this.stopped) setTimeout(() => void this.kick(), KICK_RETRY_MS).unref?.();
       }
     });
     this.nextPass = pass;

@@ -236,13 +236,20 @@ export class WebhookDispatcher implements TaskEventSink {
     });
   }
 
-  /** Until the earliest pending delivery is due, within [MIN_LOOK_MS, pollIntervalMs]. */
+  /**
+   * After a look that claimed nothing: until the earliest pending delivery is due, within
+   * [MIN_LOOK_MS, pollIntervalMs]; the poll interval when one is due already (every slot its user
+   * may take is held, a lock elsewhere, or this server's key is not the database's): a freed slot
+   * wakes the worker, and looking every MIN_LOOK_MS meanwhile only repeats the claim's reads.
+   */
   private async untilNextLook(): Promise<number> {
     const { pollIntervalMs } = this.deps.settings;
     try {
       const due = await this.deps.records.nextDue();
       if (due === null) return pollIntervalMs;
-      return Math.min(pollIntervalMs, Math.max(MIN_LOOK_MS, due - this.deps.clock()));
+      const wait = due - this.deps.clock();
+      if (wait <= 0) return pollIntervalMs;
+      return Math.min(pollIntervalMs, Math.max(MIN_LOOK_MS, wait));
     } catch {
       return pollIntervalMs;
     }

@@ -96,7 +96,10 @@ export class TaskRecords implements TaskStore {
     const postgres = this.sql.dialect === "postgres";
     return this.sql.transaction(async (tx) => {
       if (postgres) {
-        if (!(await tx.get("SELECT id FROM users WHERE id = ? FOR UPDATE SKIP LOCKED", [userId]))) return false;
+        // NO KEY UPDATE: it still excludes a charge's (its UPDATE of the balance) and another
+        // claim's, but not the KEY SHARE that an insert referencing the user takes (a chat row
+        // of theirs being written), which FOR UPDATE would have made every claim skip.
+        if (!(await tx.get("SELECT id FROM users WHERE id = ? FOR NO KEY UPDATE SKIP LOCKED", [userId]))) return false;
         if (!(await tx.get("SELECT id FROM requests WHERE id = ? AND status = 'pending' FOR UPDATE SKIP LOCKED", [id]))) return false;
       }
       const claimed = await tx.run(

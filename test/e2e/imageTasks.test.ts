@@ -841,3 +841,36 @@ describe("a pass whose claim of a task fails because the task ended meanwhile", 
     expect(await server.services.store.tasks.get(ids[0]!)).toMatchObject({ status: "canceled" });
   });
 });
+
+describe("a pass that fails (the store busy or out of reach)", () => {
+  let server: TestServer;
+  let failures = 0;
+  beforeAll(async () => {
+    server = await startTestServer({
+      config: (c) => (c.server.log_requests = false),
+      customize: (s) => {
+        const tasks = s.store.tasks;
+        const queued = tasks.queued.bind(tasks);
+        tasks.queued = async () => {
+          if (failures > 0) {
+            failures--;
+            throw new Error("database is locked");
+          }
+          return queued();
+        };
+      },
+    });
+  });
+  afterAll(() => server.close());
+
+  test("is tried again shortly: a task submitted then still runs, with no other event to start it", async () => {
+    const { key } = await server.userWithKey({ credits: 5 });
+    failures = 1;
+    const res = await fetch(`${server.url}/v1/images/generations`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", prefer: "respond-async" }, body: JSON.stringify(GEN) });
+    const { id, status } = (await res.json()) as { id: string; status: string };
+    expect(status).toBe("queued");
+    expect(failures).toBe(0);
+    await until(async () => (await server.services.store.tasks.get(id))?.status === "succeeded", "the task to run after the failed pass", 5_000);
+    expect(server.logs.some((l) => l.includes("could not start queued tasks; trying again shortly"))).toBe(true);
+  });
+});

@@ -226,6 +226,18 @@ for (const engine of bothEngines()) {
       expect(await a.tasks.start(second, 9_700, u, 2)).toBe(true);
     });
 
+    test.if(engine.name === "PostgreSQL")("a start is not held back by a row of the user's being written (an insert's KEY SHARE on the user), only by a charge's or another start's lock", async () => {
+      const u = await user(9);
+      const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
+      const id = `k1-${engine.name}`;
+      await a.credits.chargeForImage(charge(id, u, { task: queued }), 9_900);
+      await b.sql.transaction(async (tx) => {
+        // A chat row of theirs being written: its foreign key locks the user's row FOR KEY SHARE.
+        await tx.run("INSERT INTO requests (id, user_id, kind, endpoint, model, status, created_at) VALUES (?, ?, 'chat', '/v1/chat/completions', 'm', 'succeeded', ?)", [`k-chat-${engine.name}`, u, 9_900]);
+        expect(await a.tasks.start(id, 9_910, u, 5)).toBe(true);
+      });
+    });
+
     test.if(engine.name === "PostgreSQL")("a start never waits on a request row held by a refund of that task: it answers false at once, and the refund goes through", async () => {
       const u = await user(9);
       const queued = { mode: "async" as const, status: "queued" as const, endpoint: "generations" as const, model: "test-image" };
