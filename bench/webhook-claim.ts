@@ -4,7 +4,8 @@
  * side in one run: N due pending deliveries spread over 1 user (one receiver that is down or
  * hangs, its task events piling up) and over 1000 users, one claim of `limit` 16 with 4 a user,
  * the first user already holding one attempt in flight (`held`). Three figures on the same rows:
- * - before: the claim's query before migration 21 (its SQL, kept here) on a database at
+ * - before: the claim's query before migration 21 (store/webhooks rankedClaim, which the store
+ *   still runs for a few due rows) on a database at
  *   migration 20 (the schema before the index): a window function over every due row;
  * - old query + index: the same query at this tree's schema (the index alone does not help:
  *   the window still reads every due row, in the index's order instead of a sort);
@@ -32,7 +33,7 @@ import { migrations } from "../src/store/migrations";
 import { openPostgres } from "../src/store/postgresDatabase";
 import { postgresMigrations } from "../src/store/postgresMigrations";
 import { SqliteClient, type SqlClient } from "../src/store/sql";
-import { WebhookStore } from "../src/store/webhooks";
+import { rankedClaim, WebhookStore } from "../src/store/webhooks";
 import { postgresBinDir, startPostgres, type TestPostgres } from "../test/support/postgresServer";
 import { median } from "./support/chatBench";
 
@@ -87,23 +88,8 @@ const held = new Map([[1, 1]]);
 /** What a claim takes: up to PER_USER a user less what they hold, LIMIT in all. */
 const expectedRows = (users: number) => Math.min(LIMIT, PER_USER * users - (held.get(1) ?? 0));
 
-/** The claim before migration 21, verbatim but for its comments: a window over every due row. */
-const before: Claim = (sql) => {
-  const skipLocked = sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
-  const heldUsers = [...held].filter(([, n]) => n > 0);
-  const heldSql = heldUsers.length === 0 ? "" : ` + CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
-  return sql.all<{ id: number }>(
-    `WITH ranked AS MATERIALIZED (
-       SELECT id, next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)${heldSql} AS turn
-         FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?),
-     due AS MATERIALIZED (
-       SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM ranked WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
-     UPDATE webhook_deliveries SET next_attempt_at = ?
-      WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
-      RETURNING *`,
-    [...heldUsers.flat(), NOW, PER_USER, LIMIT, LEASE, NOW],
-  );
-};
+/** The claim before migration 21: a window over every due row (what the store still runs for a few due rows). */
+const before: Claim = (sql) => rankedClaim(sql, NOW, LIMIT, LEASE, PER_USER, held);
 const now: Claim = (sql) => new WebhookStore(sql).claimDue(NOW, LIMIT, LEASE, PER_USER, held);
 
 function postgresHere(): boolean {

@@ -69,6 +69,29 @@ export function webhookSecretKeyExists(dataDir: string): boolean {
  */
 export const FEW_DUE_DELIVERIES = 512;
 
+/**
+ * WebhookStore.claimDue by ranking every due row at once (a window over them: its cost grows
+ * with them, so only for a few): the same rows, turns and lease as the walk over users, the same
+ * locking. The claim was this alone before migration 21 (bench/webhook-claim.ts measures it as
+ * the baseline).
+ */
+export function rankedClaim(sql: SqlClient, now: number, limit: number, leaseUntil: number, perUser: number, held: ReadonlyMap<number, number>): Promise<WebhookDeliveryRow[]> {
+  const skipLocked = sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
+  const heldUsers = [...held].filter(([, n]) => n > 0);
+  const heldSql = heldUsers.length === 0 ? "" : ` + CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
+  return sql.all<WebhookDeliveryRow>(
+    `WITH ranked AS MATERIALIZED (
+       SELECT id, next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)${heldSql} AS turn
+         FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?),
+     due AS MATERIALIZED (
+       SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM ranked WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
+     UPDATE webhook_deliveries SET next_attempt_at = ?
+      WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
+      RETURNING *`,
+    [...heldUsers.flat(), now, perUser, limit, leaseUntil, now],
+  );
+}
+
 export class WebhookStore implements WebhookRecords {
   constructor(
     private readonly sql: SqlClient,
@@ -193,7 +216,7 @@ export class WebhookStore implements WebhookRecords {
     );
     const dueRows = Number(counted?.n ?? 0);
     if (dueRows === 0) return [];
-    if (dueRows < this.fewDue) return this.rankedClaim(now, limit, leaseUntil, perUser, held);
+    if (dueRows < this.fewDue) return rankedClaim(this.sql, now, limit, leaseUntil, perUser, held);
     // Round robin across users: each due row gets its turn within its user (1 for the oldest,
     // then 2, …), counted after the deliveries this instance already has in flight for that
     // user (`held`), and rows are taken by turn, so every user's first goes before anyone's
@@ -248,27 +271,6 @@ export class WebhookStore implements WebhookRecords {
       [...heldUsers.flat(), now, Math.max(0, Math.min(perUser, limit)), perUser, perUser, limit, leaseUntil, now],
     );
   }
-  /**
-   * claimDue by ranking every due row at once (a window over them: its cost grows with them, so
-   * only for a few): the same rows, turns and lease as the walk, the same locking.
-   */
-  private rankedClaim(now: number, limit: number, leaseUntil: number, perUser: number, held: ReadonlyMap<number, number>): Promise<WebhookDeliveryRow[]> {
-    const skipLocked = this.sql.dialect === "postgres" ? " FOR UPDATE SKIP LOCKED" : "";
-    const heldUsers = [...held].filter(([, n]) => n > 0);
-    const heldSql = heldUsers.length === 0 ? "" : ` + CASE user_id${" WHEN ? THEN ?".repeat(heldUsers.length)} ELSE 0 END`;
-    return this.sql.all<WebhookDeliveryRow>(
-      `WITH ranked AS MATERIALIZED (
-         SELECT id, next_attempt_at AS due_at, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_attempt_at, id)${heldSql} AS turn
-           FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?),
-       due AS MATERIALIZED (
-         SELECT id FROM webhook_deliveries WHERE id IN (SELECT id FROM ranked WHERE turn <= ? ORDER BY turn, due_at, id LIMIT ?)${skipLocked})
-       UPDATE webhook_deliveries SET next_attempt_at = ?
-        WHERE state = 'pending' AND next_attempt_at <= ? AND id IN (SELECT id FROM due)
-        RETURNING *`,
-      [...heldUsers.flat(), now, perUser, limit, leaseUntil, now],
-    );
-  }
-
 
   /** Test events of this user not yet delivered or given up. */
   async pendingTests(userId: number): Promise<number> {
